@@ -1,0 +1,79 @@
+/*
+ * Internal foundation shared by every part of the library: error capture,
+ * logging, growable strings, checked allocation. Internal symbols are named
+ * dsv4i_* and never exported (visibility hidden, abi/libdsv4.map).
+ */
+#ifndef DSV4I_BASE_H
+#define DSV4I_BASE_H
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dsv4/dsv4.h"
+
+#if defined(__GNUC__)
+#define DSV4I_PRINTF(a, b) __attribute__((format(printf, a, b)))
+#else
+#define DSV4I_PRINTF(a, b)
+#endif
+
+#define DSV4I_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
+
+/* ---- errors ------------------------------------------------------------
+ * Internal functions return a dsv4_status and, on failure, record a message
+ * in the calling thread's error buffer with dsv4i_error(). The API layer
+ * clears the buffer on entry and copies it into a handle's last-error slot
+ * where the call has a handle. Messages longer than the buffer are cut with
+ * "...". */
+#define DSV4I_ERROR_CAP 8192
+
+/** Record status + formatted message for this thread; returns status. */
+dsv4_status dsv4i_error(dsv4_status status, const char *fmt, ...) DSV4I_PRINTF(2, 3);
+/** Prefix the current message with "prefix: " (context added by a caller). */
+void dsv4i_error_prefix(const char *fmt, ...) DSV4I_PRINTF(1, 2);
+void dsv4i_error_clear(void);
+/** The thread's current message ("" if none). */
+const char *dsv4i_error_message(void);
+/** Status of the last dsv4i_error() on this thread since the last clear. */
+dsv4_status dsv4i_error_status(void);
+
+/* ---- growable string --------------------------------------------------- */
+typedef struct dsv4i_str {
+  char *buf;  /* NUL-terminated when len > 0 or after any append */
+  size_t len;
+  size_t cap;
+  int oom;    /* an append failed: contents are truncated */
+} dsv4i_str;
+
+void dsv4i_str_appendf(dsv4i_str *s, const char *fmt, ...) DSV4I_PRINTF(2, 3);
+void dsv4i_str_vappendf(dsv4i_str *s, const char *fmt, va_list ap);
+void dsv4i_str_free(dsv4i_str *s);
+/** buf, or "" when nothing was appended. */
+const char *dsv4i_str_cstr(const dsv4i_str *s);
+
+/* ---- allocation ----------------------------------------------------------
+ * Thin wrappers that record DSV4_ERR_OUT_OF_MEMORY with what was asked for.
+ * They return NULL on failure (the caller returns DSV4_ERR_OUT_OF_MEMORY). */
+void *dsv4i_malloc(size_t size, const char *what);
+void *dsv4i_calloc(size_t n, size_t size, const char *what);
+void *dsv4i_realloc(void *p, size_t size, const char *what);
+char *dsv4i_strdup(const char *s, const char *what);
+/** a*b with overflow check; returns 0 on overflow. */
+int dsv4i_mul_overflow_u64(uint64_t a, uint64_t b, uint64_t *out);
+
+/* ---- logging -------------------------------------------------------------
+ * A logger is a sink + level; NULL fn means the process-wide sink set with
+ * dsv4_log_set(). */
+typedef struct dsv4i_logger {
+  dsv4_log_fn fn;
+  void *user_data;
+  int32_t max_level;
+} dsv4i_logger;
+
+void dsv4i_log(const dsv4i_logger *lg, int32_t level, const char *fmt, ...) DSV4I_PRINTF(3, 4);
+
+/** Join dir + "/" + name into a new string (NULL + OOM error on failure). */
+char *dsv4i_path_join(const char *dir, const char *name);
+
+#endif /* DSV4I_BASE_H */

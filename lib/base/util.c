@@ -1,0 +1,85 @@
+/* Growable strings, checked allocation, paths (see base.h). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/base.h"
+
+void dsv4i_str_vappendf(dsv4i_str *s, const char *fmt, va_list ap) {
+  if (s->oom) return;
+  va_list ap2;
+  va_copy(ap2, ap);
+  int n = vsnprintf(NULL, 0, fmt, ap2);
+  va_end(ap2);
+  if (n < 0) return;
+  size_t need = s->len + (size_t)n + 1;
+  if (need > s->cap) {
+    size_t cap = s->cap ? s->cap : 256;
+    while (cap < need) cap *= 2;
+    char *nb = realloc(s->buf, cap);
+    if (!nb) {
+      s->oom = 1;
+      return;
+    }
+    s->buf = nb;
+    s->cap = cap;
+  }
+  vsnprintf(s->buf + s->len, (size_t)n + 1, fmt, ap);
+  s->len += (size_t)n;
+}
+
+void dsv4i_str_appendf(dsv4i_str *s, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  dsv4i_str_vappendf(s, fmt, ap);
+  va_end(ap);
+}
+
+void dsv4i_str_free(dsv4i_str *s) {
+  free(s->buf);
+  memset(s, 0, sizeof *s);
+}
+
+const char *dsv4i_str_cstr(const dsv4i_str *s) { return s->buf ? s->buf : ""; }
+
+void *dsv4i_malloc(size_t size, const char *what) {
+  void *p = malloc(size ? size : 1);
+  if (!p) dsv4i_error(DSV4_ERR_OUT_OF_MEMORY, "out of memory allocating %zu bytes for %s", size, what);
+  return p;
+}
+
+void *dsv4i_calloc(size_t n, size_t size, const char *what) {
+  void *p = calloc(n ? n : 1, size ? size : 1);
+  if (!p) dsv4i_error(DSV4_ERR_OUT_OF_MEMORY, "out of memory allocating %zu x %zu bytes for %s", n, size, what);
+  return p;
+}
+
+void *dsv4i_realloc(void *old, size_t size, const char *what) {
+  void *p = realloc(old, size ? size : 1);
+  if (!p) dsv4i_error(DSV4_ERR_OUT_OF_MEMORY, "out of memory growing %s to %zu bytes", what, size);
+  return p;
+}
+
+char *dsv4i_strdup(const char *s, const char *what) {
+  size_t n = strlen(s) + 1;
+  char *p = dsv4i_malloc(n, what);
+  if (p) memcpy(p, s, n);
+  return p;
+}
+
+int dsv4i_mul_overflow_u64(uint64_t a, uint64_t b, uint64_t *out) {
+  if (a != 0 && b > UINT64_MAX / a) return 0;
+  *out = a * b;
+  return 1;
+}
+
+char *dsv4i_path_join(const char *dir, const char *name) {
+  size_t a = strlen(dir), b = strlen(name);
+  char *p = dsv4i_malloc(a + b + 2, "a path");
+  if (!p) return NULL;
+  memcpy(p, dir, a);
+  size_t at = a;
+  if (a > 0 && dir[a - 1] != '/') p[at++] = '/';
+  memcpy(p + at, name, b + 1);
+  return p;
+}

@@ -1,0 +1,112 @@
+/*
+ * Model configuration (config.json, nested V4.1 form, spec §2.1), the
+ * derived per-layer role table (spec §2.3) and the tensor contract (spec
+ * §4.2): the exact tensor set a config requires.
+ */
+#ifndef DSV4I_CONFIG_H
+#define DSV4I_CONFIG_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/base.h"
+
+#define DSV4I_MAX_LIST 64      /* longest id list (layer lists, compress_ratios) */
+#define DSV4I_MAX_ENGRAM 8
+
+typedef struct dsv4i_layer_role {
+  int32_t compress_ratio;      /* 0, 1, 2 */
+  uint32_t roles;              /* DSV4_ROLE_* */
+  int32_t kv_source;           /* latest KV source <= layer for ratio > 0, else -1 */
+  int32_t index_source;        /* latest index source <= layer for ratio > 0, else -1 */
+  int32_t index_key_source;    /* index source: layer whose keys it scores (itself if own keys) */
+  int32_t candidate_source;    /* candidate-masked index source: the candidate layer; else -1 */
+  int32_t engram_slot;         /* index into engram lists, or -1 */
+  int32_t rope_yarn;           /* 1 for ratio > 0 */
+} dsv4i_layer_role;
+
+typedef struct dsv4i_config {
+  /* root */
+  int32_t bos_token_id, eos_token_id, pad_token_id, image_token_id;
+  int32_t has_vision;          /* vision_config present */
+  /* text_config */
+  int32_t vocab_size, dim, n_layers, n_heads, n_kv_heads, head_dim, rope_head_dim;
+  int32_t q_lora_rank, o_lora_rank, o_groups;
+  float swiglu_limit;
+  float norm_eps;              /* rms_norm_eps */
+  int64_t max_position_embeddings;
+  float rope_theta, compress_rope_theta;
+  float rope_factor, beta_fast, beta_slow;
+  int64_t original_seq_len;    /* rope_scaling.original_max_position_embeddings */
+  int32_t n_routed_experts, n_shared_experts, n_experts_per_tok, moe_inter_dim;
+  float route_scale;           /* routed_scaling_factor */
+  int32_t norm_topk_prob;
+  int32_t window_size;         /* sliding_window */
+  int32_t n_compress_ratios;   /* n_layers + n_mtp_layers */
+  int32_t compress_ratios[DSV4I_MAX_LIST];
+  int32_t n_kv_sources, kv_sources[DSV4I_MAX_LIST];
+  int32_t n_index_sources, index_sources[DSV4I_MAX_LIST];
+  int32_t index_n_heads, index_head_dim, index_topk;
+  int32_t candidate_source;    /* -1 if absent */
+  int32_t candidate_topk_blocks, candidate_block_size;
+  int32_t hc_mult, hc_sinkhorn_iters;
+  float hc_eps;
+  int32_t n_engram, engram_layers[DSV4I_MAX_ENGRAM];
+  int64_t engram_num_embeddings[DSV4I_MAX_ENGRAM];
+  int32_t engram_max_ngram, engram_n_heads, engram_head_dim, engram_pad_id;
+  int64_t engram_vocab_size;   /* where the prime search starts */
+  int32_t engram_compressed_vocab_size;
+  int32_t n_mtp_layers;        /* num_nextn_predict_layers */
+  int32_t dspark_block_size, dspark_noise_token_id, dspark_markov_rank;
+  int32_t n_dspark_targets, dspark_targets[DSV4I_MAX_LIST];
+  int32_t dspark_n_routed_experts, dspark_n_experts_per_tok;
+  /* vision_config (only when has_vision) */
+  int32_t vision_n_layers, vision_dim, vision_n_heads, vision_inter_dim, vision_patch_size;
+  /* derived: one role per layer, backbone then DSpark stages */
+  int32_t n_total_layers;      /* n_layers + n_mtp_layers */
+  dsv4i_layer_role layers[DSV4I_MAX_LIST];
+} dsv4i_config;
+
+/**
+ * Parse config.json text (nested V4.1 form: root keys, text_config,
+ * quantization_config, optional vision_config) into *cfg, derive the role
+ * table and validate: list lengths vs layer count, ids in range, sorted and
+ * unique, a consumer before its source, KV sources and the candidate source
+ * among the index sources, dims multiples of 32, quantization_config as
+ * the release's. Statuses: DSV4_ERR_JSON, DSV4_ERR_CONFIG_KEY (names the
+ * key path, e.g. "text_config.index_topk"), DSV4_ERR_CONFIG_VALUE.
+ * `origin` names the file in messages.
+ */
+dsv4_status dsv4i_config_parse(const char *json_text, size_t len, const char *origin,
+                               dsv4i_config *cfg);
+/** Read and parse a config.json file (adds DSV4_ERR_IO / DSV4_ERR_NOT_FOUND). */
+dsv4_status dsv4i_config_load(const char *path, dsv4i_config *cfg);
+
+/* ---- tensor contract (spec §4.2) --------------------------------------- */
+
+#define DSV4I_NAME_MAX 96
+
+typedef struct dsv4i_tensor_spec {
+  char name[DSV4I_NAME_MAX];
+  int32_t dtype;               /* DSV4_DTYPE_* */
+  int32_t ndim;
+  int64_t shape[3];
+  int32_t component;           /* DSV4_COMP_* */
+  uint64_t nbytes;
+} dsv4i_tensor_spec;
+
+typedef struct dsv4i_contract {
+  dsv4i_tensor_spec *specs;    /* sorted by name (strcmp) */
+  size_t n;
+  uint64_t payload_bytes;
+} dsv4i_contract;
+
+/** Build the exact tensor set of a config (vision tensors only with has_vision). */
+dsv4_status dsv4i_contract_build(const dsv4i_config *cfg, dsv4i_contract *out);
+void dsv4i_contract_free(dsv4i_contract *c);
+/** Binary search; NULL if absent. */
+const dsv4i_tensor_spec *dsv4i_contract_find(const dsv4i_contract *c, const char *name);
+/** DSV4_COMP_* of a checkpoint tensor name (by prefix rules). */
+int32_t dsv4i_component_of(const char *name);
+
+#endif /* DSV4I_CONFIG_H */

@@ -1,0 +1,17 @@
+#!/bin/sh
+# Install the build into a scratch DESTDIR, then build and run a consumer
+# that knows the library only through pkg-config.
+# usage: pkgconfig-consumer.sh BUILD_ROOT CONSUMER_C
+set -eu
+build=$1 src=$2
+dest=$(mktemp -d "${TMPDIR:-/tmp}/dsv4-destdir.XXXXXX")
+trap 'rm -rf "$dest"' EXIT
+meson install -C "$build" --destdir "$dest" --no-rebuild --quiet >/dev/null
+pcdir=$(dirname "$(find "$dest" -name dsv4.pc | head -n 1)")
+[ -f "$pcdir/dsv4.pc" ] || { echo "dsv4.pc was not installed"; exit 1; }
+export PKG_CONFIG_PATH="$pcdir" PKG_CONFIG_SYSROOT_DIR="$dest"
+flags=$(pkg-config --cflags --libs dsv4)
+echo "pkg-config --cflags --libs dsv4: $flags"
+${CC:-cc} -std=c99 -o "$dest/consumer" "$src" $flags
+libdir=$(pkg-config --variable=libdir dsv4)   # sysroot already applied
+LD_LIBRARY_PATH="$libdir" "$dest/consumer"

@@ -1,0 +1,113 @@
+#define _XOPEN_SOURCE 700
+#include "test_util.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <ftw.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+const char *tu_fixture(const char *rel) {
+  static char buf[4096];
+  const char *root = getenv("DSV4_FIXTURES");
+  if (!root || !*root) return NULL;
+  struct stat st;
+  if (stat(root, &st) != 0 || !S_ISDIR(st.st_mode)) return NULL;
+  snprintf(buf, sizeof buf, "%s%s%s", root, rel && *rel ? "/" : "", rel ? rel : "");
+  return buf;
+}
+
+const char *tu_fixture_or_skip(const char *rel) {
+  const char *p = tu_fixture(rel);
+  if (!p) {
+    fprintf(stderr, "SKIP: fixtures folder '%s' absent (set -Dfixtures=PATH)\n",
+            getenv("DSV4_FIXTURES") ? getenv("DSV4_FIXTURES") : "(unset)");
+    skip();
+  }
+  return p;
+}
+
+char *tu_mkdtemp(void) {
+  const char *t = getenv("TMPDIR");
+  char *p = tu_join(t && *t ? t : "/tmp", "dsv4-test-XXXXXX");
+  if (!mkdtemp(p)) {
+    free(p);
+    return NULL;
+  }
+  return p;
+}
+
+static int rm_cb(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {
+  (void)sb; (void)flag; (void)ftw;
+  return remove(path);
+}
+
+void tu_rmtree(const char *path) {
+  if (path) nftw(path, rm_cb, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+char *tu_read_file(const char *path, size_t *len) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return NULL;
+  fseek(f, 0, SEEK_END);
+  long n = ftell(f);
+  fseek(f, 0, SEEK_SET);
+  char *b = malloc((size_t)n + 1);
+  if (b && fread(b, 1, (size_t)n, f) != (size_t)n) {
+    free(b);
+    b = NULL;
+  }
+  fclose(f);
+  if (b) {
+    b[n] = 0;
+    if (len) *len = (size_t)n;
+  }
+  return b;
+}
+
+int tu_write_file(const char *path, const void *data, size_t len) {
+  FILE *f = fopen(path, "wb");
+  if (!f) return -1;
+  size_t w = fwrite(data, 1, len, f);
+  return (fclose(f) == 0 && w == len) ? 0 : -1;
+}
+
+char *tu_join(const char *a, const char *b) {
+  size_t n = strlen(a) + strlen(b) + 2;
+  char *p = malloc(n);
+  snprintf(p, n, "%s/%s", a, b);
+  return p;
+}
+
+int tu_copy_dir(const char *src, const char *dst) {
+  DIR *d = opendir(src);
+  if (!d) return -1;
+  struct dirent *e;
+  int rc = 0;
+  while ((e = readdir(d)) && rc == 0) {
+    if (e->d_name[0] == '.') continue;
+    char *s = tu_join(src, e->d_name), *t = tu_join(dst, e->d_name);
+    struct stat st;
+    if (stat(s, &st) == 0 && S_ISREG(st.st_mode)) {
+      size_t n;
+      char *b = tu_read_file(s, &n);
+      rc = b ? tu_write_file(t, b, n) : -1;
+      if (rc == 0) chmod(t, 0644);
+      free(b);
+    }
+    free(s);
+    free(t);
+  }
+  closedir(d);
+  return rc;
+}
+
+float tu_bf16_to_f32(uint16_t b) {
+  uint32_t u = (uint32_t)b << 16;
+  float f;
+  memcpy(&f, &u, 4);
+  return f;
+}

@@ -1,0 +1,34 @@
+/* Helpers shared by the cmocka suites: fixture paths, temp dirs, files. */
+#ifndef DSV4_TEST_UTIL_H
+#define DSV4_TEST_UTIL_H
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+/* Fixture folder (env DSV4_FIXTURES, set by meson) joined with `rel`, or
+ * NULL when the folder is absent: the caller then skip()s with a message.
+ * CI refuses to run without the folder, so a skip cannot hide there.
+ * Returned string is static (overwritten by the next call). */
+const char *tu_fixture(const char *rel);
+/* tu_fixture or cmocka skip() with a message naming the missing folder. */
+const char *tu_fixture_or_skip(const char *rel);
+
+/* Fresh empty directory under $TMPDIR; removed (recursively) by tu_rmtree. */
+char *tu_mkdtemp(void);
+void tu_rmtree(const char *path);
+
+/* Whole file into a malloc'd buffer (+ NUL); NULL on error. */
+char *tu_read_file(const char *path, size_t *len);
+int tu_write_file(const char *path, const void *data, size_t len);
+/* Copy every regular file of src into dst (dst exists). */
+int tu_copy_dir(const char *src, const char *dst);
+/* path join into a malloc'd string */
+char *tu_join(const char *a, const char *b);
+
+/* bf16 bits <-> float for comparing goldens stored as f32 */
+float tu_bf16_to_f32(uint16_t b);
+
+#endif
