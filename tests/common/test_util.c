@@ -22,6 +22,8 @@ const char *tu_fixture(const char *rel) {
 
 const char *tu_fixture_or_skip(const char *rel) {
   const char *p = tu_fixture(rel);
+  if (!p && getenv("DSV4_REQUIRE_FIXTURES")) fail_msg("fixtures folder '%s' absent and DSV4_REQUIRE_FIXTURES is set",
+                                                      getenv("DSV4_FIXTURES") ? getenv("DSV4_FIXTURES") : "(unset)");
   if (!p) {
     fprintf(stderr, "SKIP: fixtures folder '%s' absent (set -Dfixtures=PATH)\n",
             getenv("DSV4_FIXTURES") ? getenv("DSV4_FIXTURES") : "(unset)");
