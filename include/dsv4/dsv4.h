@@ -216,11 +216,15 @@ typedef struct dsv4_model_params {
 } dsv4_model_params;
 
 /**
- * Fill *params with defaults and set struct_size.
- * @param params       [out] caller-owned.
+ * Fill *params with defaults and set struct_size. Writes exactly struct_size
+ * bytes: the fields this library knows get their defaults, bytes past them
+ * (fields of a newer header) are zeroed.
+ * @param params       [out] caller-owned, at least struct_size bytes.
  * @param struct_size  sizeof(dsv4_model_params) as the caller compiled it.
  * @return DSV4_OK; DSV4_ERR_INVALID_ARG (params NULL);
- *         DSV4_ERR_PARAMS_SIZE (struct_size below the 0.1 size). Thread-safe. @since 0.1
+ *         DSV4_ERR_PARAMS_SIZE (struct_size below the 0.1 size, i.e. the fields
+ *         through log_level; reserved0 may be left out). No state change on failure.
+ * Thread-safe. @since 0.1
  */
 DSV4_API dsv4_status dsv4_model_params_init(dsv4_model_params *params, size_t struct_size);
 
@@ -233,9 +237,11 @@ DSV4_API dsv4_status dsv4_model_params_init(dsv4_model_params *params, size_t st
  * in one message. Shards are mmapped read-only; no weight is copied.
  *
  * @param dir     [in] directory path (UTF-8, NUL-terminated).
- * @param params  [in] NULL for defaults.
+ * @param params  [in] NULL for defaults. The library reads min(params->struct_size,
+ *                its own size) bytes; fields past that keep their defaults.
  * @param out     [out] the model on success, NULL on failure. Free with dsv4_model_free().
- * @return DSV4_OK; DSV4_ERR_INVALID_ARG; DSV4_ERR_PARAMS_SIZE; DSV4_ERR_OUT_OF_MEMORY;
+ * @return DSV4_OK; DSV4_ERR_INVALID_ARG (dir or out NULL, unknown flag bits);
+ *         DSV4_ERR_PARAMS_SIZE (params->struct_size below the 0.1 size); DSV4_ERR_OUT_OF_MEMORY;
  *         DSV4_ERR_IO, DSV4_ERR_NOT_FOUND, DSV4_ERR_JSON; DSV4_ERR_ST_* and
  *         DSV4_ERR_INDEX, DSV4_ERR_MISSING_SHARD, DSV4_ERR_INDEX_MISMATCH (shard
  *         or index violations; the message names file and tensor);
@@ -250,7 +256,9 @@ DSV4_API dsv4_status dsv4_model_load(const char *dir, const dsv4_model_params *p
 DSV4_API void dsv4_model_free(dsv4_model *model);
 
 /**
- * Message of the last failed call on this model handle; "" if none.
+ * Message of the most recent failed call on this model handle (kept until
+ * another call on it fails; successful calls leave it); "" if none failed or
+ * model is NULL. The same text is in dsv4_last_error() right after the call.
  * Borrowed: valid until the next call on the handle. Handle-exclusive. @since 0.1
  */
 DSV4_API const char *dsv4_model_last_error(const dsv4_model *model);
@@ -284,7 +292,9 @@ typedef struct dsv4_model_info {
 } dsv4_model_info;
 
 /**
- * Fill *info. @param info [out] caller-owned; struct_size = sizeof as compiled.
+ * Fill *info. @param info [out] caller-owned; struct_size = sizeof as compiled
+ * (at least the 0.1 size). Bytes past the library's size are zeroed and
+ * info->struct_size is set to the number of bytes filled.
  * @return DSV4_OK; DSV4_ERR_INVALID_ARG (NULL, or struct_size too small). No state change.
  * Handle-exclusive. @since 0.1
  */
@@ -313,9 +323,9 @@ typedef struct dsv4_layer_info {
   int32_t layer;
   int32_t compress_ratio;      /**< 0 window only, 1 or 2 */
   uint32_t roles;              /**< DSV4_ROLE_* bits */
-  int32_t kv_source;           /**< layer whose compressed KV this layer reads; -1 if none */
-  int32_t index_source;        /**< layer whose top-k this layer uses; -1 if none */
-  int32_t index_key_source;    /**< for an index source: layer whose index keys it scores; else -1 */
+  int32_t kv_source;           /**< ratio > 0: latest KV source at or before this layer (itself for one), whose compressed KV it reads; else -1 */
+  int32_t index_source;        /**< ratio > 0: latest index source at or before this layer (itself for one), whose top-k it uses; else -1 */
+  int32_t index_key_source;    /**< for an index source: layer whose index keys it scores (itself if it owns keys, else its KV source); else -1 */
   int32_t candidate_source;    /**< for a candidate-masked index source: the candidate layer; else -1 */
   int32_t engram_slot;         /**< 0-based position in engram_layer_ids; -1 if not an Engram layer */
   int32_t rope_yarn;           /**< 1: theta compress_rope_theta with YaRN; 0: rope_theta, no YaRN */
@@ -323,6 +333,7 @@ typedef struct dsv4_layer_info {
 
 /**
  * Fill *info for one layer. @param layer 0 .. n_layers + n_mtp_layers - 1.
+ * struct_size as for dsv4_model_get_info.
  * @return DSV4_OK; DSV4_ERR_INVALID_ARG (NULL, layer out of range, struct_size too small).
  * No state change. Handle-exclusive. @since 0.1
  */
@@ -369,7 +380,9 @@ typedef struct dsv4_tensor_info {
 } dsv4_tensor_info;
 
 /**
- * Fill *info for tensor i (0 .. n_tensors-1, sorted by name).
+ * Fill *info for tensor i (0 .. n_tensors-1, sorted by name with strcmp).
+ * struct_size as for dsv4_model_get_info. The table is the config's tensor
+ * contract, which a loaded checkpoint matches exactly (spec §4.2).
  * @return DSV4_OK; DSV4_ERR_INVALID_ARG (NULL, i out of range, struct_size too small).
  * No state change. Handle-exclusive. @since 0.1
  */

@@ -17,9 +17,10 @@
 typedef struct dsv4i_layer_role {
   int32_t compress_ratio;      /* 0, 1, 2 */
   uint32_t roles;              /* DSV4_ROLE_* */
-  int32_t kv_source;           /* latest KV source <= layer for ratio > 0, else -1 */
-  int32_t index_source;        /* latest index source <= layer for ratio > 0, else -1 */
-  int32_t index_key_source;    /* index source: layer whose keys it scores (itself if own keys) */
+  int32_t kv_source;           /* ratio > 0: latest KV source <= layer (itself for a KV source); else -1 */
+  int32_t index_source;        /* ratio > 0: latest index source <= layer (itself for one); else -1 */
+  int32_t index_key_source;    /* index source: itself if it owns keys, else the latest KV source
+                                * (the candidate source in V4.1); -1 for other layers */
   int32_t candidate_source;    /* candidate-masked index source: the candidate layer; else -1 */
   int32_t engram_slot;         /* index into engram lists, or -1 */
   int32_t rope_yarn;           /* 1 for ratio > 0 */
@@ -60,8 +61,13 @@ typedef struct dsv4i_config {
   int32_t dspark_block_size, dspark_noise_token_id, dspark_markov_rank;
   int32_t n_dspark_targets, dspark_targets[DSV4I_MAX_LIST];
   int32_t dspark_n_routed_experts, dspark_n_experts_per_tok;
-  /* vision_config (only when has_vision) */
+  /* vision_config (only when has_vision; all 0 otherwise) */
   int32_t vision_n_layers, vision_dim, vision_n_heads, vision_inter_dim, vision_patch_size;
+  int32_t vision_downsample;   /* downsample_ratio: aligner folds ds x ds patches */
+  int32_t vision_max_image_tokens;
+  int64_t vision_min_pixels;
+  float vision_rope_theta;
+  float vision_max_wh_ratio;   /* 0 when null (no limit) */
   /* derived: one role per layer, backbone then DSpark stages */
   int32_t n_total_layers;      /* n_layers + n_mtp_layers */
   dsv4i_layer_role layers[DSV4I_MAX_LIST];
@@ -82,6 +88,23 @@ dsv4_status dsv4i_config_parse(const char *json_text, size_t len, const char *or
 /** Read and parse a config.json file (adds DSV4_ERR_IO / DSV4_ERR_NOT_FOUND). */
 dsv4_status dsv4i_config_load(const char *path, dsv4i_config *cfg);
 
+/**
+ * Validate the layer lists of *cfg (compress_ratios, KV / index / candidate
+ * sources, Engram and DSpark ids) and fill cfg->layers[0 .. n_total_layers)
+ * and n_total_layers (spec §2.3). Called by dsv4i_config_parse; exposed so
+ * tests and tools can derive roles for a config built in memory. Messages
+ * name the config.json key. Statuses: DSV4_ERR_CONFIG_VALUE.
+ */
+dsv4_status dsv4i_config_derive_roles(dsv4i_config *cfg);
+
+/**
+ * Check the scalar values of *cfg: positive sizes, dims that 32-blocks
+ * need as multiples of 32, rope_head_dim <= head_dim, token ids inside the
+ * vocabulary, supported feature choices. Called by dsv4i_config_parse.
+ * Statuses: DSV4_ERR_CONFIG_VALUE (message names the config.json key).
+ */
+dsv4_status dsv4i_config_check_values(const dsv4i_config *cfg);
+
 /* ---- tensor contract (spec §4.2) --------------------------------------- */
 
 #define DSV4I_NAME_MAX 96
@@ -101,12 +124,44 @@ typedef struct dsv4i_contract {
   uint64_t payload_bytes;
 } dsv4i_contract;
 
-/** Build the exact tensor set of a config (vision tensors only with has_vision). */
+/**
+ * Build the exact tensor set of a config (spec §4.2; vision tensors only
+ * with has_vision), sorted by name, with dtype, shape, component and byte
+ * size. Dense fp8 tensors come with `<name>.scale` F8_E8M0
+ * [ceil(o/32), ceil(i/32)]; routed experts are I8 [o, i/2] + F8_E8M0
+ * [o, i/32]. Statuses: DSV4_ERR_OUT_OF_MEMORY; DSV4_ERR_CONFIG_VALUE (a
+ * tensor or the total would pass 2^64 bytes); DSV4_ERR_INTERNAL (a name too
+ * long or duplicated: a bug). On failure *out is zeroed.
+ */
 dsv4_status dsv4i_contract_build(const dsv4i_config *cfg, dsv4i_contract *out);
+/** Free the specs; *c is zeroed. NULL ok. */
 void dsv4i_contract_free(dsv4i_contract *c);
 /** Binary search; NULL if absent. */
 const dsv4i_tensor_spec *dsv4i_contract_find(const dsv4i_contract *c, const char *name);
-/** DSV4_COMP_* of a checkpoint tensor name (by prefix rules). */
+/**
+ * DSV4_COMP_* of a checkpoint tensor name by prefix: mtp.* DSpark;
+ * vision.*, aligner.*, image_* vision; embed, head, norm embed/head;
+ * layers.N.attn.* attention, .ffn.experts.* routed, .ffn.shared_experts.*
+ * shared, .engram.embed.* Engram tables, other .engram.* Engram
+ * projections; everything else (hc_*, gates, block norms) other.
+ */
 int32_t dsv4i_component_of(const char *name);
+/** Static short name of a DSV4_COMP_* ("routed_experts", ...); "?" if unknown. */
+const char *dsv4i_component_name(int32_t component);
+
+struct dsv4i_checkpoint; /* io/safetensors.h */
+
+/** How many tensors of each kind dsv4i_contract_check lists by name. */
+#define DSV4I_CHECK_LIST 20
+
+/**
+ * Compare a checkpoint's tensors with a contract by name, dtype and shape.
+ * DSV4_OK when they are the same set; otherwise DSV4_ERR_WEIGHTS with one
+ * message giving the counts of missing, unexpected, wrong-dtype and
+ * wrong-shape tensors and listing the first DSV4I_CHECK_LIST of each kind
+ * (with expected and found dtype / shape). `what` names the checkpoint.
+ */
+dsv4_status dsv4i_contract_check(const dsv4i_contract *c, const struct dsv4i_checkpoint *ck,
+                                 const char *what);
 
 #endif /* DSV4I_CONFIG_H */
