@@ -389,6 +389,196 @@ typedef struct dsv4_tensor_info {
 DSV4_API dsv4_status dsv4_model_get_tensor(const dsv4_model *model, int64_t i,
                                            dsv4_tensor_info *info, size_t struct_size);
 
+/* ------------------------------------------------------------------------ */
+/* Tokenizer: Hugging Face tokenizer.json, byte-level BPE (spec §5.0)       */
+/* ------------------------------------------------------------------------ */
+
+/**
+ * A loaded tokenizer.json (+ tokenizer_config.json). Opaque. Its ids equal
+ * those of the Rust `tokenizers` library's encode(text,
+ * add_special_tokens=False): added/special tokens are matched in the text
+ * before pre-tokenization, so markers such as <｜User｜> never split. Nothing
+ * is added around the text: a prompt that needs BOS gets it from the caller
+ * (dsv4_tokenizer_special_id(tok, DSV4_TOKEN_BOS)).
+ * After load the tokenizer itself never changes; only its last-error slot does.
+ * @since 0.1
+ */
+typedef struct dsv4_tokenizer dsv4_tokenizer;
+
+/** Special-token kinds for dsv4_tokenizer_special_id(). @since 0.1 */
+enum {
+  DSV4_TOKEN_BOS = 0,         /**< tokenizer_config bos_token, else <｜begin▁of▁sentence｜> */
+  DSV4_TOKEN_EOS = 1,         /**< tokenizer_config eos_token, else <｜end▁of▁sentence｜> */
+  DSV4_TOKEN_PAD = 2,         /**< tokenizer_config pad_token, else <｜▁pad▁｜> */
+  DSV4_TOKEN_IMAGE = 3,       /**< tokenizer_config image_token, else <｜deepseek_image｜>, <｜image｜> or <image> */
+  DSV4_TOKEN_DSPARK_NOISE = 4 /**< tokenizer_config dspark_noise_token, else <｜dspark▁noise｜> */
+};
+
+/** Flags of dsv4_tokenizer_decode() and dsv4_tokenizer_stream_create(). @since 0.1 */
+enum {
+  /** Leave out added tokens marked "special" (the Rust decode's skip_special_tokens). */
+  DSV4_DECODE_F_SKIP_SPECIAL = 1u << 0
+};
+
+/**
+ * Load `dir`/tokenizer.json and, when present, `dir`/tokenizer_config.json.
+ * Supported: model BPE (vocab; merges as "a b" strings or [a, b] pairs;
+ * unk_token, fuse_unk, ignore_merges), added_tokens (special, lstrip,
+ * rstrip, single_word, normalized), normalizer null / Sequence / NFC / NFD /
+ * NFKC / NFKD, pre_tokenizer Sequence of Split (Regex or String pattern, any
+ * behavior, invert) ending in ByteLevel, decoder null or ByteLevel. The
+ * post_processor is ignored (encode adds nothing).
+ *
+ * @param dir  [in] directory path (UTF-8, NUL-terminated).
+ * @param out  [out] the tokenizer on success, NULL on failure. Free with dsv4_tokenizer_free().
+ * @return DSV4_OK; DSV4_ERR_INVALID_ARG (NULL); DSV4_ERR_NOT_FOUND (no tokenizer.json);
+ *         DSV4_ERR_IO; DSV4_ERR_JSON (a file does not parse: line and column in the
+ *         message); DSV4_ERR_TOKENIZER (model type other than BPE, a merge naming a
+ *         token not in the vocabulary, a regex that does not compile, an unsupported
+ *         normalizer/pre-tokenizer/decoder kind; the message names it);
+ *         DSV4_ERR_OUT_OF_MEMORY. On failure nothing stays allocated; message in
+ *         dsv4_last_error().
+ * Thread-safe (distinct calls share nothing). @since 0.1
+ */
+DSV4_API dsv4_status dsv4_tokenizer_load(const char *dir, dsv4_tokenizer **out);
+
+/** Release a tokenizer. NULL is a no-op. No stream of it may be used afterwards. Handle-exclusive. @since 0.1 */
+DSV4_API void dsv4_tokenizer_free(dsv4_tokenizer *tok);
+
+/**
+ * Message of the last failed call on this tokenizer; "" if none.
+ * Borrowed: valid until the next call on the handle. Handle-exclusive. @since 0.1
+ */
+DSV4_API const char *dsv4_tokenizer_last_error(const dsv4_tokenizer *tok);
+
+/**
+ * Number of ids: 1 + the largest id of the vocabulary and the added tokens
+ * (640 for the tiny fixtures). Ids below it may still name no token (gaps).
+ * 0 when tok is NULL. Reads only immutable data: may run concurrently with
+ * any call on tok except dsv4_tokenizer_free. @since 0.1
+ */
+DSV4_API int32_t dsv4_tokenizer_vocab_size(const dsv4_tokenizer *tok);
+
+/**
+ * Id of a special token (DSV4_TOKEN_*), found as the enum's comments say;
+ * -1 when the tokenizer has none, for an unknown kind, or tok NULL. The
+ * engine's config.json ids (dsv4_model_info) are authoritative for a model;
+ * this is for text-only use. Concurrency as dsv4_tokenizer_vocab_size. @since 0.1
+ */
+DSV4_API int32_t dsv4_tokenizer_special_id(const dsv4_tokenizer *tok, int32_t kind);
+
+/**
+ * Id of an exact token string (an added token's content, else a vocabulary
+ * entry in its byte-level spelling, e.g. "Ġthe"); -1 if none or NULL.
+ * Concurrency as dsv4_tokenizer_vocab_size. @since 0.1
+ */
+DSV4_API int32_t dsv4_tokenizer_token_id(const dsv4_tokenizer *tok, const char *token);
+
+/**
+ * The token string of `id` as tokenizer.json spells it (byte-level
+ * alphabet for vocabulary entries, content for added tokens). Borrowed,
+ * valid for the tokenizer's lifetime; NULL when id names no token.
+ * Concurrency as dsv4_tokenizer_vocab_size. @since 0.1
+ */
+DSV4_API const char *dsv4_tokenizer_token_text(const dsv4_tokenizer *tok, int32_t id);
+
+/**
+ * Encode UTF-8 text into ids (no BOS/EOS added).
+ *
+ * Buffer convention: with ids NULL the call only counts (*n_ids = ids
+ * needed, DSV4_OK). With ids non-NULL and cap >= needed, ids[0 .. *n_ids)
+ * are written. With cap < needed nothing is written, *n_ids = needed and
+ * the status is DSV4_ERR_INVALID_ARG (test *n_ids > cap to tell this case
+ * from the others, where *n_ids = 0). Without a normalizer and without
+ * ByteLevel add_prefix_space (DeepSeek's tokenizers have neither) a text
+ * never needs more ids than it has bytes, so cap = len suffices there.
+ *
+ * @param tok    [in] From dsv4_tokenizer_load(). Handle-exclusive.
+ * @param text   [in] len bytes of UTF-8 (no terminator needed; NULL allowed when len is 0).
+ * @param len    bytes; at most 2^31 - 1.
+ * @param ids    [out] int32[cap] (host), or NULL to count.
+ * @param cap    entries in ids.
+ * @param n_ids  [out] ids written or needed.
+ * @return DSV4_OK; DSV4_ERR_INVALID_ARG (tok/n_ids NULL, text NULL with len > 0,
+ *         len too large, or cap too small as above); DSV4_ERR_INVALID_UTF8 (the text
+ *         is not valid UTF-8 - overlong form, surrogate, truncated sequence, stray
+ *         continuation byte, code point above U+10FFFF - or holds a NUL byte; the
+ *         message gives the byte offset); DSV4_ERR_OUT_OF_MEMORY. On failure ids is
+ *         untouched. Message in dsv4_tokenizer_last_error().
+ * @since 0.1
+ */
+DSV4_API dsv4_status dsv4_tokenizer_encode(dsv4_tokenizer *tok, const char *text, size_t len,
+                                           int32_t *ids, size_t cap, size_t *n_ids);
+
+/**
+ * Decode ids into UTF-8 text like the Rust tokenizer's decode(ids,
+ * skip_special_tokens): token bytes concatenated, then every invalid UTF-8
+ * sequence (e.g. a lone partial token) replaced by U+FFFD. Ids >= 0 that
+ * name no token contribute nothing, as in the reference.
+ *
+ * Buffer convention: with text NULL the call only measures (*len = bytes
+ * needed without the terminator, DSV4_OK). With cap >= *len + 1 the text
+ * and a NUL terminator are written. With a smaller cap nothing is written,
+ * *len = bytes needed and the status is DSV4_ERR_INVALID_ARG. The text may
+ * contain NUL bytes (a token of byte 0): use *len.
+ *
+ * @param tok    [in] Handle-exclusive.
+ * @param ids    [in] int32[n_ids] (host); NULL allowed when n_ids is 0.
+ * @param flags  DSV4_DECODE_F_* bits.
+ * @param text   [out] char[cap] (host), or NULL to measure.
+ * @param len    [out] bytes written or needed, terminator excluded.
+ * @return DSV4_OK; DSV4_ERR_INVALID_ARG (NULL, unknown flags, cap too small);
+ *         DSV4_ERR_INVALID_TOKEN (a negative id; nothing written);
+ *         DSV4_ERR_OUT_OF_MEMORY. Message in dsv4_tokenizer_last_error().
+ * @since 0.1
+ */
+DSV4_API dsv4_status dsv4_tokenizer_decode(dsv4_tokenizer *tok, const int32_t *ids, size_t n_ids,
+                                           uint32_t flags, char *text, size_t cap, size_t *len);
+
+/**
+ * Incremental decoding for generation: push one id at a time and get the
+ * text completed by it. Bytes that start a UTF-8 sequence the next token
+ * may complete are held back; a final dsv4_tokenizer_stream_flush() gives
+ * what remains (incomplete bytes as U+FFFD). The concatenated pieces equal
+ * dsv4_tokenizer_decode() of all ids pushed. Opaque. @since 0.1
+ */
+typedef struct dsv4_tokenizer_stream dsv4_tokenizer_stream;
+
+/**
+ * @param tok    [in] Borrowed: must outlive the stream. The stream only reads it,
+ *               so streams of one tokenizer may run on different threads.
+ * @param flags  DSV4_DECODE_F_* bits.
+ * @param out    [out] the stream, NULL on failure. Free with dsv4_tokenizer_stream_free().
+ * @return DSV4_OK; DSV4_ERR_INVALID_ARG (NULL, unknown flags); DSV4_ERR_OUT_OF_MEMORY.
+ *         Message in dsv4_last_error(). Thread-safe. @since 0.1
+ */
+DSV4_API dsv4_status dsv4_tokenizer_stream_create(const dsv4_tokenizer *tok, uint32_t flags,
+                                                  dsv4_tokenizer_stream **out);
+
+/** Release a stream (held-back bytes are dropped). NULL is a no-op. Handle-exclusive. @since 0.1 */
+DSV4_API void dsv4_tokenizer_stream_free(dsv4_tokenizer_stream *st);
+
+/**
+ * Push one id.
+ * @param st    [in,out] Handle-exclusive.
+ * @param text  [out] the newly completed text (maybe ""), NUL-terminated; borrowed,
+ *              valid until the next call on st.
+ * @param len   [out] its length in bytes (may include NUL bytes).
+ * @return DSV4_OK; DSV4_ERR_INVALID_ARG (NULL); DSV4_ERR_INVALID_TOKEN (negative id;
+ *         no state change); DSV4_ERR_OUT_OF_MEMORY (the id's bytes may be lost).
+ *         Message in dsv4_last_error(). @since 0.1
+ */
+DSV4_API dsv4_status dsv4_tokenizer_stream_push(dsv4_tokenizer_stream *st, int32_t id,
+                                                const char **text, size_t *len);
+
+/**
+ * Emit everything held back (incomplete UTF-8 as U+FFFD) and start over, as
+ * after create. Outputs as for push. @return DSV4_OK; DSV4_ERR_INVALID_ARG;
+ * DSV4_ERR_OUT_OF_MEMORY. Handle-exclusive. @since 0.1
+ */
+DSV4_API dsv4_status dsv4_tokenizer_stream_flush(dsv4_tokenizer_stream *st, const char **text,
+                                                 size_t *len);
+
 #ifdef __cplusplus
 }
 #endif

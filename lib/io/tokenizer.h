@@ -54,4 +54,43 @@ const char *dsv4i_tokenizer_id_to_token(const dsv4i_tokenizer *tok, int32_t id);
 dsv4_status dsv4i_tokenizer_decode(const dsv4i_tokenizer *tok, const int32_t *ids, size_t n,
                                    dsv4i_str *out);
 
+/* ---- additions (keep the functions above as they are) ------------------
+ * Every function here and above that takes a const dsv4i_tokenizer * only
+ * reads it: after load, one tokenizer may be used by many threads at once. */
+
+/** Id of an exact token string (added tokens first, then the model vocab); -1 if none. */
+int32_t dsv4i_tokenizer_token_to_id(const dsv4i_tokenizer *tok, const char *token, size_t len);
+
+/** 1 when `id` is an added token marked special (skipped by skip_special decoding). */
+int dsv4i_tokenizer_is_special(const dsv4i_tokenizer *tok, int32_t id);
+
+/**
+ * dsv4i_tokenizer_decode with the Rust tokenizer's skip_special_tokens.
+ * Ids >= 0 that name no token (gaps, >= vocab size) contribute nothing, as
+ * in the Rust tokenizer; a negative id is DSV4_ERR_INVALID_TOKEN (nothing
+ * appended). *out is NUL-terminated afterwards.
+ */
+dsv4_status dsv4i_tokenizer_decode_ex(const dsv4i_tokenizer *tok, const int32_t *ids, size_t n,
+                                      int skip_special, dsv4i_str *out);
+
+/**
+ * Streaming decode for generation: push ids one at a time and get the text
+ * that is complete so far; bytes of a UTF-8 sequence that the next token may
+ * still complete are held back. The concatenation of every push and a final
+ * flush equals dsv4i_tokenizer_decode_ex of all the ids.
+ */
+typedef struct dsv4i_detok {
+  const dsv4i_tokenizer *tok;
+  int skip_special;
+  int emitted;       /* something was emitted since init/flush (space joining without a decoder) */
+  dsv4i_str pending; /* held-back bytes (at most 3) */
+} dsv4i_detok;
+
+void dsv4i_detok_init(dsv4i_detok *d, const dsv4i_tokenizer *tok, int skip_special);
+void dsv4i_detok_free(dsv4i_detok *d);
+/** Append the newly complete text for `id` to *out (maybe nothing). */
+dsv4_status dsv4i_detok_push(dsv4i_detok *d, int32_t id, dsv4i_str *out);
+/** Append what is held back (invalid bytes as U+FFFD) and start over. */
+dsv4_status dsv4i_detok_flush(dsv4i_detok *d, dsv4i_str *out);
+
 #endif /* DSV4I_TOKENIZER_H */
