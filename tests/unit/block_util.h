@@ -1,0 +1,336 @@
+/*
+ * Fixture plumbing of test_cpu_block.c (static helpers, included once):
+ * the weights of every backbone block of a fixture checkpoint, its golden
+ * per-layer captures, a teacher-forced block forward (spec §5.3) built
+ * from the CPU ops, and batch helpers for the attention calls.
+ */
+#ifndef DSV4_TEST_BLOCK_UTIL_H
+#define DSV4_TEST_BLOCK_UTIL_H
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cpu/attention.h"
+#include "cpu/cpu_ops.h"
+#include "cpu/engram.h"
+#include "cpu/kvcache.h"
+#include "io/safetensors.h"
+#include "model/config.h"
+#include "model/formats.h"
+
+#define BFX_MAX DSV4I_MAX_LIST
+
+typedef struct bfx {
+  const char *name;
+  dsv4i_config cfg;
+  dsv4i_checkpoint ck;
+  dsv4i_st_file g;
+  int64_t T;                             /* prompt (b) length */
+  dsv4i_attn_layer attn[BFX_MAX];
+  const float *hc_fn[BFX_MAX][2], *hc_scale[BFX_MAX][2], *hc_base[BFX_MAX][2];
+  const uint16_t *attn_norm[BFX_MAX], *ffn_norm[BFX_MAX], *embed;
+  dsv4i_moe moe[BFX_MAX];
+  dsv4i_wview *ex[BFX_MAX];              /* [3][n_experts] */
+  dsv4i_engram_layer eng[DSV4I_MAX_ENGRAM];
+  const int64_t *ids, *hash;             /* b.input_ids [T]; b.engram_hash_ids [T][n_engram][cols] */
+  const float *block_out, *block_pre, *engram_out;
+  dsv4i_kv_layout lay;
+  dsv4i_kv_pool *pool;
+  uint16_t *ax[BFX_MAX];                 /* attention inputs [T][dim] (bfx_attn_inputs) */
+} bfx;
+
+static const void *bfx_tensor(const bfx *f, const char *name, int32_t dtype, int64_t n) {
+  const dsv4i_ckpt_entry *e = dsv4i_checkpoint_find(&f->ck, name);
+  if (!e) fail_msg("%s: tensor %s absent", f->name, name);
+  int64_t cnt = 1;
+  for (int32_t i = 0; i < e->t->ndim; i++) cnt *= e->t->shape[i];
+  if (e->t->dtype != dtype || cnt != n) fail_msg("%s: tensor %s dtype/size", f->name, name);
+  return dsv4i_checkpoint_data(&f->ck, e);
+}
+
+static const void *bfx_golden(const bfx *f, const char *name, int32_t dtype, int64_t n) {
+  const dsv4i_st_tensor *t = dsv4i_st_find(&f->g, name);
+  if (!t) fail_msg("%s: golden %s absent", f->name, name);
+  if (t->dtype != dtype || t->nbytes != (uint64_t)n * dsv4i_dtype_size(dtype))
+    fail_msg("%s: golden %s dtype/size", f->name, name);
+  return dsv4i_st_data(&f->g, t);
+}
+
+static void bfx_view(const bfx *f, const char *name, dsv4i_wview *w) {
+  if (dsv4i_wview_from_checkpoint(&f->ck, name, w) != DSV4_OK)
+    fail_msg("%s: %s", name, dsv4i_error_message());
+}
+
+/* weights of backbone block L, or of DSpark stage L - n_layers ("mtp.S.") */
+static void bfx_load_block(bfx *f, int32_t L) {
+  const dsv4i_config *c = &f->cfg;
+  const int64_t hc = c->hc_mult, nm = (2 + hc) * hc;
+  const int dsp = L >= c->n_layers;
+  char b[160], px[32];
+  snprintf(px, sizeof px, dsp ? "mtp.%d" : "layers.%d", (int)(dsp ? L - c->n_layers : L));
+  static const char *part[2] = {"attn", "ffn"}, *wn[3] = {"w1", "w2", "w3"};
+  for (int i = 0; i < 2; i++) {
+    snprintf(b, sizeof b, "%s.hc_%s_fn", px, part[i]);
+    f->hc_fn[L][i] = bfx_tensor(f, b, DSV4_DTYPE_F32, nm * hc * c->dim);
+    snprintf(b, sizeof b, "%s.hc_%s_scale", px, part[i]);
+    f->hc_scale[L][i] = bfx_tensor(f, b, DSV4_DTYPE_F32, 3);
+    snprintf(b, sizeof b, "%s.hc_%s_base", px, part[i]);
+    f->hc_base[L][i] = bfx_tensor(f, b, DSV4_DTYPE_F32, nm);
+  }
+  snprintf(b, sizeof b, "%s.attn_norm.weight", px);
+  f->attn_norm[L] = bfx_tensor(f, b, DSV4_DTYPE_BF16, c->dim);
+  snprintf(b, sizeof b, "%s.ffn_norm.weight", px);
+  f->ffn_norm[L] = bfx_tensor(f, b, DSV4_DTYPE_BF16, c->dim);
+  if (dsv4i_attn_layer_load(&f->ck, c, L, &f->attn[L]) != DSV4_OK)
+    fail_msg("attention layer %d: %s", (int)L, dsv4i_error_message());
+  dsv4i_moe *m = &f->moe[L];
+  memset(m, 0, sizeof *m);
+  m->n_experts = dsp ? c->dspark_n_routed_experts : c->n_routed_experts;
+  m->top_k = dsp ? c->dspark_n_experts_per_tok : c->n_experts_per_tok;
+  m->dim = c->dim;
+  m->inter = c->moe_inter_dim;
+  m->route_scale = c->route_scale;
+  m->swiglu_limit = c->swiglu_limit;
+  m->norm_topk_prob = c->norm_topk_prob;
+  snprintf(b, sizeof b, "%s.ffn.gate.weight", px);
+  bfx_view(f, b, &m->gate);
+  snprintf(b, sizeof b, "%s.ffn.gate.bias", px);
+  m->bias = bfx_tensor(f, b, DSV4_DTYPE_F32, m->n_experts);
+  f->ex[L] = calloc(3 * (size_t)m->n_experts, sizeof(dsv4i_wview));
+  for (int32_t e = 0; e < m->n_experts; e++)
+    for (int j = 0; j < 3; j++) {
+      snprintf(b, sizeof b, "%s.ffn.experts.%d.%s.weight", px, (int)e, wn[j]);
+      bfx_view(f, b, &f->ex[L][(size_t)j * m->n_experts + e]);
+    }
+  m->w1 = f->ex[L];
+  m->w2 = f->ex[L] + m->n_experts;
+  m->w3 = f->ex[L] + 2 * m->n_experts;
+  m->has_shared = 1;
+  dsv4i_wview *sw[3] = {&m->sw1, &m->sw2, &m->sw3};
+  for (int j = 0; j < 3; j++) {
+    snprintf(b, sizeof b, "%s.ffn.shared_experts.%s.weight", px, wn[j]);
+    bfx_view(f, b, sw[j]);
+  }
+}
+
+static void bfx_open(bfx *f, const char *name) {
+  memset(f, 0, sizeof *f);
+  f->name = name;
+  char dir[4096], p[4200];
+  snprintf(dir, sizeof dir, "%s", tu_fixture_or_skip(name));
+  snprintf(p, sizeof p, "%s/config.json", dir);
+  assert_int_equal(dsv4i_config_load(p, &f->cfg), DSV4_OK);
+  assert_int_equal(dsv4i_checkpoint_open(dir, &f->ck), DSV4_OK);
+  snprintf(p, sizeof p, "%s/golden.safetensors", dir);
+  assert_int_equal(dsv4i_st_open(p, &f->g), DSV4_OK);
+  const dsv4i_config *c = &f->cfg;
+  const dsv4i_st_tensor *t = dsv4i_st_find(&f->g, "b.input_ids");
+  assert_non_null(t);
+  f->T = t->shape[0];
+  const int64_t ns = f->T * c->hc_mult * c->dim, cols = (c->engram_max_ngram - 1) * c->engram_n_heads;
+  f->ids = bfx_golden(f, "b.input_ids", DSV4_DTYPE_I64, f->T);
+  f->hash = bfx_golden(f, "b.engram_hash_ids", DSV4_DTYPE_I64, f->T * c->n_engram * cols);
+  f->block_out = bfx_golden(f, "b.block_out", DSV4_DTYPE_F32, c->n_layers * ns);
+  f->block_pre = bfx_golden(f, "b.block_pre", DSV4_DTYPE_F32, c->n_layers * f->T * c->hc_mult);
+  f->engram_out = bfx_golden(f, "b.engram_out", DSV4_DTYPE_F32, c->n_engram * ns);
+  f->embed = bfx_tensor(f, "embed.weight", DSV4_DTYPE_BF16, (int64_t)c->vocab_size * c->dim);
+  for (int32_t L = 0; L < c->n_total_layers; L++) bfx_load_block(f, L);
+  for (int32_t s = 0; s < c->n_engram; s++)
+    assert_int_equal(dsv4i_engram_layer_from_checkpoint(&f->ck, c, s, &f->eng[s]), DSV4_OK);
+  assert_int_equal(dsv4i_kv_layout_init(c, 0, 4096, &f->lay), DSV4_OK);
+  assert_int_equal(dsv4i_kv_pool_create(4096, 4096, &f->pool), DSV4_OK);
+}
+
+static void bfx_close(bfx *f) {
+  for (int32_t L = 0; L < f->cfg.n_total_layers; L++) {
+    dsv4i_attn_layer_free(&f->attn[L]);
+    free(f->ex[L]);
+    free(f->ax[L]);
+  }
+  assert_int_equal(dsv4i_kv_pool_free_pages(f->pool), dsv4i_kv_pool_n_pages(f->pool));
+  dsv4i_kv_pool_free(f->pool);
+  dsv4i_st_close(&f->g);
+  dsv4i_checkpoint_close(&f->ck);
+}
+
+static dsv4i_kv_seq *bfx_seq(bfx *f) {
+  dsv4i_kv_pool *p[DSV4I_KV_KINDS] = {f->pool, f->pool, f->pool, f->pool};
+  dsv4i_kv_seq *s = NULL;
+  assert_int_equal(dsv4i_kv_seq_create(&f->lay, p, &s), DSV4_OK);
+  return s;
+}
+
+/* golden f32 holding bf16 values -> bits */
+static void bfx_golden_stream(const float *src, size_t n, uint16_t *h) {
+  for (size_t i = 0; i < n; i++) {
+    h[i] = dsv4i_f32_to_bf16(src[i]);
+    if (dsv4i_bf16_to_f32(h[i]) != src[i]) fail_msg("golden value %zu is not bf16", i);
+  }
+}
+
+/* block i's golden input stream and pre mix (before an Engram update) */
+static void bfx_block_input(const bfx *f, int32_t i, uint16_t *h, float *pre) {
+  const int64_t T = f->T, hc = f->cfg.hc_mult, dim = f->cfg.dim;
+  if (i == 0) {
+    for (int64_t t = 0; t < T; t++)
+      for (int64_t c = 0; c < hc; c++) {
+        memcpy(h + (t * hc + c) * dim, f->embed + f->ids[t] * dim, (size_t)dim * 2);
+        pre[t * hc + c] = c == 0 ? 1.0f : 0.0f;
+      }
+    return;
+  }
+  bfx_golden_stream(f->block_out + (size_t)(i - 1) * T * hc * dim, (size_t)(T * hc * dim), h);
+  memcpy(pre, f->block_pre + (size_t)(i - 1) * T * hc, (size_t)(T * hc) * 4);
+}
+
+static dsv4_status bfx_engram(const bfx *f, int32_t i, uint16_t *h) {
+  const int32_t s = f->cfg.layers[i].engram_slot;
+  const int64_t cols = f->eng[s].n_cols;
+  return dsv4i_cpu_engram(&f->eng[s], f->T, f->hash + s * cols, f->cfg.n_engram * cols, NULL, h);
+}
+
+/* golden top-k rows of a layer, padded with -1 to index_topk (the golden
+ * width is min(index_topk, T / ratio), the reference's chunk-wide k) */
+static void bfx_golden_topk(const bfx *f, int32_t layer, int32_t *out) {
+  char nm[64];
+  snprintf(nm, sizeof nm, "b.topk.L%d", (int)layer);
+  const dsv4i_st_tensor *t = dsv4i_st_find(&f->g, nm);
+  const int64_t k = f->cfg.index_topk, w = t ? t->shape[1] : 0;
+  if (!t || t->ndim != 2 || t->shape[0] != f->T || w > k) fail_msg("%s: golden %s shape", f->name, nm);
+  const int32_t *g = bfx_golden(f, nm, DSV4_DTYPE_I32, f->T * w);
+  for (int64_t r = 0; r < f->T; r++)
+    for (int64_t j = 0; j < k; j++) out[r * k + j] = j < w ? g[r * w + j] : -1;
+}
+
+/* the candidate mask [T][T] of a layer as kept blocks per row (ascending, -1 padded) */
+static void bfx_golden_cand(const bfx *f, int32_t layer, int32_t ld, int32_t *out) {
+  char nm[64];
+  snprintf(nm, sizeof nm, "b.candidates.L%d", (int)layer);
+  const int32_t *m = bfx_golden(f, nm, DSV4_DTYPE_I32, f->T * f->T);
+  const int64_t bs = f->cfg.candidate_block_size;
+  for (int64_t t = 0; t < f->T; t++) {
+    int32_t j = 0;
+    for (int64_t b = 0; b * bs < f->T; b++)
+      if (m[t * f->T + b * bs]) {
+        if (j == ld) fail_msg("golden candidates row %d: more than %d blocks", (int)t, (int)ld);
+        out[t * ld + j++] = (int32_t)b;
+      }
+    while (j < ld) out[t * ld + j++] = -1;
+  }
+}
+
+/* a batch of n tokens of one sequence from position p0, prefill layout of
+ * the whole prompt (min(T, window)) unless changed by the caller */
+static void bfx_batch(const bfx *f, dsv4i_kv_seq **s, int nseq, int32_t p0, int32_t n,
+                      dsv4i_attn_batch *b) {
+  (void)nseq;
+  dsv4i_kv_seq **sq = malloc((size_t)n * sizeof *sq);
+  int64_t *pos = malloc((size_t)n * 8);
+  int32_t *lay = malloc((size_t)n * 4);
+  const int32_t W = f->cfg.window_size < f->T ? f->cfg.window_size : (int32_t)f->T;
+  for (int32_t t = 0; t < n; t++) {
+    sq[t] = s[0];
+    pos[t] = p0 + t;
+    lay[t] = W;
+  }
+  b->n_tok = n;
+  b->seq = sq;
+  b->pos = pos;
+  b->layout = lay;
+}
+
+static void bfx_batch2(const bfx *f, dsv4i_kv_seq *x, int32_t a, int32_t na, dsv4i_kv_seq *y,
+                       int32_t bb, int32_t nb, dsv4i_attn_batch *b) {
+  dsv4i_kv_seq **sq = malloc((size_t)(na + nb) * sizeof *sq);
+  int64_t *pos = malloc((size_t)(na + nb) * 8);
+  int32_t *lay = malloc((size_t)(na + nb) * 4);
+  for (int32_t t = 0; t < na + nb; t++) {
+    sq[t] = t < na ? x : y;
+    pos[t] = t < na ? a + t : bb + t - na;
+    lay[t] = DSV4I_ATTN_DECODE;
+  }
+  (void)f;
+  b->n_tok = na + nb;
+  b->seq = sq;
+  b->pos = pos;
+  b->layout = lay;
+}
+
+static void bfx_batch_free(dsv4i_attn_batch *b) {
+  free((void *)b->seq);
+  free((void *)b->pos);
+  free((void *)b->layout);
+}
+
+/* What a block's attention runs on: a backbone batch + shared state, or a
+ * DSpark stage's draft block (one sequence, anchor position, block size). */
+typedef struct bfx_actx {
+  const dsv4i_attn_batch *b;
+  dsv4i_attn_shared *sh;
+  dsv4i_kv_seq *seq;
+  int64_t anchor;
+  int32_t block;
+} bfx_actx;
+
+/* One block (spec §5.3, lagged hyper-connections; DSpark stages §6.1 step 3)
+ * over the context's tokens: h [n][hc][dim] and pre [n][hc] in, ho and the
+ * FFN pre out. */
+static dsv4_status bfx_block(const bfx *f, int32_t i, const bfx_actx *a, const uint16_t *h,
+                             const float *pre, uint16_t *ho, float *preo) {
+  const dsv4i_config *c = &f->cfg;
+  const int64_t n = a->b ? a->b->n_tok : a->block, hc = c->hc_mult, dim = c->dim, nm = (2 + hc) * hc;
+  float *mix = malloc((size_t)(n * nm) * 4), *a_pre = malloc((size_t)(n * hc) * 4);
+  float *post = malloc((size_t)(n * hc) * 4), *comb = malloc((size_t)(n * hc * hc) * 4);
+  uint16_t *x = malloc((size_t)(n * dim) * 2), *y = malloc((size_t)(n * dim) * 2);
+  uint16_t *hm = malloc((size_t)(n * hc * dim) * 2);
+  dsv4_status s = dsv4i_cpu_hc_mixes(n, (int32_t)hc, (int32_t)dim, h, f->hc_fn[i][0], c->norm_eps, mix);
+  if (!s) s = dsv4i_cpu_hc_split_sinkhorn(n, (int32_t)hc, mix, f->hc_scale[i][0], f->hc_base[i][0],
+                                          c->hc_sinkhorn_iters, c->hc_eps, a_pre, post, comb);
+  if (!s) s = dsv4i_cpu_hc_pre(n, (int32_t)hc, (int32_t)dim, h, pre, x);
+  if (!s) s = dsv4i_cpu_rmsnorm(n, (int32_t)dim, x, dim, f->attn_norm[i], c->norm_eps, x, dim);
+  if (!s) s = a->b ? dsv4i_attn_forward(&f->attn[i], a->b, x, a->sh, y)
+                  : dsv4i_attn_dspark(&f->attn[i], 1, &a->seq, &a->anchor, a->block, x, y);
+  if (!s) s = dsv4i_cpu_hc_post(n, (int32_t)hc, (int32_t)dim, y, h, post, comb, hm);
+  if (!s) s = dsv4i_cpu_hc_mixes(n, (int32_t)hc, (int32_t)dim, hm, f->hc_fn[i][1], c->norm_eps, mix);
+  if (!s) s = dsv4i_cpu_hc_split_sinkhorn(n, (int32_t)hc, mix, f->hc_scale[i][1], f->hc_base[i][1],
+                                          c->hc_sinkhorn_iters, c->hc_eps, preo, post, comb);
+  if (!s) s = dsv4i_cpu_hc_pre(n, (int32_t)hc, (int32_t)dim, hm, a_pre, x);
+  if (!s) s = dsv4i_cpu_rmsnorm(n, (int32_t)dim, x, dim, f->ffn_norm[i], c->norm_eps, x, dim);
+  if (!s) s = dsv4i_cpu_moe(&f->moe[i], n, x, dim, NULL, y, dim);
+  if (!s) s = dsv4i_cpu_hc_post(n, (int32_t)hc, (int32_t)dim, y, hm, post, comb, ho);
+  free(mix), free(a_pre), free(post), free(comb), free(x), free(y), free(hm);
+  return s;
+}
+
+/* attention inputs attn_norm(hc_pre(stream, pre)) of every layer from the
+ * golden streams (Engram layers: the golden b.engram_out) */
+static void bfx_attn_inputs(bfx *f) {
+  const dsv4i_config *c = &f->cfg;
+  const int64_t T = f->T, hc = c->hc_mult, dim = c->dim, ns = T * hc * dim;
+  uint16_t *h = malloc((size_t)ns * 2);
+  float *pre = malloc((size_t)(T * hc) * 4);
+  for (int32_t i = 0; i < c->n_layers; i++) {
+    bfx_block_input(f, i, h, pre);
+    if (c->layers[i].engram_slot >= 0)
+      bfx_golden_stream(f->engram_out + (size_t)c->layers[i].engram_slot * ns, (size_t)ns, h);
+    f->ax[i] = malloc((size_t)(T * dim) * 2);
+    assert_int_equal(dsv4i_cpu_hc_pre(T, (int32_t)hc, (int32_t)dim, h, pre, f->ax[i]), DSV4_OK);
+    assert_int_equal(dsv4i_cpu_rmsnorm(T, (int32_t)dim, f->ax[i], dim, f->attn_norm[i],
+                                       c->norm_eps, f->ax[i], dim), DSV4_OK);
+  }
+  free(h);
+  free(pre);
+}
+
+/* rows [a, a+na) then [bb, bb+nb) of layer i's attention inputs */
+static uint16_t *bfx_gather_inputs(const bfx *f, int32_t i, int32_t a, int32_t na, int32_t bb,
+                                   int32_t nb) {
+  const size_t dim = (size_t)f->cfg.dim;
+  uint16_t *x = malloc((size_t)(na + nb) * dim * 2);
+  memcpy(x, f->ax[i] + (size_t)a * dim, (size_t)na * dim * 2);
+  memcpy(x + (size_t)na * dim, f->ax[i] + (size_t)bb * dim, (size_t)nb * dim * 2);
+  return x;
+}
+
+#endif /* DSV4_TEST_BLOCK_UTIL_H */
