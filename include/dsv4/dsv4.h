@@ -579,6 +579,548 @@ DSV4_API dsv4_status dsv4_tokenizer_stream_push(dsv4_tokenizer_stream *st, int32
 DSV4_API dsv4_status dsv4_tokenizer_stream_flush(dsv4_tokenizer_stream *st, const char **text,
                                                  size_t *len);
 
+/* ------------------------------------------------------------------------ */
+/* Engine: sequences, prefill, batched decode (design.md §3)                */
+/* ------------------------------------------------------------------------ */
+
+/**
+ * An inference engine over one model: a compute backend with the model's
+ * weights, KV cache pools sized by a memory plan, and sequences. Opaque.
+ * Every call on an engine is handle-exclusive (one thread at a time, may
+ * migrate between threads). Calls marked "collective" must be made by every
+ * rank of a distributed engine with the same arguments (none is distributed
+ * yet: mpi_comm is reserved).
+ * @since 0.1
+ */
+typedef struct dsv4_engine dsv4_engine;
+
+/** dsv4_engine_params.flags bits. @since 0.1 */
+enum {
+  /** Time every backend op (embed, Engram, block per layer, head, sample, read)
+   *  into dsv4_engine_timings; a device backend synchronises after each op. */
+  DSV4_ENGINE_F_OP_TIMINGS = 1u << 0
+};
+
+/**
+ * Progress of a long call (engine creation): a static stage name ("model",
+ * "engram", "weights", "ready"), units done of total. Called on the calling
+ * thread. Return 0 to continue, non-zero to stop: the call then returns
+ * DSV4_ABORTED with nothing allocated.
+ * @since 0.1
+ */
+typedef int32_t (*dsv4_progress_fn)(const char *stage, int64_t done, int64_t total,
+                                    void *user_data);
+
+/**
+ * Parameters of dsv4_engine_create(). Size-prefixed and append-only: fill
+ * with dsv4_engine_params_init() and change fields after.
+ * @since 0.1
+ */
+typedef struct dsv4_engine_params {
+  uint32_t struct_size;      /**< sizeof(dsv4_engine_params), set by the init call */
+  uint32_t flags;            /**< DSV4_ENGINE_F_* bits; default 0 */
+  int32_t backend;           /**< DSV4_BACKEND_*; default AUTO (= CPU in this version;
+                              *   CUDA is refused with DSV4_ERR_UNSUPPORTED for now) */
+  int32_t device;            /**< CUDA device ordinal; default 0; ignored by the CPU */
+  int32_t max_sequences;     /**< live sequences at once, forks included; default 8; 1..65535 */
+  int32_t n_threads;         /**< CPU worker threads; default 0 = one per core */
+  int64_t max_context;       /**< positions per sequence; default 0 = min(4096,
+                              *   max_position_embeddings); at most max_position_embeddings */
+  int64_t kv_budget_bytes;   /**< bytes for the KV pools; default 0 = exactly what
+                              *   max_sequences sequences at max_context need */
+  int32_t prefill_chunk;     /**< tokens per internal prefill step; default 256 */
+  int32_t tp_size;           /**< tensor-parallel ranks per stage; default 1; must be 1 now */
+  void *mpi_comm;            /**< an MPI_Comm * for a distributed engine; default NULL;
+                              *   must be NULL now (reserved for design.md §6) */
+  dsv4_log_fn log_fn;        /**< per-engine log sink; NULL = the global one */
+  void *log_user_data;       /**< passed to log_fn */
+  int32_t log_level;         /**< DSV4_LOG_* maximum level for log_fn; default DSV4_LOG_WARN */
+  int32_t reserved0;         /**< 0 */
+  dsv4_progress_fn progress_fn; /**< progress while creating; NULL = none */
+  void *progress_user_data;  /**< passed to progress_fn */
+} dsv4_engine_params;
+
+/**
+ * Fill *params with defaults and set struct_size. Writes exactly struct_size
+ * bytes (bytes of fields a newer header added are zeroed).
+ * @param params       [out] caller-owned, at least struct_size bytes.
+ * @param struct_size  sizeof(dsv4_engine_params) as the caller compiled it.
+ * @return DSV4_OK; DSV4_ERR_INVALID_ARG (params NULL); DSV4_ERR_PARAMS_SIZE
+ *         (struct_size below the 0.1 size). No state change on failure.
+ * Thread-safe. @since 0.1
+ */
+DSV4_API dsv4_status dsv4_engine_params_init(dsv4_engine_params *params, size_t struct_size);
+
+/**
+ * Create an engine over a loaded model. Validates everything and computes
+ * the memory plan (KV pools: every cache of spec §5.8 for max_sequences
+ * sequences at max_context, or what kv_budget_bytes pays for) before
+ * allocating anything large; then builds the Engram hash tables from the
+ * model directory's tokenizer.json (spec §5.2), prepares the backend's
+ * weights (wo_a dequantised to bf16, spec §3.3; everything else stays
+ * mmapped) and allocates the pools.
+ *
+ * @param model   [in] From dsv4_model_load() without DSV4_MODEL_F_CONFIG_ONLY.
+ *                Borrowed: must outlive the engine and is not used by it
+ *                concurrently with other calls on the model.
+ * @param params  [in] NULL for defaults; the library reads
+ *                min(params->struct_size, its own size) bytes.
+ * @param out     [out] the engine, NULL on failure. Free with dsv4_engine_free().
+ * @return DSV4_OK; DSV4_ERR_INVALID_ARG (NULL, a config-only model, unknown
+ *         flags or backend, max_context above max_position_embeddings, a
+ *         negative size, tp_size != 1 or mpi_comm set); DSV4_ERR_PARAMS_SIZE;
+ *         DSV4_ERR_UNSUPPORTED (backend CUDA: not implemented yet);
+ *         DSV4_ERR_DOES_NOT_FIT (the KV budget cannot hold the sequence slots
+ *         plus one sequence at max_context, or the plan exceeds this machine's
+ *         memory; the message gives the figures); DSV4_ERR_TOKENIZER and the
+ *         tokenizer's statuses (Engram tables); DSV4_ERR_NOT_FOUND /
+ *         DSV4_ERR_WEIGHTS (a weight of the wrong format); DSV4_ERR_OUT_OF_MEMORY;
+ *         DSV4_ABORTED (progress_fn asked to stop). On failure nothing stays
+ *         allocated; message in dsv4_last_error().
+ * Thread-safe (distinct calls share nothing but the read-only model). @since 0.1
+ */
+DSV4_API dsv4_status dsv4_engine_create(const dsv4_model *model, const dsv4_engine_params *params,
+                                        dsv4_engine **out);
+
+/**
+ * dsv4_engine_create() on a checkpoint directory: loads the model
+ * (dsv4_model_load with the params' log sink), reporting stage "model", and
+ * owns it: dsv4_engine_free() releases it. dsv4_engine_model() gives it.
+ * @return the statuses of dsv4_model_load() and dsv4_engine_create().
+ * Thread-safe. @since 0.1
+ */
+DSV4_API dsv4_status dsv4_engine_create_from_dir(const char *dir, const dsv4_engine_params *params,
+                                                 dsv4_engine **out);
+
+/** Release an engine, its sequences and pools (and its model if it owns one). NULL is a no-op.
+ *  Handle-exclusive. @since 0.1 */
+DSV4_API void dsv4_engine_free(dsv4_engine *engine);
+
+/**
+ * Message of the most recent failed call on this engine ("" if none or
+ * engine NULL); also in dsv4_last_error() right after the call. Borrowed:
+ * valid until the next call on the handle. Handle-exclusive. @since 0.1
+ */
+DSV4_API const char *dsv4_engine_last_error(const dsv4_engine *engine);
+
+/**
+ * The engine's model (for dsv4_model_get_info and friends). Borrowed: valid
+ * while the engine lives. NULL if engine is NULL. Handle-exclusive. @since 0.1
+ */
+DSV4_API const dsv4_model *dsv4_engine_model(const dsv4_engine *engine);
+
+/**
+ * Engine facts: memory plan and current use. Size-prefixed output struct
+ * (as dsv4_model_info).
+ * @since 0.1
+ */
+typedef struct dsv4_engine_info {
+  uint32_t struct_size;
+  int32_t backend;              /**< DSV4_BACKEND_* actually used */
+  int32_t n_threads;            /**< host worker threads the backend uses */
+  int32_t max_sequences;
+  int32_t prefill_chunk;
+  int32_t sequences_live;       /**< sequences created and not freed */
+  int64_t max_context;
+  int64_t kv_page_bytes;        /**< bytes of one pool page */
+  int64_t kv_pages_total;       /**< pages in the pool */
+  int64_t kv_pages_used;        /**< pages held by sequences now */
+  int64_t kv_pages_per_sequence;/**< pages one sequence at max_context needs */
+  int64_t kv_bytes;             /**< pool + per-sequence bookkeeping */
+  int64_t kv_bytes_per_token;   /**< record bytes per position over all layers (spec §5.8) */
+  int64_t workspace_bytes;      /**< step buffers and scratch */
+  int64_t prepared_weight_bytes;/**< weights the backend converted at load (wo_a) */
+  int64_t mapped_bytes;         /**< checkpoint bytes, mmapped (paged in on use) */
+} dsv4_engine_info;
+
+/**
+ * Fill *info (struct_size as for dsv4_model_get_info).
+ * @return DSV4_OK; DSV4_ERR_INVALID_ARG (NULL, struct_size too small). No state change.
+ * Handle-exclusive. @since 0.1
+ */
+DSV4_API dsv4_status dsv4_engine_get_info(const dsv4_engine *engine, dsv4_engine_info *info,
+                                          size_t struct_size);
+
+/* ---- sequences ----------------------------------------------------------- */
+
+/**
+ * Create an empty sequence. Its id is an opaque handle (never 0), valid
+ * until dsv4_engine_seq_free(); a freed id is never reused.
+ * @param id  [out] the new sequence id (unchanged on failure).
+ * @return DSV4_OK; DSV4_KV_FULL (positive: max_sequences are live; free one
+ *         and retry; no state change); DSV4_ERR_INVALID_ARG (NULL);
+ *         DSV4_ERR_OUT_OF_MEMORY. Handle-exclusive. @since 0.1
+ */
+DSV4_API dsv4_status dsv4_engine_seq_create(dsv4_engine *engine, int64_t *id);
+
+/**
+ * Fork a sequence: the child holds the parent's positions, KV caches,
+ * Engram history and sampler state, so it produces exactly what the parent
+ * would from here (for n > 1 sampling and speculation). Compressed caches
+ * are shared copy-on-write; window rings are copied.
+ * @param parent  [in] a live sequence.
+ * @param child   [out] the new id (unchanged on failure).
+ * @return DSV4_OK; DSV4_KV_FULL (no free sequence slot or too few free pages;
+ *         no state change); DSV4_ERR_UNKNOWN_SEQUENCE (parent unknown or freed);
+ *         DSV4_ERR_INVALID_ARG (NULL; parent damaged, see prefill);
+ *         DSV4_ERR_OUT_OF_MEMORY. Handle-exclusive. @since 0.1
+ */
+DSV4_API dsv4_status dsv4_engine_seq_fork(dsv4_engine *engine, int64_t parent, int64_t *child);
+
+/**
+ * Free a sequence and its cache pages (also a damaged one).
+ * @return DSV4_OK; DSV4_ERR_UNKNOWN_SEQUENCE (unknown or already freed; no
+ *         state change); DSV4_ERR_INVALID_ARG (engine NULL). Handle-exclusive. @since 0.1
+ */
+DSV4_API dsv4_status dsv4_engine_seq_free(dsv4_engine *engine, int64_t id);
+
+/**
+ * Positions a sequence holds (prompt + generated tokens fed so far).
+ * @return DSV4_OK; DSV4_ERR_UNKNOWN_SEQUENCE; DSV4_ERR_INVALID_ARG (NULL).
+ * Handle-exclusive. @since 0.1
+ */
+DSV4_API dsv4_status dsv4_engine_seq_length(const dsv4_engine *engine, int64_t id, int64_t *len);
+
+/* ---- sampling, prefill, decode -------------------------------------------- */
+
+/**
+ * How prefill / decode pick tokens (spec §5.6). Size-prefixed, append-only:
+ * fill with dsv4_sampling_params_init(). A draw is a pure function of
+ * (logits, temperature, seed, position of the drawn token): a sequence's
+ * tokens never depend on the batch it is in or the order of that batch, and
+ * a fork draws what its parent would. Give forks different seeds (seeds)
+ * to make them differ.
+ * @since 0.1
+ */
+typedef struct dsv4_sampling_params {
+  uint32_t struct_size;   /**< sizeof, set by the init call */
+  float temperature;      /**< <= 0: greedy argmax (lower id on ties, the reference's
+                           *   argmax); > 0: softmax(logits / max(T, 1e-5)) sampled by the
+                           *   exponential race argmax(p / Exp(1)) as the reference; default 0 */
+  uint64_t seed;          /**< noise seed for every sequence of the call; default 0 */
+  const uint64_t *seeds;  /**< [n_seq] per-sequence seeds in batch order (prefill: [1]),
+                           *   or NULL = seed for all; default NULL */
+} dsv4_sampling_params;
+
+/**
+ * Fill *params with defaults (greedy) and set struct_size.
+ * @return DSV4_OK; DSV4_ERR_INVALID_ARG (NULL); DSV4_ERR_PARAMS_SIZE.
+ * Thread-safe. @since 0.1
+ */
+DSV4_API dsv4_status dsv4_sampling_params_init(dsv4_sampling_params *params, size_t struct_size);
+
+/**
+ * Append prompt tokens to a sequence (prefill, spec §5.7): any number up to
+ * max_context, fed in chunks of prefill_chunk; the prompt tokens use the
+ * reference's prefill attention row, so chunking does not change results.
+ * Optionally returns the logits of the last token and/or a token sampled
+ * from them (the first generated token; feed it to dsv4_engine_decode()).
+ *
+ * @param engine   [in,out] Handle-exclusive.
+ * @param id       a live sequence.
+ * @param tokens   [in] int32 [n_tokens] (host), each in [0, vocab).
+ * @param n_tokens >= 1.
+ * @param sampling [in] NULL = greedy; used only when sampled is non-NULL.
+ * @param logits   [out] float [vocab] (host) fp32 logits of the last token, or NULL.
+ * @param sampled  [out] int32 [1] (host) the token drawn from them, or NULL.
+ * @return DSV4_OK;
+ *   with no state change: DSV4_ERR_INVALID_ARG (NULL, n_tokens < 1 "empty
+ *   prompt", a damaged sequence); DSV4_ERR_UNKNOWN_SEQUENCE; DSV4_ERR_INVALID_TOKEN
+ *   (the message gives index and value); DSV4_ERR_CONTEXT_OVERFLOW (length +
+ *   n_tokens > max_context); DSV4_KV_FULL (positive: the pools cannot hold
+ *   the prompt; free sequences and retry);
+ *   DSV4_ERR_OUT_OF_MEMORY / DSV4_ERR_INTERNAL during the computation: the
+ *   sequence is rolled back to its previous length when its caches allow it,
+ *   otherwise it is marked damaged (every later call on it but free fails
+ *   with DSV4_ERR_INVALID_ARG); other sequences are unaffected.
+ * Message in dsv4_engine_last_error(). @since 0.1
+ */
+DSV4_API dsv4_status dsv4_engine_prefill(dsv4_engine *engine, int64_t id, const int32_t *tokens,
+                                         int64_t n_tokens, const dsv4_sampling_params *sampling,
+                                         float *logits, int32_t *sampled);
+
+/**
+ * One decode step for a batch of sequences at any positions: sequence
+ * ids[i] takes token tokens[i] at its next position (a generated token:
+ * the reference's decode attention row, spec §5.4), and the step returns
+ * the next-token logits and/or sampled tokens of every sequence.
+ *
+ * @param engine  [in,out] Handle-exclusive.
+ * @param n_seq   1 .. max_sequences.
+ * @param ids     [in] int64 [n_seq] distinct live sequences (host).
+ * @param tokens  [in] int32 [n_seq] (host), each in [0, vocab).
+ * @param sampling [in] NULL = greedy; used only when sampled is non-NULL.
+ * @param logits  [out] float [n_seq][vocab] (host) fp32, batch order, or NULL.
+ * @param sampled [out] int32 [n_seq] (host), or NULL.
+ * @return DSV4_OK;
+ *   with no state change to any sequence (every check is made before any
+ *   work): DSV4_ERR_INVALID_ARG (NULL, n_seq out of range, an id twice, a
+ *   damaged sequence); DSV4_ERR_UNKNOWN_SEQUENCE; DSV4_ERR_INVALID_TOKEN;
+ *   DSV4_ERR_CONTEXT_OVERFLOW (a sequence already holds max_context
+ *   positions); DSV4_KV_FULL (positive; free sequences and retry);
+ *   DSV4_ERR_OUT_OF_MEMORY / DSV4_ERR_INTERNAL during the computation: the
+ *   batch's sequences are rolled back one position (or marked damaged, as
+ *   for prefill). The message names the batch row.
+ * @since 0.1
+ */
+DSV4_API dsv4_status dsv4_engine_decode(dsv4_engine *engine, int32_t n_seq, const int64_t *ids,
+                                        const int32_t *tokens, const dsv4_sampling_params *sampling,
+                                        float *logits, int32_t *sampled);
+
+/* ---- timings ------------------------------------------------------------- */
+
+/**
+ * Cumulative timings since creation or dsv4_engine_reset_timings(), wall
+ * clock in nanoseconds. Size-prefixed output struct (as dsv4_model_info).
+ * The *_op_ns fields are filled only with DSV4_ENGINE_F_OP_TIMINGS (else 0).
+ * @since 0.1
+ */
+typedef struct dsv4_engine_timings {
+  uint32_t struct_size;
+  uint32_t op_timings;       /**< 1 when the per-op fields are measured */
+  int64_t create_ns;         /**< dsv4_engine_create (model load excluded) */
+  int64_t prefill_calls, prefill_tokens, prefill_ns, last_prefill_ns;
+  int64_t decode_steps;      /**< dsv4_engine_decode calls */
+  int64_t decode_tokens;     /**< sequences stepped, summed over the calls */
+  int64_t decode_ns, last_decode_ns;
+  int64_t embed_op_ns, engram_op_ns, block_op_ns, head_op_ns, sample_op_ns;
+  int64_t read_op_ns;        /**< logits copied back to the caller */
+  int64_t host_op_ns;        /**< engine work: checks, Engram hashing, batch assembly */
+  int64_t dspark_op_ns;      /**< DSpark ring extension and drafts */
+} dsv4_engine_timings;
+
+/**
+ * Fill *timings (struct_size as for dsv4_model_get_info).
+ * @return DSV4_OK; DSV4_ERR_INVALID_ARG. No state change. Handle-exclusive. @since 0.1
+ */
+DSV4_API dsv4_status dsv4_engine_get_timings(const dsv4_engine *engine,
+                                             dsv4_engine_timings *timings, size_t struct_size);
+
+/**
+ * Block time of one backbone layer (ns, summed over steps; 0 without
+ * DSV4_ENGINE_F_OP_TIMINGS).
+ * @return DSV4_OK; DSV4_ERR_INVALID_ARG (NULL, layer outside [0, n_layers)).
+ * Handle-exclusive. @since 0.1
+ */
+DSV4_API dsv4_status dsv4_engine_get_layer_time(const dsv4_engine *engine, int32_t layer,
+                                                int64_t *ns);
+
+/** Zero every timing (create_ns kept). NULL is a no-op. Handle-exclusive. @since 0.1 */
+DSV4_API void dsv4_engine_reset_timings(dsv4_engine *engine);
+
+/* ------------------------------------------------------------------------ */
+/* Memory plan: weights, Engram, workspace, KV pool per GPU and host         */
+/* (design.md §5, §6; docs/planner.md)                                       */
+/* ------------------------------------------------------------------------ */
+
+/** KV window record formats (dsv4_plan_params.kv_format), spec §5.8. @since 0.1 */
+enum {
+  DSV4_KV_FORMAT_NATIVE = 0,    /**< 528 B MXFP8 window record: the reference's numerics */
+  DSV4_KV_FORMAT_FP8_DS_MLA = 1 /**< 584 B fp8_ds_mla window record (V4's layout, as vLLM's
+                                 *   SM80 path and the field report use it; numerics differ) */
+};
+
+/** Engram table placement (dsv4_plan_params.engram_placement), design §5. @since 0.1 */
+enum {
+  DSV4_ENGRAM_HOST = 0,  /**< host pinned memory, a copy on every node of the stage holding the layer */
+  DSV4_ENGRAM_DEVICE = 1 /**< GPU memory, table rows split over the stage's TP ranks */
+};
+
+/** dsv4_plan_params.flags bits. @since 0.1 */
+enum {
+  DSV4_PLAN_F_NO_DSPARK = 1u << 0, /**< leave out the DSpark stages: weights, rings, draft/verify graphs */
+  DSV4_PLAN_F_NO_VISION = 1u << 1  /**< leave out the vision tower and aligner */
+};
+
+/** Capacities of the fixed arrays below. @since 0.1 */
+#define DSV4_PLAN_MAX_STAGES 16
+#define DSV4_PLAN_MAX_BUCKETS 32
+#define DSV4_PLAN_COMPONENTS 16 /**< slots of the by-component arrays (DSV4_COMP_*; unused slots 0) */
+
+/**
+ * Topology and serving limits to plan for. Size-prefixed and append-only:
+ * fill with dsv4_plan_params_init() (the field report's topology: 2 nodes
+ * x 8 GPUs x 40 GiB, TP8 x PP2, native KV records, Engram on the hosts,
+ * context 1,048,576) and change fields after.
+ * @since 0.1
+ */
+typedef struct dsv4_plan_params {
+  uint32_t struct_size;        /**< sizeof(dsv4_plan_params), set by the init call */
+  uint32_t flags;              /**< DSV4_PLAN_F_* bits; default 0 */
+  int32_t nodes;               /**< default 2 */
+  int32_t gpus_per_node;       /**< default 8; tp x pp must equal nodes x gpus_per_node */
+  int32_t tp;                  /**< tensor-parallel ranks per stage (consecutive ranks); default 8 */
+  int32_t pp;                  /**< pipeline stages, 1..DSV4_PLAN_MAX_STAGES; default 2 */
+  int32_t stage_first_layer[DSV4_PLAN_MAX_STAGES]; /**< first backbone layer of each stage
+                                *   (entry 0 is 0); all 0 = automatic: the allowed boundaries
+                                *   that balance the stages' weights. A boundary must fall before
+                                *   a layer that is both a KV source and an index source
+                                *   (design §6; V4.1: 2, 8, 14, 20) */
+  int64_t gpu_mem_bytes;       /**< memory of each GPU; default 40 GiB */
+  int64_t gpu_reserved_bytes;  /**< per GPU, never planned: CUDA context, modules, cuBLASLt
+                                *   workspace, allocator slack; default 1 GiB */
+  int64_t host_mem_bytes;      /**< usable (pinnable) memory per node; default 750 GB */
+  int32_t kv_format;           /**< DSV4_KV_FORMAT_*; default NATIVE */
+  int32_t engram_placement;    /**< DSV4_ENGRAM_*; default HOST */
+  int64_t max_context;         /**< positions per sequence; default 1,048,576 */
+  int64_t context;             /**< concurrency is also reported at this context; 0 (default) = max_context */
+  int32_t prefill_chunk;       /**< tokens per prefill step (sizes the workspace); default 2048 */
+  int32_t draft_tokens;        /**< DSpark drafts verified per step; default 5 */
+  int32_t n_buckets;           /**< CUDA-graph decode batch sizes; default 6 */
+  int32_t buckets[DSV4_PLAN_MAX_BUCKETS]; /**< ascending; default 1, 2, 4, 8, 16, 32 */
+  int64_t graph_bytes;         /**< reserve per captured graph; default 32 MiB */
+  int64_t nccl_bytes;          /**< NCCL buffers per GPU when tp > 1; default 384 MiB */
+  int32_t kv_page_entries;     /**< records per KV page (per-sequence rounding); 0 = none; default 64 */
+  int32_t reserved0;           /**< 0 */
+} dsv4_plan_params;
+
+/**
+ * Fill *params with the defaults above and set struct_size. Writes exactly
+ * struct_size bytes (bytes of fields a newer header added are zeroed).
+ * @param params       [out] caller-owned, at least struct_size bytes.
+ * @param struct_size  sizeof(dsv4_plan_params) as the caller compiled it.
+ * @return DSV4_OK; DSV4_ERR_INVALID_ARG (params NULL); DSV4_ERR_PARAMS_SIZE
+ *         (struct_size below the 0.1 size). No state change on failure.
+ * Thread-safe. @since 0.1
+ */
+DSV4_API dsv4_status dsv4_plan_params_init(dsv4_plan_params *params, size_t struct_size);
+
+/** dsv4_plan_stage.holds bits. @since 0.1 */
+enum {
+  DSV4_PLAN_HOLDS_EMBED = 1u << 0,  /**< embed (stage 0; and the DSpark stage, which embeds its block) */
+  DSV4_PLAN_HOLDS_HEAD = 1u << 1,   /**< head and final norm (last stage) */
+  DSV4_PLAN_HOLDS_DSPARK = 1u << 2, /**< the DSpark stages mtp.* (last stage) */
+  DSV4_PLAN_HOLDS_VISION = 1u << 3, /**< vision tower, aligner, image delimiters (stage 0) */
+  DSV4_PLAN_HOLDS_ENGRAM = 1u << 4  /**< one or more Engram layers */
+};
+
+/**
+ * One pipeline stage, with the figures of one of its GPUs: TP rank 0, which
+ * holds the largest share where a split leaves a remainder. All sizes in
+ * bytes. Fixed layout: never grows (fields are only added to dsv4_plan).
+ * @since 0.1
+ */
+typedef struct dsv4_plan_stage {
+  int32_t first_layer;         /**< backbone layers [first_layer, first_layer + n_layers) */
+  int32_t n_layers;
+  int32_t first_node;          /**< nodes its ranks run on: [first_node, first_node + n_nodes) */
+  int32_t n_nodes;
+  uint32_t holds;              /**< DSV4_PLAN_HOLDS_* */
+  int32_t n_engram_layers;
+  int32_t n_kv_sources;        /**< KV-source layers (the only ones with per-token KV) */
+  int32_t reserved0;
+  int64_t weights[DSV4_PLAN_COMPONENTS]; /**< one GPU, by DSV4_COMP_*, checkpoint form (Engram
+                                *   tables only when placed on the device) */
+  int64_t replicated[DSV4_PLAN_COMPONENTS]; /**< of weights: held whole by every TP rank */
+  int64_t owned[DSV4_PLAN_COMPONENTS]; /**< contract bytes assigned to this stage, each tensor
+                                *   to exactly one stage (the stages sum to the checkpoint) */
+  int64_t weights_total;       /**< sum of weights */
+  int64_t load_extra;          /**< added at load: wo_a dequantised to bf16 (design §5) */
+  int64_t workspace;           /**< activations of the largest step (prefill chunk or decode batch) */
+  int64_t graphs;              /**< CUDA-graph reserve: buckets x graphs per bucket x graph_bytes */
+  int64_t comm_nccl;           /**< NCCL buffers + all-reduce staging (tp > 1) */
+  int64_t comm_p2p;            /**< inter-stage payload buffers (pp > 1) */
+  int64_t reserved;            /**< gpu_reserved_bytes */
+  int64_t used;                /**< everything above */
+  int64_t kv_pool;             /**< gpu_mem_bytes - used: the KV pool (negative: does not fit) */
+  int64_t engram_bytes;        /**< Engram tables of the stage's layers */
+  int64_t engram_host_per_node;/**< host placement: Engram bytes on every node of the stage */
+  double kv_bytes_per_token;   /**< compressed + index-key bytes per position on each GPU of
+                                *   the stage (KV is replicated over TP), spec §5.8 */
+  int64_t kv_fixed_window;     /**< per sequence: window rings, layers x window x record */
+  int64_t kv_fixed_dspark;     /**< per sequence: DSpark window rings (last stage) */
+  int64_t kv_fixed_compressor; /**< per sequence: ratio-2 compressor state */
+  int64_t kv_fixed_per_seq;    /**< the three above */
+  int64_t seq_bytes_max_context; /**< one sequence at max_context, pages rounded up */
+  int64_t seq_bytes_context;   /**< one sequence at context */
+  int64_t token_capacity;      /**< kv_pool / kv_bytes_per_token (fixed parts left out);
+                                *   INT64_MAX without per-token KV */
+  int64_t seqs_at_context;     /**< sequences at context the pool holds */
+  int64_t seqs_at_max_context; /**< sequences at max_context the pool holds */
+  int64_t reserved1[8];
+} dsv4_plan_stage;
+
+/**
+ * A memory plan. Output struct, size-prefixed: the library fills
+ * min(struct_size, its own size) bytes. All sizes in bytes.
+ * @since 0.1
+ */
+typedef struct dsv4_plan {
+  uint32_t struct_size;        /**< set by the plan call from its argument */
+  int32_t n_stages;
+  int32_t tp;
+  int32_t n_gpus;              /**< tp x n_stages */
+  int32_t nodes;
+  int32_t gpus_per_node;
+  int32_t kv_format;           /**< DSV4_KV_FORMAT_* */
+  int32_t engram_placement;    /**< DSV4_ENGRAM_* */
+  uint32_t flags;              /**< DSV4_PLAN_F_* as planned */
+  int32_t reserved0;
+  int64_t gpu_mem_bytes;
+  int64_t host_mem_bytes;
+  int64_t max_context;
+  int64_t context;             /**< as used (0 resolved to max_context) */
+  int64_t n_tensors;           /**< tensors of the contract (spec §4.4: 96,085 for V4.1) */
+  int64_t checkpoint_bytes;    /**< contract payload (510,286,023,000 for V4.1) */
+  int64_t component_bytes[DSV4_PLAN_COMPONENTS]; /**< the contract by DSV4_COMP_* */
+  int64_t window_record_bytes; /**< 528 (native) or 584 (fp8_ds_mla) */
+  int64_t compressed_record_bytes; /**< 288 */
+  int64_t index_key_record_bytes;  /**< 68 */
+  double kv_bytes_per_token;   /**< whole model (sum over stages): 890 for V4.1 */
+  int64_t kv_fixed_per_seq;    /**< whole model: rings + DSpark rings + compressor state */
+  int64_t host_bytes_max;      /**< the node with the most planned host memory (Engram tables
+                                *   + pinned staging) */
+  int32_t host_node_max;       /**< that node */
+  int32_t reserved1;
+  int64_t token_capacity;      /**< min over stages of token_capacity */
+  int64_t seqs_at_context;     /**< min over stages */
+  int64_t seqs_at_max_context; /**< min over stages */
+  double concurrency_at_max_context; /**< min over stages of kv_pool / seq_bytes_max_context */
+  dsv4_plan_stage stages[DSV4_PLAN_MAX_STAGES]; /**< [n_stages] valid */
+} dsv4_plan;
+
+/**
+ * Plan a model on a topology, without weights: the model may come from
+ * dsv4_model_load() with DSV4_MODEL_F_CONFIG_ONLY. Places every tensor of
+ * the model's contract on stages and TP ranks (design §6; the rules are in
+ * docs/planner.md), adds workspace, graph reserve and communication buffers,
+ * and sizes the KV pool from what is left.
+ *
+ * @param model        [in] Handle-exclusive (only read).
+ * @param params       [in] NULL for defaults; the library reads
+ *                     min(params->struct_size, its own size) bytes.
+ * @param plan         [out] caller-owned, at least struct_size bytes.
+ * @param struct_size  sizeof(dsv4_plan) as the caller compiled it
+ *                     (at least offsetof(dsv4_plan, stages)).
+ * @return DSV4_OK; DSV4_ERR_INVALID_ARG (NULL, a parameter out of range,
+ *         tp x pp != nodes x gpus_per_node, stage layers not increasing;
+ *         plan untouched); DSV4_ERR_PARAMS_SIZE; DSV4_ERR_UNSUPPORTED (a stage
+ *         boundary before a layer that is not both a KV source and an index
+ *         source, more stages than boundaries, TP not dividing the heads,
+ *         wo_a groups or expert 32-blocks; plan untouched);
+ *         DSV4_ERR_DOES_NOT_FIT (a GPU's weights and buffers pass its memory,
+ *         a KV pool cannot hold one sequence at max_context, or a node cannot
+ *         hold its Engram tables: the message names each overflow; *plan is
+ *         filled, so the figures can be shown; only struct_size is set when a
+ *         byte count would pass 2^63); DSV4_ERR_OUT_OF_MEMORY.
+ *         Message in dsv4_model_last_error() and dsv4_last_error().
+ * @since 0.1
+ */
+DSV4_API dsv4_status dsv4_model_plan(const dsv4_model *model, const dsv4_plan_params *params,
+                                     dsv4_plan *plan, size_t struct_size);
+
+/**
+ * dsv4_model_plan() on a config.json file alone (nested V4.1 form, spec
+ * §2.1), or with config_path NULL on the built-in DeepSeek-V4.1-Flash
+ * release config (spec §2.1, embedded in the library).
+ * @return as dsv4_model_plan(), plus the statuses of reading and parsing the
+ *         config (DSV4_ERR_IO, DSV4_ERR_NOT_FOUND, DSV4_ERR_JSON,
+ *         DSV4_ERR_CONFIG_KEY, DSV4_ERR_CONFIG_VALUE). Message in dsv4_last_error().
+ * Thread-safe. @since 0.1
+ */
+DSV4_API dsv4_status dsv4_plan_config(const char *config_path, const dsv4_plan_params *params,
+                                      dsv4_plan *plan, size_t struct_size);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,0 +1,227 @@
+/*
+ * dsv4-generate: the main job. Load a checkpoint directory, prefill
+ * BOS + encode(TEXT) (the reference's model input), then generate greedily
+ * or with temperature sampling, streaming the text (or the ids) to stdout
+ * as tokens arrive; stop at EOS or after N tokens. Public API only.
+ *
+ *   dsv4-generate -m DIR -p TEXT [-n N] [--temp T] [--seed S] [--chunk C] [--ids]
+ *                 [--threads K] [--quiet]
+ *
+ * stderr: a progress line while loading, then a summary (prompt tokens,
+ * prefill tok/s, decode tok/s, ms per step).
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "dsv4/dsv4.h"
+
+typedef struct opts {
+  const char *model, *prompt;
+  long n;
+  double temp;
+  unsigned long long seed;
+  long chunk, threads;
+  int ids, quiet;
+} opts;
+
+static void usage(FILE *f) {
+  fprintf(f,
+          "usage: dsv4-generate -m DIR -p TEXT [-n N] [--temp T] [--seed S] [--chunk C] [--ids]\n"
+          "                     [--threads K] [--quiet]\n"
+          "  -m DIR        checkpoint directory (official release format)\n"
+          "  -p TEXT       prompt; the model input is BOS + its encoding\n"
+          "  -n N          tokens to generate at most (default 64); stops at EOS\n"
+          "  --temp T      temperature (default 0 = greedy)\n"
+          "  --seed S      sampling seed (default 0)\n"
+          "  --chunk C     prefill chunk in tokens (default: the library's)\n"
+          "  --ids         print the generated token ids, space-separated, instead of text\n"
+          "  --threads K   CPU threads (default: one per core)\n"
+          "  --quiet       no progress line and no summary\n");
+}
+
+static int num(const char *s, double *out) {
+  char *end;
+  errno = 0;
+  *out = strtod(s, &end);
+  return s[0] && !*end && !errno;
+}
+
+static int parse(int argc, char **argv, opts *o) {
+  memset(o, 0, sizeof *o);
+  o->n = 64;
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+    double x;
+    if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+      usage(stdout);
+      exit(0);
+    } else if (!strcmp(a, "--ids")) {
+      o->ids = 1;
+    } else if (!strcmp(a, "--quiet")) {
+      o->quiet = 1;
+    } else if (!v) {
+      fprintf(stderr, "dsv4-generate: %s needs a value (or is unknown)\n", a);
+      return 1;
+    } else if (!strcmp(a, "-m")) {
+      o->model = v, i++;
+    } else if (!strcmp(a, "-p")) {
+      o->prompt = v, i++;
+    } else if (!strcmp(a, "--seed")) {
+      char *end;
+      errno = 0;
+      o->seed = strtoull(v, &end, 10);
+      if (!v[0] || *end || errno || v[0] == '-') {
+        fprintf(stderr, "dsv4-generate: --seed wants an unsigned 64-bit integer\n");
+        return 1;
+      }
+      i++;
+    } else if (num(v, &x) && (!strcmp(a, "-n") || !strcmp(a, "--chunk") || !strcmp(a, "--threads") ||
+                              !strcmp(a, "--temp"))) {
+      i++;
+      if (!strcmp(a, "--temp")) o->temp = x;
+      else if (x < 0 || x > 2147483647.0 || x != (double)(long)x) {
+        fprintf(stderr, "dsv4-generate: %s wants a non-negative integer\n", a);
+        return 1;
+      } else if (!strcmp(a, "-n")) o->n = (long)x;
+      else if (!strcmp(a, "--chunk")) o->chunk = (long)x;
+      else o->threads = (long)x;
+    } else {
+      fprintf(stderr, "dsv4-generate: bad option or value: %s %s\n", a, v);
+      return 1;
+    }
+  }
+  if (!o->model || !o->prompt) {
+    usage(stderr);
+    return 1;
+  }
+  return 0;
+}
+
+/* One line rewritten in place on a terminal; one line per stage otherwise. */
+static int32_t progress(const char *stage, int64_t done, int64_t total, void *user) {
+  (void)user;
+  static char last[32];
+  const int tty = isatty(2), ready = !strcmp(stage, "ready");
+  if (tty) {
+    fprintf(stderr, "\rdsv4-generate: loading %-8s %lld/%lld   ", stage, (long long)done,
+            (long long)total);
+    if (ready) fputc('\n', stderr);
+  } else if (strcmp(last, stage)) {
+    fprintf(stderr, ready ? "dsv4-generate: ready\n" : "dsv4-generate: loading %s\n", stage);
+  }
+  snprintf(last, sizeof last, "%s", stage);
+  fflush(stderr);
+  return 0;
+}
+
+static int fail(const char *what, dsv4_status s, const char *msg) {
+  fprintf(stderr, "\ndsv4-generate: %s: %s\n  %s\n", what, dsv4_status_string(s), msg);
+  return 1;
+}
+
+static void summary(const dsv4_engine *e, size_t n_prompt, long n_gen) {
+  dsv4_engine_timings t;
+  if (dsv4_engine_get_timings(e, &t, sizeof t)) return;
+  const double pf = (double)t.prefill_ns * 1e-9, dc = (double)t.decode_ns * 1e-9;
+  fprintf(stderr, "dsv4-generate: prompt tokens: %zu, generated tokens: %ld\n", n_prompt, n_gen);
+  fprintf(stderr, "dsv4-generate: prefill: %.1f tok/s (%.1f ms)\n",
+          pf > 0 ? (double)t.prefill_tokens / pf : 0.0, pf * 1e3);
+  fprintf(stderr, "dsv4-generate: decode: %.1f tok/s, %.2f ms per step (%lld steps)\n",
+          dc > 0 ? (double)t.decode_tokens / dc : 0.0,
+          t.decode_steps ? dc * 1e3 / (double)t.decode_steps : 0.0, (long long)t.decode_steps);
+}
+
+int main(int argc, char **argv) {
+  opts o;
+  if (parse(argc, argv, &o)) return 2;
+  dsv4_model *model = NULL;
+  dsv4_tokenizer *tok = NULL;
+  dsv4_tokenizer_stream *st = NULL;
+  dsv4_engine *eng = NULL;
+  int32_t *ids = NULL;
+  int rc = 1;
+  if (!o.quiet) progress("model", 0, 1, NULL);
+  dsv4_status s = dsv4_model_load(o.model, NULL, &model);
+  if (s) return fail("cannot load the model", s, dsv4_last_error());
+  dsv4_model_info mi;
+  if ((s = dsv4_model_get_info(model, &mi, sizeof mi))) goto out_model;
+  if ((s = dsv4_tokenizer_load(o.model, &tok))) {
+    rc = fail("cannot load the tokenizer", s, dsv4_last_error());
+    goto out;
+  }
+  /* model input: BOS + encode(TEXT) (spec §5.0) */
+  const size_t plen = strlen(o.prompt);
+  size_t n_ids = 0;
+  ids = malloc(sizeof *ids * (plen + 2));
+  if (!ids) goto out;
+  ids[0] = mi.bos_token_id;
+  if ((s = dsv4_tokenizer_encode(tok, o.prompt, plen, ids + 1, plen + 1, &n_ids))) {
+    rc = fail("cannot encode the prompt", s, dsv4_tokenizer_last_error(tok));
+    goto out;
+  }
+  const size_t n_prompt = n_ids + 1;
+
+  dsv4_engine_params ep;
+  dsv4_engine_params_init(&ep, sizeof ep);
+  ep.max_sequences = 1;
+  int64_t ctx = (int64_t)n_prompt + o.n + 1;
+  ep.max_context = ctx < mi.max_position_embeddings ? ctx : mi.max_position_embeddings;
+  ep.prefill_chunk = (int32_t)o.chunk;
+  ep.n_threads = (int32_t)o.threads;
+  ep.progress_fn = o.quiet ? NULL : progress;
+  if ((s = dsv4_engine_create(model, &ep, &eng))) {
+    rc = fail("cannot create the engine", s, dsv4_last_error());
+    goto out;
+  }
+  if ((s = dsv4_tokenizer_stream_create(tok, DSV4_DECODE_F_SKIP_SPECIAL, &st))) goto out_err;
+
+  int64_t seq;
+  if ((s = dsv4_engine_seq_create(eng, &seq))) goto out_err;
+  dsv4_sampling_params sp;
+  dsv4_sampling_params_init(&sp, sizeof sp);
+  sp.temperature = (float)o.temp;
+  sp.seed = o.seed;
+  int32_t next = -1;
+  long n_gen = 0;
+  if (o.n > 0 && (s = dsv4_engine_prefill(eng, seq, ids, (int64_t)n_prompt, &sp, NULL, &next)))
+    goto out_err;
+  while (n_gen < o.n && next != mi.eos_token_id) {
+    const char *text;
+    size_t len;
+    if (o.ids) {
+      printf(n_gen ? " %d" : "%d", (int)next);
+    } else {
+      if ((s = dsv4_tokenizer_stream_push(st, next, &text, &len))) goto out_err;
+      fwrite(text, 1, len, stdout);
+    }
+    fflush(stdout);
+    if (++n_gen == o.n) break;
+    const int32_t in = next;
+    if ((s = dsv4_engine_decode(eng, 1, &seq, &in, &sp, NULL, &next))) goto out_err;
+  }
+  if (!o.ids) {
+    const char *text;
+    size_t len;
+    if (!dsv4_tokenizer_stream_flush(st, &text, &len)) fwrite(text, 1, len, stdout);
+  }
+  putchar('\n');
+  fflush(stdout);
+  if (!o.quiet) summary(eng, n_prompt, n_gen);
+  rc = 0;
+  goto out;
+out_err:
+  rc = fail("generation failed", s, eng ? dsv4_engine_last_error(eng) : dsv4_last_error());
+  goto out;
+out_model:
+  rc = fail("model info", s, dsv4_model_last_error(model));
+out:
+  free(ids);
+  dsv4_tokenizer_stream_free(st);
+  dsv4_engine_free(eng);
+  dsv4_tokenizer_free(tok);
+  dsv4_model_free(model);
+  return rc;
+}

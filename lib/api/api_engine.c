@@ -1,0 +1,338 @@
+/*
+ * Exported engine entry points: argument checks, size-prefixed structs,
+ * defaults, error capture into the thread-local and per-engine slots. The
+ * work is lib/engine (engine.c, sequence.c, step.c, plan.c).
+ */
+#include <stddef.h>
+#include <string.h>
+
+#include "base/base.h"
+#include "dsv4/dsv4.h"
+#include "engine/engine.h"
+
+/* Oldest accepted sizes: the 0.1 structs through their last used field. */
+#define EP_MIN (offsetof(dsv4_engine_params, progress_user_data) + sizeof(void *))
+#define SP_MIN (offsetof(dsv4_sampling_params, seeds) + sizeof(void *))
+#define KNOWN_FLAGS ((uint32_t)DSV4_ENGINE_F_OP_TIMINGS)
+#define DEFAULT_SEQS 8
+#define DEFAULT_CTX 4096
+#define DEFAULT_CHUNK 256
+
+static size_t min_size(size_t a, size_t b) { return a < b ? a : b; }
+
+/* Copy the thread's message into the engine's slot when a call on it fails. */
+static dsv4_status on_engine(const dsv4_engine *e, dsv4_status s) {
+  if (s != DSV4_OK && e && e->last_error) {
+    strncpy(e->last_error, dsv4i_error_message(), DSV4I_ERROR_CAP - 1);
+    e->last_error[DSV4I_ERROR_CAP - 1] = '\0';
+  }
+  return s;
+}
+
+static void ep_defaults(dsv4_engine_params *p) {
+  memset(p, 0, sizeof *p);
+  p->struct_size = sizeof *p;
+  p->backend = DSV4_BACKEND_AUTO;
+  p->max_sequences = DEFAULT_SEQS;
+  p->prefill_chunk = DEFAULT_CHUNK;
+  p->tp_size = 1;
+  p->log_level = DSV4_LOG_WARN;
+}
+
+static dsv4_status init_struct(void *dst, size_t struct_size, size_t min, const void *def,
+                               size_t ours, const char *fn) {
+  dsv4i_error_clear();
+  if (!dst) return dsv4i_error(DSV4_ERR_INVALID_ARG, "%s: params is NULL", fn);
+  if (struct_size < min || struct_size > UINT32_MAX)
+    return dsv4i_error(DSV4_ERR_PARAMS_SIZE, "%s: struct_size %zu is below the oldest supported size %zu",
+                       fn, struct_size, min);
+  memset(dst, 0, struct_size);
+  memcpy(dst, def, min_size(struct_size, ours));
+  *(uint32_t *)dst = (uint32_t)struct_size;
+  return DSV4_OK;
+}
+
+DSV4_API dsv4_status dsv4_engine_params_init(dsv4_engine_params *params, size_t struct_size) {
+  dsv4_engine_params d;
+  ep_defaults(&d);
+  return init_struct(params, struct_size, EP_MIN, &d, sizeof d, "dsv4_engine_params_init");
+}
+
+DSV4_API dsv4_status dsv4_sampling_params_init(dsv4_sampling_params *params, size_t struct_size) {
+  dsv4_sampling_params d;
+  memset(&d, 0, sizeof d);
+  d.struct_size = sizeof d;
+  return init_struct(params, struct_size, SP_MIN, &d, sizeof d, "dsv4_sampling_params_init");
+}
+
+/* Params -> engine args with defaults and range checks. */
+static dsv4_status make_args(const dsv4_engine_params *params, int64_t max_pos,
+                             dsv4i_engine_args *a, const char *fn) {
+  dsv4_engine_params p;
+  ep_defaults(&p);
+  if (params) {
+    if (params->struct_size < EP_MIN)
+      return dsv4i_error(DSV4_ERR_PARAMS_SIZE,
+                         "%s: params->struct_size %u is below the oldest supported size %zu "
+                         "(fill params with dsv4_engine_params_init)",
+                         fn, (unsigned)params->struct_size, (size_t)EP_MIN);
+    memcpy(&p, params, min_size(params->struct_size, sizeof p));
+  }
+  if (p.flags & ~KNOWN_FLAGS)
+    return dsv4i_error(DSV4_ERR_INVALID_ARG, "%s: unknown flags 0x%x", fn,
+                       (unsigned)(p.flags & ~KNOWN_FLAGS));
+  if (p.backend != DSV4_BACKEND_AUTO && p.backend != DSV4_BACKEND_CPU &&
+      p.backend != DSV4_BACKEND_CUDA)
+    return dsv4i_error(DSV4_ERR_INVALID_ARG, "%s: unknown backend %d", fn, (int)p.backend);
+  if (p.device < 0 || p.max_sequences < 1 || p.max_sequences > DSV4I_MAX_SEQS || p.n_threads < 0 ||
+      p.max_context < 0 || p.kv_budget_bytes < 0 || p.prefill_chunk < 0 || p.tp_size < 0)
+    return dsv4i_error(DSV4_ERR_INVALID_ARG,
+                       "%s: out of range: device %d, max_sequences %d (1..%d), n_threads %d, "
+                       "max_context %lld, kv_budget_bytes %lld, prefill_chunk %d, tp_size %d", fn,
+                       (int)p.device, (int)p.max_sequences, DSV4I_MAX_SEQS, (int)p.n_threads,
+                       (long long)p.max_context, (long long)p.kv_budget_bytes,
+                       (int)p.prefill_chunk, (int)p.tp_size);
+  if (p.tp_size > 1 || p.mpi_comm)
+    return dsv4i_error(DSV4_ERR_INVALID_ARG,
+                       "%s: distributed engines (tp_size %d, mpi_comm %s) are not available yet",
+                       fn, (int)p.tp_size, p.mpi_comm ? "set" : "NULL");
+  memset(a, 0, sizeof *a);
+  a->flags = p.flags & DSV4_ENGINE_F_OP_TIMINGS ? DSV4I_ENGINE_F_OP_TIMINGS : 0;
+  a->backend = p.backend == DSV4_BACKEND_AUTO ? DSV4_BACKEND_CPU : p.backend;
+  a->device = p.device;
+  a->max_seqs = p.max_sequences;
+  a->n_threads = p.n_threads;
+  a->chunk = p.prefill_chunk ? p.prefill_chunk : DEFAULT_CHUNK;
+  a->max_ctx = p.max_context ? p.max_context : (max_pos < DEFAULT_CTX ? max_pos : DEFAULT_CTX);
+  a->kv_budget = p.kv_budget_bytes;
+  a->log.fn = p.log_fn;
+  a->log.user_data = p.log_user_data;
+  a->log.max_level = p.log_level;
+  a->progress = p.progress_fn;
+  a->progress_user = p.progress_user_data;
+  return DSV4_OK;
+}
+
+DSV4_API dsv4_status dsv4_engine_create(const dsv4_model *model, const dsv4_engine_params *params,
+                                        dsv4_engine **out) {
+  dsv4i_error_clear();
+  if (out) *out = NULL;
+  if (!model || !out)
+    return dsv4i_error(DSV4_ERR_INVALID_ARG, "dsv4_engine_create: %s is NULL", model ? "out" : "model");
+  dsv4i_engine_args a;
+  dsv4_status s = make_args(params, model->cfg.max_position_embeddings, &a, "dsv4_engine_create");
+  if (!s) s = dsv4i_engine_create((struct dsv4_model *)model, &a, out);
+  return s;
+}
+
+DSV4_API dsv4_status dsv4_engine_create_from_dir(const char *dir, const dsv4_engine_params *params,
+                                                 dsv4_engine **out) {
+  dsv4i_error_clear();
+  if (out) *out = NULL;
+  if (!dir || !out)
+    return dsv4i_error(DSV4_ERR_INVALID_ARG, "dsv4_engine_create_from_dir: %s is NULL",
+                       dir ? "out" : "dir");
+  dsv4i_engine_args a;
+  dsv4_status s = make_args(params, INT64_MAX, &a, "dsv4_engine_create_from_dir");
+  if (s) return s;
+  if (a.progress && a.progress("model", 0, 1, a.progress_user))
+    return dsv4i_error(DSV4_ABORTED, "dsv4_engine_create_from_dir: aborted");
+  struct dsv4_model *m = NULL;
+  if ((s = dsv4i_model_open(dir, 0, &a.log, &m))) return s;
+  if (a.progress && a.progress("model", 1, 1, a.progress_user)) {
+    dsv4i_model_close(m);
+    return dsv4i_error(DSV4_ABORTED, "dsv4_engine_create_from_dir: aborted");
+  }
+  /* the default context depends on the model: recompute it now */
+  dsv4_engine_params p;
+  ep_defaults(&p);
+  if (params) memcpy(&p, params, min_size(params->struct_size, sizeof p));
+  if (!p.max_context)
+    a.max_ctx = m->cfg.max_position_embeddings < DEFAULT_CTX ? m->cfg.max_position_embeddings
+                                                             : DEFAULT_CTX;
+  if ((s = dsv4i_engine_create(m, &a, out))) {
+    dsv4i_model_close(m);
+    return s;
+  }
+  (*out)->owns_model = 1;
+  return DSV4_OK;
+}
+
+DSV4_API void dsv4_engine_free(dsv4_engine *engine) { dsv4i_engine_free(engine); }
+
+DSV4_API const char *dsv4_engine_last_error(const dsv4_engine *engine) {
+  return engine && engine->last_error ? engine->last_error : "";
+}
+
+DSV4_API const dsv4_model *dsv4_engine_model(const dsv4_engine *engine) {
+  return engine ? engine->model : NULL;
+}
+
+/* Size-prefixed output struct checks (as dsv4_model_get_info). */
+static dsv4_status out_struct(const dsv4_engine *e, const void *p, size_t size, size_t ours,
+                              const char *fn) {
+  dsv4i_error_clear();
+  if (!e) return dsv4i_error(DSV4_ERR_INVALID_ARG, "%s: engine is NULL", fn);
+  if (!p) return on_engine(e, dsv4i_error(DSV4_ERR_INVALID_ARG, "%s: output is NULL", fn));
+  if (size < ours || size > UINT32_MAX)
+    return on_engine(e, dsv4i_error(DSV4_ERR_INVALID_ARG, "%s: struct_size %zu is below the 0.1 size %zu",
+                                    fn, size, ours));
+  return DSV4_OK;
+}
+
+DSV4_API dsv4_status dsv4_engine_get_info(const dsv4_engine *engine, dsv4_engine_info *info,
+                                          size_t struct_size) {
+  dsv4_status s = out_struct(engine, info, struct_size, sizeof *info, "dsv4_engine_get_info");
+  if (s) return s;
+  const dsv4i_plan *p = &engine->plan;
+  dsv4i_cache_usage u;
+  engine->be->ops->usage(engine->be, &u);
+  dsv4_engine_info v;
+  memset(&v, 0, sizeof v);
+  v.struct_size = (uint32_t)min_size(struct_size, sizeof v);
+  v.backend = engine->be->kind;
+  v.n_threads = engine->be->n_threads;
+  v.max_sequences = p->max_seqs;
+  v.prefill_chunk = p->chunk;
+  v.sequences_live = dsv4i_seq_count(engine);
+  v.max_context = p->max_ctx;
+  v.kv_page_bytes = p->fmt.page_bytes;
+  v.kv_pages_total = u.pages_total;
+  v.kv_pages_used = u.pages_used;
+  v.kv_pages_per_sequence = p->pages_per_seq;
+  v.kv_bytes = p->kv_bytes;
+  v.kv_bytes_per_token = p->fmt.bytes_per_pos;
+  v.workspace_bytes = p->act_bytes;
+  v.prepared_weight_bytes = p->extra_weight_bytes;
+  v.mapped_bytes = p->mapped_bytes;
+  memset(info, 0, struct_size);
+  memcpy(info, &v, sizeof v);
+  return DSV4_OK;
+}
+
+DSV4_API dsv4_status dsv4_engine_seq_create(dsv4_engine *engine, int64_t *id) {
+  dsv4i_error_clear();
+  if (!engine || !id)
+    return on_engine(engine, dsv4i_error(DSV4_ERR_INVALID_ARG, "dsv4_engine_seq_create: %s is NULL",
+                                         engine ? "id" : "engine"));
+  return on_engine(engine, dsv4i_seq_create(engine, id));
+}
+
+DSV4_API dsv4_status dsv4_engine_seq_fork(dsv4_engine *engine, int64_t parent, int64_t *child) {
+  dsv4i_error_clear();
+  if (!engine || !child)
+    return on_engine(engine, dsv4i_error(DSV4_ERR_INVALID_ARG, "dsv4_engine_seq_fork: %s is NULL",
+                                         engine ? "child" : "engine"));
+  return on_engine(engine, dsv4i_seq_fork(engine, parent, child));
+}
+
+DSV4_API dsv4_status dsv4_engine_seq_free(dsv4_engine *engine, int64_t id) {
+  dsv4i_error_clear();
+  if (!engine) return dsv4i_error(DSV4_ERR_INVALID_ARG, "dsv4_engine_seq_free: engine is NULL");
+  return on_engine(engine, dsv4i_seq_free(engine, id));
+}
+
+DSV4_API dsv4_status dsv4_engine_seq_length(const dsv4_engine *engine, int64_t id, int64_t *len) {
+  dsv4i_error_clear();
+  if (!engine || !len)
+    return on_engine(engine, dsv4i_error(DSV4_ERR_INVALID_ARG, "dsv4_engine_seq_length: %s is NULL",
+                                         engine ? "len" : "engine"));
+  dsv4_status s;
+  const dsv4i_seq *q = dsv4i_seq_find((struct dsv4_engine *)engine, id, &s);
+  if (!q && s == DSV4_ERR_UNKNOWN_SEQUENCE) return on_engine(engine, s);
+  /* a damaged sequence still has a length */
+  const int64_t idx = id & ((INT64_C(1) << DSV4I_SEQ_IDX_BITS) - 1);
+  *len = q ? q->len : engine->seqs[idx].len;
+  dsv4i_error_clear();
+  return DSV4_OK;
+}
+
+/* Sampling params -> internal form (NULL = greedy). */
+static dsv4_status sampling(const dsv4_sampling_params *sp, dsv4i_sampling *out, const char *fn) {
+  memset(out, 0, sizeof *out);
+  if (!sp) return DSV4_OK;
+  if (sp->struct_size < SP_MIN)
+    return dsv4i_error(DSV4_ERR_PARAMS_SIZE, "%s: sampling->struct_size %u is below %zu", fn,
+                       (unsigned)sp->struct_size, (size_t)SP_MIN);
+  if (sp->temperature != sp->temperature)
+    return dsv4i_error(DSV4_ERR_INVALID_ARG, "%s: temperature is NaN", fn);
+  out->temperature = sp->temperature;
+  out->seed = sp->seed;
+  out->seeds = sp->seeds;
+  return DSV4_OK;
+}
+
+DSV4_API dsv4_status dsv4_engine_prefill(dsv4_engine *engine, int64_t id, const int32_t *tokens,
+                                         int64_t n_tokens, const dsv4_sampling_params *sp,
+                                         float *logits, int32_t *sampled) {
+  dsv4i_error_clear();
+  if (!engine) return dsv4i_error(DSV4_ERR_INVALID_ARG, "dsv4_engine_prefill: engine is NULL");
+  if (!tokens && n_tokens > 0)
+    return on_engine(engine, dsv4i_error(DSV4_ERR_INVALID_ARG, "dsv4_engine_prefill: tokens is NULL"));
+  dsv4i_sampling smp;
+  dsv4_status s = sampling(sp, &smp, "dsv4_engine_prefill");
+  if (!s) s = dsv4i_engine_prefill(engine, id, tokens, n_tokens, &smp, logits, sampled);
+  return on_engine(engine, s);
+}
+
+DSV4_API dsv4_status dsv4_engine_decode(dsv4_engine *engine, int32_t n_seq, const int64_t *ids,
+                                        const int32_t *tokens, const dsv4_sampling_params *sp,
+                                        float *logits, int32_t *sampled) {
+  dsv4i_error_clear();
+  if (!engine) return dsv4i_error(DSV4_ERR_INVALID_ARG, "dsv4_engine_decode: engine is NULL");
+  if (!ids || !tokens)
+    return on_engine(engine, dsv4i_error(DSV4_ERR_INVALID_ARG, "dsv4_engine_decode: %s is NULL",
+                                         ids ? "tokens" : "ids"));
+  dsv4i_sampling smp;
+  dsv4_status s = sampling(sp, &smp, "dsv4_engine_decode");
+  if (!s) s = dsv4i_engine_decode(engine, n_seq, ids, tokens, &smp, logits, sampled);
+  return on_engine(engine, s);
+}
+
+DSV4_API dsv4_status dsv4_engine_get_timings(const dsv4_engine *engine, dsv4_engine_timings *t,
+                                             size_t struct_size) {
+  dsv4_status s = out_struct(engine, t, struct_size, sizeof *t, "dsv4_engine_get_timings");
+  if (s) return s;
+  const dsv4i_timings *x = &engine->t;
+  dsv4_engine_timings v;
+  memset(&v, 0, sizeof v);
+  v.struct_size = (uint32_t)min_size(struct_size, sizeof v);
+  v.op_timings = (engine->args.flags & DSV4I_ENGINE_F_OP_TIMINGS) ? 1u : 0u;
+  v.create_ns = x->create_ns;
+  v.prefill_calls = x->prefill_calls;
+  v.prefill_tokens = x->prefill_tokens;
+  v.prefill_ns = x->prefill_ns;
+  v.last_prefill_ns = x->last_prefill_ns;
+  v.decode_steps = x->decode_steps;
+  v.decode_tokens = x->decode_tokens;
+  v.decode_ns = x->decode_ns;
+  v.last_decode_ns = x->last_decode_ns;
+  v.embed_op_ns = x->op_ns[DSV4I_OP_EMBED];
+  v.engram_op_ns = x->op_ns[DSV4I_OP_ENGRAM];
+  v.block_op_ns = x->op_ns[DSV4I_OP_BLOCK];
+  v.head_op_ns = x->op_ns[DSV4I_OP_HEAD];
+  v.sample_op_ns = x->op_ns[DSV4I_OP_SAMPLE];
+  v.read_op_ns = x->op_ns[DSV4I_OP_READ];
+  v.host_op_ns = x->op_ns[DSV4I_OP_HOST];
+  v.dspark_op_ns = x->op_ns[DSV4I_OP_DSPARK];
+  memset(t, 0, struct_size);
+  memcpy(t, &v, sizeof v);
+  return DSV4_OK;
+}
+
+DSV4_API dsv4_status dsv4_engine_get_layer_time(const dsv4_engine *engine, int32_t layer,
+                                                int64_t *ns) {
+  dsv4i_error_clear();
+  if (!engine || !ns)
+    return on_engine(engine, dsv4i_error(DSV4_ERR_INVALID_ARG, "dsv4_engine_get_layer_time: NULL"));
+  if (layer < 0 || layer >= engine->cfg->n_layers)
+    return on_engine(engine, dsv4i_error(DSV4_ERR_INVALID_ARG,
+                                         "dsv4_engine_get_layer_time: layer %d outside [0, %d)",
+                                         (int)layer, (int)engine->cfg->n_layers));
+  *ns = engine->t.layer_ns[layer];
+  return DSV4_OK;
+}
+
+DSV4_API void dsv4_engine_reset_timings(dsv4_engine *engine) {
+  if (engine) dsv4i_timings_reset(engine);
+}

@@ -1,0 +1,89 @@
+/*
+ * Private state of the CPU implementation of the engine's backend interface
+ * (engine/backend.h). Shared by cpu_backend.c (create, buffers, slots,
+ * batch) and cpu_backend_ops.c (embed, Engram, block, head, sample); nothing
+ * else includes it.
+ *
+ * The backend wraps the CPU numerical core: cpu_ops.h (linear, norms, hc,
+ * MoE, head, sampling), attention.h + kvcache.h (attention sublayer and the
+ * per-sequence paged caches), engram.h (Engram module). Weights are views
+ * into the mmapped checkpoint; only wo_a is copied (dequantised to bf16 by
+ * dsv4i_attn_layer_load, spec §3.3). Buffers (dsv4i_bbuf) are host memory.
+ */
+#ifndef DSV4I_CPU_BACKEND_H
+#define DSV4I_CPU_BACKEND_H
+
+#include <stdint.h>
+
+#include "cpu/attention.h"
+#include "cpu/cpu_ops.h"
+#include "cpu/engram.h"
+#include "cpu/kvcache.h"
+#include "engine/backend.h"
+#include "model/model.h"
+
+/** One backbone block's weights (all borrowed from the checkpoint except attn.wo_a). */
+typedef struct cpu_block {
+  const float *hc_fn[2];     /**< [0] attention, [1] FFN: F32 [(2+hc)·hc][hc·dim] */
+  const float *hc_scale[2];  /**< F32 [3] */
+  const float *hc_base[2];   /**< F32 [(2+hc)·hc] */
+  const uint16_t *attn_norm; /**< bf16 [dim] */
+  const uint16_t *ffn_norm;  /**< bf16 [dim] */
+  dsv4i_attn_layer attn;
+  dsv4i_moe moe;
+  dsv4i_wview *experts;      /**< owned: [3][n_experts] views w1, w2, w3 */
+  int32_t engram_slot;       /**< -1 unless an Engram layer */
+  dsv4i_engram_layer engram;
+  int32_t tap;               /**< rank among the DSpark targets, -1 if none */
+} cpu_block;
+
+typedef struct cpu_backend {
+  dsv4i_backend base;
+  const struct dsv4_model *model;
+  const dsv4i_config *cfg;
+  int32_t n_threads;
+  int32_t hc, dim, vocab, n_engram_cols;
+  int32_t max_tok, max_out;
+  /* weights */
+  cpu_block *blocks;          /**< [n_layers] */
+  const uint16_t *embed;      /**< bf16 [vocab][dim] */
+  const uint16_t *norm;       /**< bf16 [dim] final norm */
+  dsv4i_wview head;           /**< BF16/F32 [vocab][dim] */
+  /* caches */
+  dsv4i_kv_layout lay;
+  dsv4i_kv_pool *pool;
+  dsv4i_kv_seq **slots;       /**< [n_slots], NULL = free */
+  int32_t n_slots;
+  /* the current batch (copied by set_batch) */
+  int32_t n_tok, n_out;
+  int32_t *tok, *slot, *layout, *out_tok;
+  int64_t *pos, *engram_ids;
+  uint8_t *image, has_image;
+  dsv4i_kv_seq **tokseq;      /**< [max_tok] caches of each token */
+  int32_t n_run;              /**< distinct sequences of the batch */
+  dsv4i_kv_seq **run_seq;     /**< [max_tok] */
+  int64_t *run_end;           /**< [max_tok] positions after the batch */
+  uint8_t *slot_mark;         /**< [n_slots] */
+  /* per-forward shared attention state and block scratch */
+  dsv4i_attn_shared sh;
+  uint16_t *x, *y;            /**< bf16 [max_tok][dim] */
+  float *mixes;               /**< [max_tok][(2+hc)·hc] */
+  float *a_pre, *a_post, *a_comb, *f_post, *f_comb; /**< [max_tok][hc] / [hc·hc] */
+  uint16_t *hsel;             /**< bf16 [max_out][hc][dim] head input rows */
+  float *presel;              /**< [max_out][hc] */
+} cpu_backend;
+
+/* cpu_backend_ops.c: the step entry points of the vtable */
+dsv4_status dsv4i_cpu_be_embed(dsv4i_backend *be, dsv4i_bbuf h, dsv4i_bbuf pre);
+dsv4_status dsv4i_cpu_be_engram(dsv4i_backend *be, int32_t layer, dsv4i_bbuf h);
+dsv4_status dsv4i_cpu_be_block(dsv4i_backend *be, int32_t layer, dsv4i_bbuf h, dsv4i_bbuf pre,
+                               dsv4i_bbuf taps);
+dsv4_status dsv4i_cpu_be_head(dsv4i_backend *be, dsv4i_bbuf h, dsv4i_bbuf pre, dsv4i_bbuf logits);
+dsv4_status dsv4i_cpu_be_sample(dsv4i_backend *be, dsv4i_bbuf logits, int32_t n,
+                                const dsv4i_sample_req *req, int32_t *tokens);
+
+/* cpu_backend_load.c: weights of the backbone blocks */
+dsv4_status dsv4i_cpu_be_load_blocks(cpu_backend *b, const dsv4i_backend_desc *d);
+void dsv4i_cpu_be_free_blocks(cpu_backend *b);
+
+#endif /* DSV4I_CPU_BACKEND_H */

@@ -1,0 +1,301 @@
+/*
+ * The backend interface: the one seam between the engine (lib/engine) and a
+ * compute backend (lib/cpu today, lib/gpu next). design.md §4.
+ *
+ * Design (decided here; the engine and every backend follow it)
+ * ------------------------------------------------------------
+ * Granularity. The engine calls the backend once per model *block* of a
+ * step, not per op: embed, engram(layer), block(layer), head, sample. A
+ * backend is free to fuse inside a block and to capture a whole step as a
+ * graph (the CUDA backend will): every call of a step reads the step's
+ * metadata uploaded once by set_batch and buffers allocated before the step.
+ *
+ * Buffers. Activation memory is owned by the backend and crosses this
+ * interface only as dsv4i_bbuf handles (an opaque pointer the backend
+ * interprets: host memory for the CPU backend, device memory for CUDA).
+ * The engine never dereferences one; it allocates them once at engine
+ * creation (sized for the largest step) and reads results back with
+ * buf_read. Layouts of the engine-visible buffers are fixed here:
+ *   stream  bf16 [n_tok][hc][dim]      residual stream h (spec §5.1, §5.3)
+ *   pre     f32  [n_tok][hc]           lagged pre-mix (spec §5.3)
+ *   logits  f32  [n_out][vocab]        head rows (spec §5.6)
+ *   taps    bf16 [n_tok][n_taps][dim]  DSpark main_hidden (spec §5.6 item 4)
+ *
+ * Step metadata (dsv4i_batch) is host data; set_batch copies it, so the
+ * engine may reuse its arrays right after. Tokens of one sequence form one
+ * contiguous *run* with consecutive ascending positions that starts at the
+ * sequence's current cache length (the caches hold exactly positions
+ * [0, first) of the run); runs of different sequences may be in any order.
+ * Each token carries its layout: DSV4I_LAYOUT_DECODE (0) for generated
+ * tokens (decode, later verify), or for prompt tokens the prefill width
+ * W = min(end of the prompt being ingested, window) in 1..window, the same
+ * for every chunk of one prefill call (dsv4i_layout_prefill). The layout
+ * fixes the order and width of the sparse-attention index row (spec §5.4
+ * step 4): the reference's prefill row of an s-token prompt at position 0
+ * is W = min(s, window), its decode row the ring oldest first. It changes
+ * rounding, never semantics, and chunking a prompt does not change it.
+ *
+ * Caches. A backend owns the per-sequence caches of spec §5.8 (window ring,
+ * compressed KV, index keys, ratio-2 compressor state; the DSpark rings
+ * later) in *slots*: slot_open gives an empty one, slot_reserve grows the
+ * capacity of several slots all-or-nothing (DSV4_KV_FULL with nothing
+ * changed when the pools cannot hold it), slot_truncate rolls a slot back to
+ * a length (speculative rejection, or a step abandoned after an error; the
+ * CPU backend allows any depth up to its ring spare, 6 positions for V4.1's
+ * block size 5, and a full reset to 0), slot_fork copies one (compressed
+ * pages shared copy-on-write), slot_close releases one. A slot's length advances
+ * to the end of its run when block(n_layers - 1) of the step succeeds (the
+ * backend commits then; head and sample do not touch caches).
+ * The Engram history is *not* a backend cache: Engram row ids depend only
+ * on token ids, so the engine hashes them (lib/model/engram_hash.h) and
+ * passes them in the batch, a step ahead if it likes.
+ *
+ * Numerics (spec §5): the engine drives exactly the reference's order:
+ *   embed: h = embed[token] in 4 copies, pre = one-hot(copy 0);
+ *   for L in 0 .. n_layers-1: engram(L) first at Engram layers, block(L);
+ *   head: collapse with the last block's FFN pre, norm, fp32 logits.
+ * The backend reproduces the CPU reference backend bit for bit or within
+ * the tolerance its tests state; the engine adds no arithmetic.
+ *
+ * Memory. dsv4i_backend_format() gives a backend's storage sizes for a
+ * config before anything exists; the engine's memory plan (engine/plan.h)
+ * turns them into pool pages and slots, refuses what does not fit, and
+ * passes the result to create. A backend allocates nothing on the hot path
+ * that the plan did not count, except its ops' bounded scratch.
+ *
+ * Capability is checked when a backend is created (unsupported format or
+ * architecture: DSV4_ERR_UNSUPPORTED naming op, format and arch); nothing
+ * is looked up by name on the hot path. Optional entry points (DSpark,
+ * issue 5) are NULL when a backend lacks them; the engine checks them once,
+ * when the feature is first requested, never per step.
+ *
+ * Timing. The engine times each call; with per-op timing on it calls sync
+ * after each one, so device backends report completed work.
+ *
+ * Errors. Every entry returns dsv4_status and records its message with
+ * dsv4i_error(). A failed step op leaves the caches of the batch's slots
+ * at an unspecified length >= their pre-step length; the engine restores
+ * them with slot_truncate. DSV4_ERR_DEVICE_LOST makes the backend unusable.
+ *
+ * Threads: a backend instance is used by one thread at a time (the engine's
+ * caller); it may use worker threads internally.
+ */
+#ifndef DSV4I_ENGINE_BACKEND_H
+#define DSV4I_ENGINE_BACKEND_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/base.h"
+
+struct dsv4_model;   /* model/model.h: config, roles, checkpoint */
+struct dsv4i_config; /* model/config.h */
+
+/** A backend-owned buffer. impl is meaningful only to the backend; {NULL} is "none". */
+typedef struct dsv4i_bbuf {
+  void *impl;
+} dsv4i_bbuf;
+
+/** Layout of a generated token: decode index row (window part = the ring, oldest first). */
+#define DSV4I_LAYOUT_DECODE 0
+
+/** Layout of the tokens of a prompt ingest that ends at position `end` (exclusive). */
+static inline int32_t dsv4i_layout_prefill(int64_t end, int32_t window) {
+  return end < window ? (int32_t)end : window;
+}
+
+/**
+ * Metadata of one step (host memory, copied by set_batch).
+ * n_tok >= 1 and <= the max_batch_tokens given at create.
+ */
+typedef struct dsv4i_batch {
+  int32_t n_tok;
+  const int32_t *tokens;      /**< int32 [n_tok] token ids in [0, vocab) */
+  const int64_t *pos;         /**< int64 [n_tok] positions (runs: consecutive, see above) */
+  const int32_t *slot;        /**< int32 [n_tok] cache slot of each token */
+  const int32_t *layout;      /**< int32 [n_tok] DSV4I_LAYOUT_DECODE or a prefill width */
+  const uint8_t *image;       /**< uint8 [n_tok] non-zero = image-span position, or NULL (text) */
+  int32_t n_out;              /**< rows head() computes, 0..n_tok */
+  const int32_t *out_tok;     /**< int32 [n_out] token indices, ascending; row r of the
+                               *   logits buffer is token out_tok[r] */
+  const int64_t *engram_ids;  /**< int64 [n_tok][n_engram_layers][n_cols] table row ids
+                               *   (spec §5.2; Engram slots in config order, the layout of
+                               *   dsv4i_engram_history_row_ids with slot -1), or NULL for
+                               *   a model without Engram layers */
+} dsv4i_batch;
+
+/** One sampling request (host), row r of a logits buffer. */
+typedef struct dsv4i_sample_req {
+  float temperature;  /**< <= 0: argmax (lower index on ties) */
+  uint32_t reserved;
+  uint64_t seed;      /**< noise stream (spec §5.6 exponential race) */
+  uint64_t counter;   /**< draw index within the stream (the engine uses the position) */
+} dsv4i_sample_req;
+
+/**
+ * Cache storage of a backend for a config and a context length: what the
+ * memory planner needs. Every cache kind of every layer draws pages of one
+ * size from one shared pool.
+ */
+typedef struct dsv4i_cache_format {
+  int64_t page_bytes;        /**< bytes of one pool page */
+  int64_t seq_pages;         /**< pages one sequence of max_positions needs (rings included) */
+  int64_t ring_pages;        /**< of those, pages a sequence holds from its first position */
+  int64_t bytes_per_pos;     /**< record bytes per position, all layers (spec §5.8: 890 B
+                              *   for the release with the native records) */
+  int64_t slot_bytes;        /**< host bytes per slot outside the pool (page tables, state) */
+  int64_t weight_bytes;      /**< memory the backend adds at load (dequantised wo_a, ...) */
+  int64_t act_bytes_per_tok; /**< step workspace per batch token (buffers + scratch) */
+  int64_t act_bytes_fixed;   /**< step workspace independent of the batch size */
+} dsv4i_cache_format;
+
+/** Cache pool usage. */
+typedef struct dsv4i_cache_usage {
+  int64_t pages_total, pages_used;
+  int32_t slots_total, slots_used;
+} dsv4i_cache_usage;
+
+/** Progress of a long create: stage name, done of total units. Non-zero return = abort. */
+typedef int32_t (*dsv4i_progress_cb)(const char *stage, int64_t done, int64_t total, void *user);
+
+/** Arguments of a backend's create. Everything borrowed for the call, model for the backend's life. */
+typedef struct dsv4i_backend_desc {
+  const struct dsv4_model *model; /**< config + checkpoint; must outlive the backend */
+  int32_t device;                 /**< device ordinal (ignored by the CPU backend) */
+  int32_t n_threads;              /**< worker threads; <= 0: the backend's default */
+  int32_t n_slots;                /**< cache slots (live sequences incl. forks) */
+  int32_t max_batch_tokens;       /**< largest n_tok of a step */
+  int32_t max_out_rows;           /**< largest n_out of a step */
+  int32_t reserved;
+  int64_t max_positions;          /**< positions one slot may hold (max context) */
+  int64_t pool_pages;             /**< pages of the shared pool (from the plan) */
+  const dsv4i_logger *log;        /**< may be NULL */
+  dsv4i_progress_cb progress;     /**< may be NULL */
+  void *progress_user;
+} dsv4i_backend_desc;
+
+typedef struct dsv4i_backend dsv4i_backend;
+
+/**
+ * The vtable. Unless said otherwise an entry returns DSV4_OK,
+ * DSV4_ERR_INVALID_ARG (a contract violation by the engine: a bug),
+ * DSV4_ERR_OUT_OF_MEMORY or, for device backends, DSV4_ERR_DEVICE /
+ * DSV4_ERR_DEVICE_LOST.
+ */
+typedef struct dsv4i_backend_ops {
+  const char *name; /**< "cpu", "cuda" */
+
+  /** Release everything (buffers, slots, pools). NULL-safe in the wrapper. */
+  void (*destroy)(dsv4i_backend *be);
+
+  /* ---- buffers ---------------------------------------------------------- */
+  /** Allocate `bytes` of backend memory (zeroed). *out = {NULL} on failure. */
+  dsv4_status (*buf_alloc)(dsv4i_backend *be, size_t bytes, dsv4i_bbuf *out);
+  /** Release; {NULL} is a no-op. */
+  void (*buf_free)(dsv4i_backend *be, dsv4i_bbuf b);
+  /** Copy bytes [off, off+bytes) of b to host dst, after all queued work. */
+  dsv4_status (*buf_read)(dsv4i_backend *be, dsv4i_bbuf b, size_t off, size_t bytes, void *dst);
+
+  /* ---- cache slots (spec §5.8) ----------------------------------------- */
+  /** An empty slot. DSV4_KV_FULL (no free slot or no room for its fixed part; no change). */
+  dsv4_status (*slot_open)(dsv4i_backend *be, int32_t *slot);
+  /**
+   * Make slots[i] able to hold positions [0, len[i]) (capacity only; the
+   * contents do not change). All or nothing: DSV4_KV_FULL when the pool
+   * cannot hold every request, and then nothing changed. A len below the
+   * current capacity is a no-op for that slot.
+   */
+  dsv4_status (*slot_reserve)(dsv4i_backend *be, int32_t n, const int32_t *slots,
+                              const int64_t *len);
+  /** Roll back to length len (<= current): every cache then reads as if only
+   *  positions [0, len) had ever been written. Pages past it return to the pool. */
+  dsv4_status (*slot_truncate)(dsv4i_backend *be, int32_t slot, int64_t len);
+  /** A new slot with a copy of src's contents and length. DSV4_KV_FULL (no change). */
+  dsv4_status (*slot_fork)(dsv4i_backend *be, int32_t src, int32_t *dst);
+  /** Release a slot and its pages. */
+  void (*slot_close)(dsv4i_backend *be, int32_t slot);
+  /** Pool usage now. */
+  void (*usage)(const dsv4i_backend *be, dsv4i_cache_usage *out);
+
+  /* ---- one step --------------------------------------------------------- */
+  /** Copy the step metadata (see dsv4i_batch); checks runs against slot lengths. */
+  dsv4_status (*set_batch)(dsv4i_backend *be, const dsv4i_batch *b);
+  /** h = embed[tokens] in hc copies (stream layout); pre = one-hot copy 0 (spec §5.1). */
+  dsv4_status (*embed)(dsv4i_backend *be, dsv4i_bbuf h, dsv4i_bbuf pre);
+  /** Engram module of backbone layer `layer` (an Engram layer) on h in place, with the
+   *  batch's row ids for that layer (spec §5.2 Module). */
+  dsv4_status (*engram)(dsv4i_backend *be, int32_t layer, dsv4i_bbuf h);
+  /**
+   * Backbone block `layer` (spec §5.3-§5.5) on h in place: pre in = the previous
+   * block's FFN pre, out = this block's FFN pre. Writes the layer's caches for the
+   * batch positions. taps ({NULL}: none): at a DSpark tap layer, the bf16 mean over
+   * the hc copies of the block's *input* h goes to taps[t][k][:], k = the tap's rank.
+   */
+  dsv4_status (*block)(dsv4i_backend *be, int32_t layer, dsv4i_bbuf h, dsv4i_bbuf pre,
+                       dsv4i_bbuf taps);
+  /** Head (spec §5.6 1-2) for the batch's out_tok rows: logits[r] f32 [vocab]. */
+  dsv4_status (*head)(dsv4i_backend *be, dsv4i_bbuf h, dsv4i_bbuf pre, dsv4i_bbuf logits);
+  /** Sample n rows of logits (spec §5.6 3): tokens[r] (host) from req[r] (host). */
+  dsv4_status (*sample)(dsv4i_backend *be, dsv4i_bbuf logits, int32_t n,
+                        const dsv4i_sample_req *req, int32_t *tokens);
+  /** Wait for queued work (timing); CPU: no-op. */
+  dsv4_status (*sync)(dsv4i_backend *be);
+
+  /* ---- DSpark (issue 5; NULL until a backend implements them) --------- */
+  /**
+   * Seed/extend the DSpark stages' window rings of the batch's slots from
+   * main_hidden taps (bf16 [n_tok][n_taps][dim], one row per batch token; spec
+   * §6.1 "Prefill" and §6.2 5).
+   */
+  dsv4_status (*dspark_extend)(dsv4i_backend *be, dsv4i_bbuf taps);
+  /**
+   * One draft forward (spec §6.1 decode step) for n sequences: anchor token
+   * and main_hidden row per sequence; writes draft tokens (host int32
+   * [n][block-1]) and, when non-NULL, confidence logits (host f32 [n][block]).
+   */
+  dsv4_status (*dspark_draft)(dsv4i_backend *be, int32_t n, const int32_t *slots,
+                              const int64_t *pos, const int32_t *anchor, dsv4i_bbuf taps,
+                              const dsv4i_sample_req *req, int32_t *drafts,
+                              float *confidence);
+} dsv4i_backend_ops;
+
+/** Every backend instance starts with this header (the implementation extends it). */
+struct dsv4i_backend {
+  const dsv4i_backend_ops *ops;
+  int32_t kind;      /**< DSV4_BACKEND_CPU / _CUDA */
+  int32_t n_threads; /**< host worker threads it uses (informational) */
+};
+
+/* ---- factory (lib/engine/backend.c) ---------------------------------------- */
+
+/**
+ * Cache storage sizes of backend `kind` for a config and a context length
+ * (positions per sequence), without creating anything (the memory planner
+ * calls it before allocating).
+ * @return DSV4_OK; DSV4_ERR_UNSUPPORTED (kind not built / CUDA not yet);
+ *         DSV4_ERR_INVALID_ARG.
+ */
+dsv4_status dsv4i_backend_format(int32_t kind, const struct dsv4i_config *cfg,
+                                 int64_t max_positions, dsv4i_cache_format *out);
+
+/**
+ * Create backend `kind` (DSV4_BACKEND_CPU; DSV4_BACKEND_CUDA answers
+ * DSV4_ERR_UNSUPPORTED for now). Checks capability, maps/prepares weights,
+ * allocates pools for d->pool_pages pages and d->n_slots slots.
+ * @return DSV4_OK; DSV4_ERR_UNSUPPORTED; DSV4_ERR_INVALID_ARG;
+ *         DSV4_ERR_OUT_OF_MEMORY; DSV4_ERR_WEIGHTS (a tensor the backend needs
+ *         has another format); DSV4_ABORTED (progress callback). *out NULL on failure.
+ */
+dsv4_status dsv4i_backend_create(int32_t kind, const dsv4i_backend_desc *d, dsv4i_backend **out);
+
+/** Destroy; NULL is a no-op. */
+void dsv4i_backend_destroy(dsv4i_backend *be);
+
+/* ---- implementations (declared here so the engine includes no backend header) */
+
+/** lib/cpu/cpu_backend.c */
+dsv4_status dsv4i_cpu_backend_format(const struct dsv4i_config *cfg, int64_t max_positions,
+                                     dsv4i_cache_format *out);
+dsv4_status dsv4i_cpu_backend_create(const dsv4i_backend_desc *d, dsv4i_backend **out);
+
+#endif /* DSV4I_ENGINE_BACKEND_H */

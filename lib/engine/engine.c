@@ -1,0 +1,165 @@
+/*
+ * Engine creation and teardown: memory plan, Engram tables, backend, step
+ * workspace. Steps are in step.c, sequences in sequence.c.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/engine.h"
+#include "io/tokenizer.h"
+
+static int progress(const dsv4i_engine_args *a, const char *stage, int64_t done, int64_t total) {
+  return a->progress ? a->progress(stage, done, total, a->progress_user) : 0;
+}
+
+/* Engram tables from the model directory's tokenizer (spec §5.2 a-c). */
+static dsv4_status make_engram(struct dsv4_engine *e) {
+  const dsv4i_config *c = e->cfg;
+  if (c->n_engram == 0) return DSV4_OK;
+  dsv4i_tokenizer *tok = NULL;
+  dsv4_status s = dsv4i_tokenizer_load(e->model->dir, &tok);
+  if (s) {
+    dsv4i_error_prefix("Engram tables need the model's tokenizer");
+    return s;
+  }
+  s = dsv4i_engram_tables_create(c, tok, &e->engram);
+  dsv4i_tokenizer_free(tok);
+  if (s) return s;
+  e->n_engram_cols = e->engram->n_layers * e->engram->n_cols;
+  return DSV4_OK;
+}
+
+static dsv4_status alloc_workspace(struct dsv4_engine *e) {
+  const dsv4i_config *c = e->cfg;
+  const size_t nt = (size_t)e->plan.max_batch_tokens, no = (size_t)e->plan.max_out_rows;
+  const size_t hc = (size_t)c->hc_mult, dim = (size_t)c->dim;
+  dsv4_status s = e->be->ops->buf_alloc(e->be, nt * hc * dim * 2, &e->h);
+  if (!s) s = e->be->ops->buf_alloc(e->be, nt * hc * sizeof(float), &e->pre);
+  if (!s) s = e->be->ops->buf_alloc(e->be, no * (size_t)e->vocab * sizeof(float), &e->logits);
+  if (s) return s;
+  e->b_tok = dsv4i_calloc(nt, sizeof *e->b_tok, "batch tokens");
+  e->b_slot = dsv4i_calloc(nt, sizeof *e->b_slot, "batch slots");
+  e->b_out = dsv4i_calloc(nt, sizeof *e->b_out, "batch outputs");
+  e->b_pos = dsv4i_calloc(nt, sizeof *e->b_pos, "batch positions");
+  e->b_layout = dsv4i_calloc(nt, sizeof *e->b_layout, "batch layout");
+  e->b_req = dsv4i_calloc(no, sizeof *e->b_req, "sampling requests");
+  e->b_q = dsv4i_calloc(no, sizeof *e->b_q, "batch sequences");
+  e->b_len = dsv4i_calloc(no, sizeof *e->b_len, "batch lengths");
+  e->mark = dsv4i_calloc((size_t)e->plan.max_seqs, 1, "sequence marks");
+  e->seqs = dsv4i_calloc((size_t)e->plan.max_seqs, sizeof *e->seqs, "sequence table");
+  e->t.layer_ns = dsv4i_calloc((size_t)c->n_layers, sizeof(int64_t), "layer timings");
+  if (e->n_engram_cols > 0)
+    e->b_engram = dsv4i_calloc(nt * (size_t)e->n_engram_cols, sizeof(int64_t), "Engram ids");
+  if (!e->b_tok || !e->b_slot || !e->b_out || !e->b_pos || !e->b_layout || !e->b_req ||
+      !e->b_q || !e->b_len || !e->mark || !e->seqs || !e->t.layer_ns ||
+      (e->n_engram_cols > 0 && !e->b_engram))
+    return DSV4_ERR_OUT_OF_MEMORY;
+  return DSV4_OK;
+}
+
+dsv4_status dsv4i_engine_create(struct dsv4_model *model, const dsv4i_engine_args *a,
+                                struct dsv4_engine **out) {
+  *out = NULL;
+  const int64_t t0 = dsv4i_now_ns();
+  if (model->flags & DSV4_MODEL_F_CONFIG_ONLY)
+    return dsv4i_error(DSV4_ERR_INVALID_ARG,
+                       "engine: the model was loaded with DSV4_MODEL_F_CONFIG_ONLY (no weights)");
+  const dsv4i_config *c = &model->cfg;
+  if (a->max_ctx > c->max_position_embeddings)
+    return dsv4i_error(DSV4_ERR_INVALID_ARG,
+                       "engine: max_context %lld exceeds the model's max_position_embeddings %lld",
+                       (long long)a->max_ctx, (long long)c->max_position_embeddings);
+  if (a->max_seqs > DSV4I_MAX_SEQS)
+    return dsv4i_error(DSV4_ERR_INVALID_ARG, "engine: max_sequences %d above %d",
+                       (int)a->max_seqs, DSV4I_MAX_SEQS);
+
+  struct dsv4_engine *e = dsv4i_calloc(1, sizeof *e, "engine");
+  if (!e) return DSV4_ERR_OUT_OF_MEMORY;
+  e->model = model;
+  e->cfg = c;
+  e->args = *a;
+  e->vocab = c->vocab_size;
+  e->last_error = dsv4i_calloc(1, DSV4I_ERROR_CAP, "engine error slot");
+  dsv4_status s = e->last_error ? DSV4_OK : DSV4_ERR_OUT_OF_MEMORY;
+
+  dsv4i_plan_req rq;
+  memset(&rq, 0, sizeof rq);
+  rq.backend = a->backend;
+  rq.max_seqs = a->max_seqs;
+  rq.max_ctx = a->max_ctx;
+  rq.kv_budget = a->kv_budget;
+  rq.chunk = a->chunk;
+  rq.host_limit = a->backend == DSV4_BACKEND_CPU ? dsv4i_plan_host_memory() : 0;
+  rq.mapped_bytes = (int64_t)model->contract.payload_bytes;
+  if (!s) s = dsv4i_plan_make(c, &rq, &e->plan);
+  if (!s) {
+    const dsv4i_plan *p = &e->plan;
+    dsv4i_log(&a->log, DSV4_LOG_INFO,
+              "engine plan: %d sequences x %lld positions, %lld pages x %lld B + %d slots "
+              "x %lld B = %lld B KV; workspace %lld B; prepared weights %lld B",
+              (int)p->max_seqs, (long long)p->max_ctx, (long long)p->pool_pages,
+              (long long)p->fmt.page_bytes, (int)p->max_seqs, (long long)p->fmt.slot_bytes,
+              (long long)p->kv_bytes, (long long)p->act_bytes, (long long)p->extra_weight_bytes);
+  }
+  if (!s && progress(a, "engram", 0, 1)) s = dsv4i_error(DSV4_ABORTED, "engine: aborted");
+  if (!s) s = make_engram(e);
+  if (!s && progress(a, "engram", 1, 1)) s = dsv4i_error(DSV4_ABORTED, "engine: aborted");
+  if (!s) {
+    dsv4i_backend_desc d;
+    memset(&d, 0, sizeof d);
+    d.model = model;
+    d.device = a->device;
+    d.n_threads = a->n_threads;
+    d.n_slots = e->plan.max_seqs;
+    d.max_batch_tokens = e->plan.max_batch_tokens;
+    d.max_out_rows = e->plan.max_out_rows;
+    d.max_positions = e->plan.max_ctx;
+    d.pool_pages = e->plan.pool_pages;
+    d.log = &e->args.log;
+    d.progress = a->progress;
+    d.progress_user = a->progress_user;
+    s = dsv4i_backend_create(a->backend, &d, &e->be);
+  }
+  if (!s) s = alloc_workspace(e);
+  if (s) {
+    dsv4i_engine_free(e);
+    return s;
+  }
+  e->t.create_ns = dsv4i_now_ns() - t0;
+  progress(a, "ready", 1, 1);
+  *out = e;
+  return DSV4_OK;
+}
+
+void dsv4i_engine_free(struct dsv4_engine *e) {
+  if (!e) return;
+  if (e->seqs)
+    for (int32_t i = 0; i < e->plan.max_seqs; i++)
+      if (e->seqs[i].id) {
+        if (e->be) e->be->ops->slot_close(e->be, e->seqs[i].slot);
+        dsv4i_engram_history_free(e->seqs[i].hist);
+      }
+  if (e->be) {
+    e->be->ops->buf_free(e->be, e->h);
+    e->be->ops->buf_free(e->be, e->pre);
+    e->be->ops->buf_free(e->be, e->logits);
+    e->be->ops->buf_free(e->be, e->taps);
+  }
+  dsv4i_backend_destroy(e->be);
+  dsv4i_engram_tables_free(e->engram);
+  free(e->seqs);
+  free(e->b_tok);
+  free(e->b_slot);
+  free(e->b_out);
+  free(e->b_pos);
+  free(e->b_layout);
+  free(e->b_req);
+  free(e->b_q);
+  free(e->b_len);
+  free(e->b_engram);
+  free(e->mark);
+  free(e->t.layer_ns);
+  free(e->last_error);
+  if (e->owns_model) dsv4i_model_close(e->model);
+  free(e);
+}

@@ -1,0 +1,152 @@
+/*
+ * The engine behind the public dsv4_engine handle (issue 4): sequences,
+ * batch assembly, prefill / decode steps through the backend interface
+ * (engine/backend.h), sampling glue, timings. The API layer (lib/api/
+ * api_engine.c) checks arguments and captures errors; everything here
+ * assumes non-NULL handles and records messages with dsv4i_error().
+ *
+ * State guarantees (the public header documents them per call):
+ * - validation (unknown sequence, bad token, context overflow, empty input)
+ *   happens before anything changes;
+ * - capacity (DSV4_KV_FULL) is reserved all-or-nothing before any compute;
+ * - a compute failure after that (out of memory, internal) rolls the
+ *   sequences of the call back when the backend can (decode: one position),
+ *   and otherwise marks them damaged: later calls on a damaged sequence
+ *   fail with DSV4_ERR_INVALID_ARG until it is freed.
+ */
+#ifndef DSV4I_ENGINE_H
+#define DSV4I_ENGINE_H
+
+#include <stdint.h>
+
+#include "base/base.h"
+#include "engine/backend.h"
+#include "engine/plan.h"
+#include "model/engram_hash.h"
+#include "model/model.h"
+
+/** Sequence ids: serial << DSV4I_SEQ_IDX_BITS | table index (never 0). */
+#define DSV4I_SEQ_IDX_BITS 16
+#define DSV4I_MAX_SEQS ((1 << DSV4I_SEQ_IDX_BITS) - 1)
+
+typedef struct dsv4i_seq {
+  int64_t id;                    /**< 0: free entry */
+  int32_t slot;                  /**< backend cache slot */
+  int32_t damaged;               /**< a failed compute left it inconsistent */
+  int64_t len;                   /**< positions held (the next token's position) */
+  dsv4i_engram_history *hist;    /**< NULL for a model without Engram layers */
+} dsv4i_seq;
+
+/** Op categories of the per-op timings. */
+enum {
+  DSV4I_OP_EMBED = 0,
+  DSV4I_OP_ENGRAM,
+  DSV4I_OP_BLOCK,
+  DSV4I_OP_HEAD,
+  DSV4I_OP_SAMPLE,
+  DSV4I_OP_READ,
+  DSV4I_OP_HOST, /**< engine-side work: validation, hashing, batch assembly */
+  DSV4I_OP_DSPARK, /**< DSpark ring extension and drafts (issue 5) */
+  DSV4I_OP_COUNT
+};
+
+typedef struct dsv4i_timings {
+  int64_t create_ns;
+  int64_t prefill_calls, prefill_tokens, prefill_ns, last_prefill_ns;
+  int64_t decode_steps, decode_tokens, decode_ns, last_decode_ns;
+  int64_t op_ns[DSV4I_OP_COUNT];
+  int64_t *layer_ns;              /**< [n_layers] block time per backbone layer (per-op mode) */
+} dsv4i_timings;
+
+/** Engine flags (mirror DSV4_ENGINE_F_*). */
+#define DSV4I_ENGINE_F_OP_TIMINGS 1u
+
+/** Creation arguments after the API layer applied defaults. */
+typedef struct dsv4i_engine_args {
+  uint32_t flags;
+  int32_t backend;         /**< DSV4_BACKEND_CPU / _CUDA (AUTO resolved) */
+  int32_t device;
+  int32_t max_seqs;
+  int32_t n_threads;
+  int32_t chunk;
+  int64_t max_ctx;
+  int64_t kv_budget;
+  dsv4i_logger log;
+  dsv4i_progress_cb progress;
+  void *progress_user;
+} dsv4i_engine_args;
+
+struct dsv4_engine {
+  struct dsv4_model *model;      /**< borrowed, or owned when owns_model */
+  int32_t owns_model;
+  int32_t vocab;
+  const dsv4i_config *cfg;
+  dsv4i_engine_args args;
+  dsv4i_plan plan;
+  dsv4i_backend *be;
+  dsv4i_engram_tables *engram;   /**< NULL without Engram layers */
+  int32_t n_engram_cols;         /**< n_engram_layers * n_cols per token */
+  dsv4i_seq *seqs;               /**< [max_seqs] */
+  int64_t serial;
+  /* step workspace (backend memory) */
+  dsv4i_bbuf h, pre, logits;
+  /** DSpark main_hidden taps, bf16 [max_batch_tokens][n_taps][dim], or {NULL}: when
+   *  set (by speculative decoding, issue 5), every step passes it to block() and
+   *  then calls the backend's dspark_extend. Freed with the engine. */
+  dsv4i_bbuf taps;
+  struct dsv4i_spec *spec;       /**< speculative-decoding state (issue 5), or NULL */
+  /* host batch scratch, [max_batch_tokens] each (engram: x n_engram_cols) */
+  int32_t *b_tok, *b_slot, *b_out;
+  int64_t *b_pos, *b_engram;
+  int32_t *b_layout;
+  dsv4i_sample_req *b_req;
+  dsv4i_seq **b_q;               /**< [max_out_rows] decode: sequence of each batch row */
+  int64_t *b_len;                /**< [max_out_rows] decode: its length before the step */
+  uint8_t *mark;                 /**< [max_seqs] duplicate detection */
+  dsv4i_timings t;
+  char *last_error;              /**< [DSV4I_ERROR_CAP] */
+};
+
+/** Create (model borrowed; the caller sets owns_model afterwards if it should). */
+dsv4_status dsv4i_engine_create(struct dsv4_model *model, const dsv4i_engine_args *a,
+                                struct dsv4_engine **out);
+/** NULL is a no-op; frees the model when owned. */
+void dsv4i_engine_free(struct dsv4_engine *e);
+
+/* ---- sequences (sequence.c) ---- */
+dsv4_status dsv4i_seq_create(struct dsv4_engine *e, int64_t *id);
+dsv4_status dsv4i_seq_fork(struct dsv4_engine *e, int64_t parent, int64_t *child);
+dsv4_status dsv4i_seq_free(struct dsv4_engine *e, int64_t id);
+/** Lookup: the live, undamaged entry of id or NULL with DSV4_ERR_UNKNOWN_SEQUENCE /
+ *  DSV4_ERR_INVALID_ARG (damaged) recorded in *st. */
+dsv4i_seq *dsv4i_seq_find(struct dsv4_engine *e, int64_t id, dsv4_status *st);
+/** Live sequences. */
+int32_t dsv4i_seq_count(const struct dsv4_engine *e);
+
+/** Sampling of one call (temperature, seed, optional per-sequence seeds). */
+typedef struct dsv4i_sampling {
+  float temperature;
+  uint64_t seed;
+  const uint64_t *seeds;         /**< [n] or NULL */
+} dsv4i_sampling;
+
+/* ---- steps (step.c) ---- */
+dsv4_status dsv4i_engine_prefill(struct dsv4_engine *e, int64_t id, const int32_t *tokens,
+                                 int64_t n, const dsv4i_sampling *smp, float *logits,
+                                 int32_t *sampled);
+dsv4_status dsv4i_engine_decode(struct dsv4_engine *e, int32_t n, const int64_t *ids,
+                                const int32_t *tokens, const dsv4i_sampling *smp,
+                                float *logits, int32_t *sampled);
+
+/** Run one step through the backend (set_batch, embed, Engram + blocks, head). */
+dsv4_status dsv4i_engine_run_step(struct dsv4_engine *e, const dsv4i_batch *b);
+
+/* ---- timing (timing.c) ---- */
+int64_t dsv4i_now_ns(void);
+/** Start an op timer: returns the start time, or 0 when per-op timing is off. */
+int64_t dsv4i_op_begin(struct dsv4_engine *e);
+/** Stop it: syncs the backend (per-op mode only) and adds to op (and layer >= 0). */
+void dsv4i_op_end(struct dsv4_engine *e, int64_t t0, int32_t op, int32_t layer);
+void dsv4i_timings_reset(struct dsv4_engine *e);
+
+#endif /* DSV4I_ENGINE_H */

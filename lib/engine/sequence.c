@@ -1,0 +1,110 @@
+/*
+ * Sequence table: opaque int64 ids -> (backend cache slot, length, Engram
+ * history). An id is serial << 16 | table index, so a lookup is one
+ * comparison and a freed id never matches a later sequence.
+ */
+#include <stdlib.h>
+
+#include "engine/engine.h"
+
+static dsv4i_seq *lookup(struct dsv4_engine *e, int64_t id) {
+  if (id <= 0) return NULL;
+  const int64_t idx = id & ((INT64_C(1) << DSV4I_SEQ_IDX_BITS) - 1);
+  if (idx >= e->plan.max_seqs) return NULL;
+  dsv4i_seq *s = &e->seqs[idx];
+  return s->id == id ? s : NULL;
+}
+
+dsv4i_seq *dsv4i_seq_find(struct dsv4_engine *e, int64_t id, dsv4_status *st) {
+  dsv4i_seq *s = lookup(e, id);
+  if (!s) {
+    *st = dsv4i_error(DSV4_ERR_UNKNOWN_SEQUENCE, "sequence %lld does not exist (never created, or freed)",
+                      (long long)id);
+    return NULL;
+  }
+  if (s->damaged) {
+    *st = dsv4i_error(DSV4_ERR_INVALID_ARG,
+                      "sequence %lld was left inconsistent by an earlier failed call; free it",
+                      (long long)id);
+    return NULL;
+  }
+  *st = DSV4_OK;
+  return s;
+}
+
+int32_t dsv4i_seq_count(const struct dsv4_engine *e) {
+  int32_t n = 0;
+  for (int32_t i = 0; i < e->plan.max_seqs; i++) n += e->seqs[i].id != 0;
+  return n;
+}
+
+static dsv4_status free_entry(struct dsv4_engine *e, int32_t *idx) {
+  for (int32_t i = 0; i < e->plan.max_seqs; i++)
+    if (!e->seqs[i].id) {
+      *idx = i;
+      return DSV4_OK;
+    }
+  return dsv4i_error(DSV4_KV_FULL, "all %d sequence slots are in use (engine max_sequences); "
+                                   "free a sequence and retry", (int)e->plan.max_seqs);
+}
+
+static int64_t next_id(struct dsv4_engine *e, int32_t idx) {
+  return (++e->serial << DSV4I_SEQ_IDX_BITS) | idx;
+}
+
+dsv4_status dsv4i_seq_create(struct dsv4_engine *e, int64_t *id) {
+  int32_t idx = -1, slot = -1;
+  dsv4_status s = free_entry(e, &idx);
+  if (s) return s;
+  dsv4i_engram_history *h = NULL;
+  if (e->engram && (s = dsv4i_engram_history_create(e->engram, &h))) return s;
+  if ((s = e->be->ops->slot_open(e->be, &slot))) {
+    dsv4i_engram_history_free(h);
+    return s;
+  }
+  dsv4i_seq *q = &e->seqs[idx];
+  q->id = next_id(e, idx);
+  q->slot = slot;
+  q->damaged = 0;
+  q->len = 0;
+  q->hist = h;
+  *id = q->id;
+  return DSV4_OK;
+}
+
+dsv4_status dsv4i_seq_fork(struct dsv4_engine *e, int64_t parent, int64_t *child) {
+  dsv4_status s;
+  dsv4i_seq *p = dsv4i_seq_find(e, parent, &s);
+  if (!p) return s;
+  int32_t idx = -1, slot = -1;
+  if ((s = free_entry(e, &idx))) return s;
+  dsv4i_engram_history *h = NULL;
+  if (p->hist && (s = dsv4i_engram_history_fork(p->hist, &h))) return s;
+  if ((s = e->be->ops->slot_fork(e->be, p->slot, &slot))) {
+    dsv4i_engram_history_free(h);
+    return s;
+  }
+  dsv4i_seq *q = &e->seqs[idx];
+  q->id = next_id(e, idx);
+  q->slot = slot;
+  q->damaged = 0;
+  q->len = p->len;
+  q->hist = h;
+  *child = q->id;
+  return DSV4_OK;
+}
+
+dsv4_status dsv4i_seq_free(struct dsv4_engine *e, int64_t id) {
+  dsv4i_seq *q = lookup(e, id);
+  if (!q)
+    return dsv4i_error(DSV4_ERR_UNKNOWN_SEQUENCE, "sequence %lld does not exist (never created, or freed)",
+                       (long long)id);
+  e->be->ops->slot_close(e->be, q->slot);
+  dsv4i_engram_history_free(q->hist);
+  q->id = 0;
+  q->hist = NULL;
+  q->slot = -1;
+  q->len = 0;
+  q->damaged = 0;
+  return DSV4_OK;
+}

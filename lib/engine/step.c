@@ -1,0 +1,234 @@
+/*
+ * Prefill and batched decode: validation, capacity, Engram hashing, batch
+ * assembly, the step through the backend, logits read-back and sampling.
+ * The order of backend calls is the reference's (spec §5.1-§5.6); see
+ * engine/backend.h for the contract.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/engine.h"
+
+dsv4_status dsv4i_engine_run_step(struct dsv4_engine *e, const dsv4i_batch *b) {
+  dsv4i_backend *be = e->be;
+  const dsv4i_backend_ops *o = be->ops;
+  int64_t t = dsv4i_op_begin(e);
+  dsv4_status s = o->set_batch(be, b);
+  if (!s) s = o->embed(be, e->h, e->pre);
+  dsv4i_op_end(e, t, DSV4I_OP_EMBED, -1);
+  for (int32_t L = 0; !s && L < e->cfg->n_layers; L++) {
+    if (e->cfg->layers[L].roles & DSV4_ROLE_ENGRAM) {
+      t = dsv4i_op_begin(e);
+      s = o->engram(be, L, e->h);
+      dsv4i_op_end(e, t, DSV4I_OP_ENGRAM, -1);
+      if (s) break;
+    }
+    t = dsv4i_op_begin(e);
+    s = o->block(be, L, e->h, e->pre, e->taps);
+    dsv4i_op_end(e, t, DSV4I_OP_BLOCK, L);
+  }
+  if (!s && e->taps.impl && o->dspark_extend) { /* DSpark rings follow every position */
+    t = dsv4i_op_begin(e);
+    s = o->dspark_extend(be, e->taps);
+    dsv4i_op_end(e, t, DSV4I_OP_DSPARK, -1);
+  }
+  if (!s && b->n_out > 0) {
+    t = dsv4i_op_begin(e);
+    s = o->head(be, e->h, e->pre, e->logits);
+    dsv4i_op_end(e, t, DSV4I_OP_HEAD, -1);
+  }
+  return s;
+}
+
+/* Undo an abandoned step of one sequence, keeping the step's error message. */
+static void rollback(struct dsv4_engine *e, dsv4i_seq *q, int64_t len) {
+  if (q->hist && dsv4i_engram_history_len(q->hist) > len)
+    dsv4i_engram_history_truncate(q->hist, len);
+  if (e->be->ops->slot_truncate(e->be, q->slot, len) != DSV4_OK) q->damaged = 1;
+}
+
+static dsv4_status fail_rollback(struct dsv4_engine *e, dsv4_status s, dsv4i_seq **qs,
+                                 const int64_t *lens, int32_t n) {
+  char *msg = dsv4i_strdup(dsv4i_error_message(), "error message");
+  for (int32_t i = 0; i < n; i++) rollback(e, qs[i], lens[i]);
+  dsv4i_error(s, "%s", msg ? msg : "(message lost)");
+  free(msg);
+  return s;
+}
+
+static dsv4_status check_tokens(const struct dsv4_engine *e, const int32_t *tok, int64_t n,
+                                const char *what) {
+  for (int64_t i = 0; i < n; i++)
+    if (tok[i] < 0 || tok[i] >= e->vocab)
+      return dsv4i_error(DSV4_ERR_INVALID_TOKEN, "%s token %lld is %d, outside [0, %d)", what,
+                         (long long)i, (int)tok[i], (int)e->vocab);
+  return DSV4_OK;
+}
+
+/* Logits rows [0, n) to the caller and/or sampled tokens. */
+static dsv4_status outputs(struct dsv4_engine *e, int32_t n, const dsv4i_sampling *smp,
+                           dsv4i_seq *const *qs, float *logits, int32_t *sampled) {
+  dsv4_status s = DSV4_OK;
+  if (logits) {
+    int64_t t = dsv4i_op_begin(e);
+    s = e->be->ops->buf_read(e->be, e->logits, 0, (size_t)n * (size_t)e->vocab * sizeof(float),
+                             logits);
+    dsv4i_op_end(e, t, DSV4I_OP_READ, -1);
+  }
+  if (!s && sampled) {
+    for (int32_t i = 0; i < n; i++) {
+      dsv4i_sample_req *r = &e->b_req[i];
+      memset(r, 0, sizeof *r);
+      r->temperature = smp ? smp->temperature : 0.0f;
+      r->seed = smp ? (smp->seeds ? smp->seeds[i] : smp->seed) : 0;
+      r->counter = (uint64_t)qs[i]->len; /* position the sampled token will take */
+    }
+    int64_t t = dsv4i_op_begin(e);
+    s = e->be->ops->sample(e->be, e->logits, n, e->b_req, sampled);
+    dsv4i_op_end(e, t, DSV4I_OP_SAMPLE, -1);
+  }
+  return s;
+}
+
+static void engram_ids(struct dsv4_engine *e, const dsv4i_seq *q, int64_t p0, int64_t p1,
+                       int64_t *dst) {
+  if (q->hist) dsv4i_engram_history_row_ids(q->hist, p0, p1, -1, dst);
+}
+
+dsv4_status dsv4i_engine_prefill(struct dsv4_engine *e, int64_t id, const int32_t *tokens,
+                                 int64_t n, const dsv4i_sampling *smp, float *logits,
+                                 int32_t *sampled) {
+  const int64_t t0 = dsv4i_now_ns();
+  dsv4_status s;
+  dsv4i_seq *q = dsv4i_seq_find(e, id, &s);
+  if (!q) return s;
+  if (n <= 0) return dsv4i_error(DSV4_ERR_INVALID_ARG, "prefill: empty prompt (n = %lld)", (long long)n);
+  if ((s = check_tokens(e, tokens, n, "prefill"))) return s;
+  const int64_t len0 = q->len;
+  if (n > e->plan.max_ctx - len0)
+    return dsv4i_error(DSV4_ERR_CONTEXT_OVERFLOW,
+                       "prefill: sequence %lld holds %lld positions; %lld more pass the engine's "
+                       "max_context %lld", (long long)id, (long long)len0, (long long)n,
+                       (long long)e->plan.max_ctx);
+  if (q->hist && (s = dsv4i_engram_history_reserve(q->hist, len0 + n))) return s;
+  const int64_t target = len0 + n;
+  if ((s = e->be->ops->slot_reserve(e->be, 1, &q->slot, &target))) return s;
+  /* from here on, a failure rolls the sequence back to len0 */
+  if (q->hist && (s = dsv4i_engram_history_append(q->hist, tokens, NULL, (size_t)n)))
+    return fail_rollback(e, s, &q, &len0, 1);
+  const int want = logits || sampled;
+  for (int64_t c0 = 0; c0 < n; c0 += e->plan.chunk) {
+    const int64_t th = dsv4i_op_begin(e);
+    const int32_t m = (int32_t)(n - c0 < e->plan.chunk ? n - c0 : e->plan.chunk);
+    for (int32_t i = 0; i < m; i++) {
+      e->b_tok[i] = tokens[c0 + i];
+      e->b_pos[i] = len0 + c0 + i;
+      e->b_slot[i] = q->slot;
+      e->b_layout[i] = dsv4i_layout_prefill(target, e->cfg->window_size);
+    }
+    if (e->b_engram) engram_ids(e, q, len0 + c0, len0 + c0 + m, e->b_engram);
+    dsv4i_batch b = {m, e->b_tok, e->b_pos, e->b_slot, e->b_layout, NULL, 0, e->b_out,
+                     e->b_engram};
+    if (want && c0 + m == n) {
+      b.n_out = 1;
+      e->b_out[0] = m - 1;
+    }
+    dsv4i_op_end(e, th, DSV4I_OP_HOST, -1);
+    if ((s = dsv4i_engine_run_step(e, &b))) return fail_rollback(e, s, &q, &len0, 1);
+  }
+  q->len = target;
+  if (want && (s = outputs(e, 1, smp, &q, logits, sampled))) return s;
+  const int64_t dt = dsv4i_now_ns() - t0;
+  e->t.prefill_calls++;
+  e->t.prefill_tokens += n;
+  e->t.prefill_ns += dt;
+  e->t.last_prefill_ns = dt;
+  return DSV4_OK;
+}
+
+/* Validate a decode batch; fills qs[0..n) on success. */
+static dsv4_status decode_check(struct dsv4_engine *e, int32_t n, const int64_t *ids,
+                                const int32_t *tokens, dsv4i_seq **qs) {
+  dsv4_status s = DSV4_OK;
+  int32_t i = 0;
+  for (; i < n && !s; i++) {
+    dsv4i_seq *q = dsv4i_seq_find(e, ids[i], &s);
+    if (!q) break;
+    const int32_t idx = (int32_t)(q - e->seqs);
+    if (e->mark[idx]) {
+      s = dsv4i_error(DSV4_ERR_INVALID_ARG, "decode: sequence %lld appears twice in the batch",
+                      (long long)ids[i]);
+      break;
+    }
+    e->mark[idx] = 1;
+    qs[i] = q;
+    if (tokens[i] < 0 || tokens[i] >= e->vocab)
+      s = dsv4i_error(DSV4_ERR_INVALID_TOKEN,
+                      "decode: token of batch row %d (sequence %lld) is %d, outside [0, %d)",
+                      (int)i, (long long)ids[i], (int)tokens[i], (int)e->vocab);
+    else if (q->len >= e->plan.max_ctx)
+      s = dsv4i_error(DSV4_ERR_CONTEXT_OVERFLOW,
+                      "decode: sequence %lld (batch row %d) already holds max_context %lld positions",
+                      (long long)ids[i], (int)i, (long long)e->plan.max_ctx);
+  }
+  for (int32_t j = 0; j < n; j++) { /* clear every mark set above */
+    const int64_t idx = ids[j] & ((INT64_C(1) << DSV4I_SEQ_IDX_BITS) - 1);
+    if (ids[j] > 0 && idx < e->plan.max_seqs) e->mark[idx] = 0;
+  }
+  return s;
+}
+
+dsv4_status dsv4i_engine_decode(struct dsv4_engine *e, int32_t n, const int64_t *ids,
+                                const int32_t *tokens, const dsv4i_sampling *smp,
+                                float *logits, int32_t *sampled) {
+  const int64_t t0 = dsv4i_now_ns();
+  if (n < 1 || n > e->plan.max_out_rows)
+    return dsv4i_error(DSV4_ERR_INVALID_ARG, "decode: %d sequences; the engine takes 1..%d",
+                       (int)n, (int)e->plan.max_out_rows);
+  dsv4i_seq **qs = e->b_q;
+  int64_t *lens = e->b_len;
+  const int64_t th = dsv4i_op_begin(e);
+  dsv4_status s = decode_check(e, n, ids, tokens, qs);
+  int32_t appended = 0;
+  for (int32_t i = 0; !s && i < n; i++) {
+    lens[i] = qs[i]->len;
+    e->b_slot[i] = qs[i]->slot;
+    e->b_pos[i] = lens[i] + 1; /* reserve targets */
+    if (qs[i]->hist) s = dsv4i_engram_history_reserve(qs[i]->hist, lens[i] + 1);
+  }
+  if (!s) s = e->be->ops->slot_reserve(e->be, n, e->b_slot, e->b_pos);
+  if (s) goto out; /* nothing changed */
+  for (; appended < n; appended++)
+    if (qs[appended]->hist &&
+        (s = dsv4i_engram_history_append(qs[appended]->hist, &tokens[appended], NULL, 1)))
+      break;
+  if (s) {
+    s = fail_rollback(e, s, qs, lens, n);
+    goto out;
+  }
+  const int want = logits || sampled;
+  for (int32_t i = 0; i < n; i++) {
+    e->b_tok[i] = tokens[i];
+    e->b_pos[i] = lens[i];
+    e->b_layout[i] = DSV4I_LAYOUT_DECODE;
+    e->b_out[i] = i;
+    if (e->b_engram) engram_ids(e, qs[i], lens[i], lens[i] + 1,
+                                e->b_engram + (size_t)i * (size_t)e->n_engram_cols);
+  }
+  dsv4i_batch b = {n, e->b_tok, e->b_pos, e->b_slot, e->b_layout, NULL, want ? n : 0, e->b_out,
+                   e->b_engram};
+  dsv4i_op_end(e, th, DSV4I_OP_HOST, -1);
+  if ((s = dsv4i_engine_run_step(e, &b))) {
+    s = fail_rollback(e, s, qs, lens, n);
+    goto out;
+  }
+  for (int32_t i = 0; i < n; i++) qs[i]->len = lens[i] + 1;
+  if (want && (s = outputs(e, n, smp, qs, logits, sampled))) goto out;
+  const int64_t dt = dsv4i_now_ns() - t0;
+  e->t.decode_steps++;
+  e->t.decode_tokens += n;
+  e->t.decode_ns += dt;
+  e->t.last_decode_ns = dt;
+out:
+  return s;
+}
