@@ -133,7 +133,7 @@ static int parse_size(const char *s, int64_t *out) {
   else if (!strcmp(end, "TB")) m = 1e12;
   else return 0;
   double b = v * m;
-  if (b > 9.0e18) return 0;
+  if (!(b <= 9.0e18)) return 0; /* also NaN ("nan"), whose conversion below is undefined */
   *out = (int64_t)(b + 0.5);
   return 1;
 }

@@ -77,7 +77,7 @@ enum {
   DSV4_ERR_ST_HEADER = -20,         /**< header length past the end of the file, or header not a JSON object of tensors */
   DSV4_ERR_ST_TRUNCATED = -21,      /**< file shorter than 8 bytes, or data area shorter than the tensors need */
   DSV4_ERR_ST_DTYPE = -22,          /**< unknown dtype string */
-  DSV4_ERR_ST_OFFSETS = -23,        /**< data_offsets malformed or outside the data area */
+  DSV4_ERR_ST_OFFSETS = -23,        /**< data_offsets malformed, outside the data area, or (dsv4_model_load) a tensor not aligned to its dtype's size */
   DSV4_ERR_ST_OVERLAP = -24,        /**< two tensors' byte ranges overlap */
   DSV4_ERR_ST_SIZE = -25,           /**< byte size != product(shape) x dtype size */
   DSV4_ERR_ST_DUPLICATE = -26,      /**< a tensor name appears twice (in a shard or across shards) */
@@ -623,7 +623,7 @@ typedef struct dsv4_engine_params {
                               *   CUDA is refused with DSV4_ERR_UNSUPPORTED for now) */
   int32_t device;            /**< CUDA device ordinal; default 0; ignored by the CPU */
   int32_t max_sequences;     /**< live sequences at once, forks included; default 8; 1..65535 */
-  int32_t n_threads;         /**< CPU worker threads; default 0 = one per core */
+  int32_t n_threads;         /**< CPU worker threads, 0..1024; default 0 = one per core */
   int64_t max_context;       /**< positions per sequence; default 0 = min(4096,
                               *   max_position_embeddings); at most max_position_embeddings */
   int64_t kv_budget_bytes;   /**< bytes for the KV pools; default 0 = exactly what
@@ -668,7 +668,8 @@ DSV4_API dsv4_status dsv4_engine_params_init(dsv4_engine_params *params, size_t 
  * @param out     [out] the engine, NULL on failure. Free with dsv4_engine_free().
  * @return DSV4_OK; DSV4_ERR_INVALID_ARG (NULL, a config-only model, unknown
  *         flags or backend, max_context above max_position_embeddings, a
- *         negative size, tp_size != 1 or mpi_comm set); DSV4_ERR_PARAMS_SIZE;
+ *         negative size, n_threads above 1024, tp_size != 1 or mpi_comm set);
+ *         DSV4_ERR_PARAMS_SIZE;
  *         DSV4_ERR_UNSUPPORTED (backend CUDA: not implemented yet);
  *         DSV4_ERR_DOES_NOT_FIT (the KV budget cannot hold the sequence slots
  *         plus one sequence at max_context, or the plan exceeds this machine's

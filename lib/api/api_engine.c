@@ -17,6 +17,9 @@
 #define DEFAULT_SEQS 8
 #define DEFAULT_CTX 4096
 #define DEFAULT_CHUNK 256
+/* n_threads above this is refused: OpenMP allocates per-thread state up front
+ * and aborts the whole process when that fails (INT32_MAX threads: ~480 GB). */
+#define MAX_THREADS 1024
 
 static size_t min_size(size_t a, size_t b) { return a < b ? a : b; }
 
@@ -85,11 +88,12 @@ static dsv4_status make_args(const dsv4_engine_params *params, int64_t max_pos,
       p.backend != DSV4_BACKEND_CUDA)
     return dsv4i_error(DSV4_ERR_INVALID_ARG, "%s: unknown backend %d", fn, (int)p.backend);
   if (p.device < 0 || p.max_sequences < 1 || p.max_sequences > DSV4I_MAX_SEQS || p.n_threads < 0 ||
-      p.max_context < 0 || p.kv_budget_bytes < 0 || p.prefill_chunk < 0 || p.tp_size < 0)
+      p.n_threads > MAX_THREADS || p.max_context < 0 || p.kv_budget_bytes < 0 ||
+      p.prefill_chunk < 0 || p.tp_size < 0)
     return dsv4i_error(DSV4_ERR_INVALID_ARG,
-                       "%s: out of range: device %d, max_sequences %d (1..%d), n_threads %d, "
+                       "%s: out of range: device %d, max_sequences %d (1..%d), n_threads %d (0..%d), "
                        "max_context %lld, kv_budget_bytes %lld, prefill_chunk %d, tp_size %d", fn,
-                       (int)p.device, (int)p.max_sequences, DSV4I_MAX_SEQS, (int)p.n_threads,
+                       (int)p.device, (int)p.max_sequences, DSV4I_MAX_SEQS, (int)p.n_threads, MAX_THREADS,
                        (long long)p.max_context, (long long)p.kv_budget_bytes,
                        (int)p.prefill_chunk, (int)p.tp_size);
   if (p.tp_size > 1 || p.mpi_comm)

@@ -103,13 +103,14 @@ dsv4_status dsv4i_engine_prefill(struct dsv4_engine *e, int64_t id, const int32_
   dsv4i_seq *q = dsv4i_seq_find(e, id, &s);
   if (!q) return s;
   if (n <= 0) return dsv4i_error(DSV4_ERR_INVALID_ARG, "prefill: empty prompt (n = %lld)", (long long)n);
-  if ((s = check_tokens(e, tokens, n, "prefill"))) return s;
   const int64_t len0 = q->len;
+  /* before reading tokens: a count past the context must not walk off the caller's array */
   if (n > e->plan.max_ctx - len0)
     return dsv4i_error(DSV4_ERR_CONTEXT_OVERFLOW,
                        "prefill: sequence %lld holds %lld positions; %lld more pass the engine's "
                        "max_context %lld", (long long)id, (long long)len0, (long long)n,
                        (long long)e->plan.max_ctx);
+  if ((s = check_tokens(e, tokens, n, "prefill"))) return s;
   if (q->hist && (s = dsv4i_engram_history_reserve(q->hist, len0 + n))) return s;
   const int64_t target = len0 + n;
   if ((s = e->be->ops->slot_reserve(e->be, 1, &q->slot, &target))) return s;

@@ -125,6 +125,12 @@ static void params_and_create_errors(void **st) {
   dsv4_engine_params_init(&ep, sizeof ep);
   ep.tp_size = 2;
   assert_int_equal(dsv4_engine_create(m, &ep, &e), DSV4_ERR_INVALID_ARG);
+  /* a thread count OpenMP cannot allocate is refused (it used to abort the process) */
+  dsv4_engine_params_init(&ep, sizeof ep);
+  ep.n_threads = INT32_MAX;
+  assert_int_equal(dsv4_engine_create(m, &ep, &e), DSV4_ERR_INVALID_ARG);
+  assert_non_null(strstr(dsv4_last_error(), "n_threads"));
+  assert_null(e);
   dsv4_engine_params_init(&ep, sizeof ep);
   ep.max_context = INT64_C(1) << 40;
   assert_int_equal(dsv4_engine_create(m, &ep, &e), DSV4_ERR_INVALID_ARG);
@@ -302,6 +308,12 @@ static void bad_input(void **st) {
   assert_int_equal(dsv4_engine_prefill(e, b, t, 0, NULL, NULL, NULL), DSV4_ERR_INVALID_ARG);
   assert_int_equal(dsv4_engine_prefill(e, b, NULL, 3, NULL, NULL, NULL), DSV4_ERR_INVALID_ARG);
   assert_int_equal(dsv4_engine_prefill(e, b, t, 65, NULL, NULL, NULL), DSV4_ERR_CONTEXT_OVERFLOW);
+  /* the context is checked before the tokens are read: a count past it is an
+   * overflow, whatever lies past the prompt (it used to scan n tokens first) */
+  int32_t over[66];
+  memcpy(over, t, sizeof over);
+  over[65] = -1;
+  assert_int_equal(dsv4_engine_prefill(e, b, over, 66, NULL, NULL, NULL), DSV4_ERR_CONTEXT_OVERFLOW);
   assert_int_equal(seq_len(e, b), 0);
   assert_int_equal(dsv4_engine_prefill(e, 12345, t, 3, NULL, NULL, NULL), DSV4_ERR_UNKNOWN_SEQUENCE);
   assert_int_equal(dsv4_engine_prefill(e, 0, t, 3, NULL, NULL, NULL), DSV4_ERR_UNKNOWN_SEQUENCE);

@@ -328,6 +328,58 @@ static void run_bad_dir(void **state) {
   free(src);
 }
 
+/* A shard whose header grew by one trailing space (still valid JSON): its
+ * data area, and so every tensor, starts at an odd file offset. The engine
+ * reads weights in place as float / bf16 arrays, so the load must refuse it
+ * (it used to load, and prefill then did misaligned loads: UBSan). */
+static void misaligned_shard(void **state) {
+  (void)state;
+  char *src = strdup(tu_fixture_or_skip("tiny-v41-a"));
+  char *tmp = tu_mkdtemp();
+  assert_non_null(tmp);
+  const char *files[] = {"config.json", "model.safetensors.index.json", "model-00001-of-00003.safetensors",
+                         "model-00003-of-00003.safetensors"};
+  for (int i = 0; i < 4; i++) {
+    char *from = tu_join(src, files[i]), *to = tu_join(tmp, files[i]);
+    assert_int_equal(symlink(from, to), 0);
+    free(from);
+    free(to);
+  }
+  char *in = tu_join(src, "model-00002-of-00003.safetensors"), *out = tu_join(tmp, "model-00002-of-00003.safetensors");
+  size_t len = 0;
+  unsigned char *b = (unsigned char *)tu_read_file(in, &len);
+  assert_non_null(b);
+  uint64_t hl = 0;
+  for (int i = 7; i >= 0; i--) hl = (hl << 8) | b[i];
+  assert_true(8 + hl <= len);
+  unsigned char *nb = malloc(len + 1);
+  assert_non_null(nb);
+  const uint64_t nhl = hl + 1;
+  for (int i = 0; i < 8; i++) nb[i] = (unsigned char)(nhl >> (8 * i));
+  memcpy(nb + 8, b + 8, (size_t)hl);
+  nb[8 + hl] = ' ';
+  memcpy(nb + 9 + hl, b + 8 + hl, len - 8 - (size_t)hl);
+  assert_int_equal(tu_write_file(out, nb, len + 1), 0);
+  dsv4_model *m = NULL;
+  assert_int_equal(dsv4_model_load(tmp, NULL, &m), DSV4_ERR_ST_OFFSETS);
+  assert_null(m);
+  expect_in(dsv4_last_error(), "model-00002-of-00003.safetensors");
+  expect_in(dsv4_last_error(), "not a multiple of its");
+  /* config-only loads never look at the shards */
+  dsv4_model_params p;
+  dsv4_model_params_init(&p, sizeof p);
+  p.flags = DSV4_MODEL_F_CONFIG_ONLY;
+  assert_int_equal(dsv4_model_load(tmp, &p, &m), DSV4_OK);
+  dsv4_model_free(m);
+  free(nb);
+  free(b);
+  free(in);
+  free(out);
+  tu_rmtree(tmp);
+  free(tmp);
+  free(src);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
     cmocka_unit_test(params_init_sizes),
@@ -335,6 +387,7 @@ int main(void) {
     cmocka_unit_test(load_logs_to_handle_sink),
     cmocka_unit_test(handle_calls_check_args),
     cmocka_unit_test(load_checks_args),
+    cmocka_unit_test(misaligned_shard),
   };
   size_t nf = sizeof tests / sizeof tests[0], nb = sizeof bad_dirs / sizeof bad_dirs[0];
   struct CMUnitTest *all = calloc(nf + nb, sizeof *all);
