@@ -55,6 +55,7 @@ DSV4_API dsv4_status dsv4_model_load(const char *dir, const dsv4_model_params *p
   if (out) *out = NULL;
   if (!dir || !out)
     return dsv4i_error(DSV4_ERR_INVALID_ARG, "dsv4_model_load: %s is NULL", dir ? "out" : "dir");
+  if (!*dir) return dsv4i_error(DSV4_ERR_INVALID_ARG, "dsv4_model_load: dir is an empty string");
   dsv4_model_params p;
   defaults(&p);
   p.struct_size = sizeof p;

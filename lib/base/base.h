@@ -73,6 +73,16 @@ typedef struct dsv4i_logger {
 
 void dsv4i_log(const dsv4i_logger *lg, int32_t level, const char *fmt, ...) DSV4I_PRINTF(3, 4);
 
+/**
+ * Read a whole regular file into a malloc'd NUL-terminated buffer (*len
+ * excludes the NUL). Refuses what is not a regular file (a FIFO or device
+ * would never end) and files larger than max_bytes. DSV4_ERR_NOT_FOUND,
+ * DSV4_ERR_IO (message names the path and the reason),
+ * DSV4_ERR_OUT_OF_MEMORY. `what` names the file's role in messages.
+ */
+dsv4_status dsv4i_read_file(const char *path, size_t max_bytes, const char *what, char **buf,
+                            size_t *len);
+
 /** Join dir + "/" + name into a new string (NULL + OOM error on failure). */
 char *dsv4i_path_join(const char *dir, const char *name);
 

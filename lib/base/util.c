@@ -1,7 +1,10 @@
 /* Growable strings, checked allocation, paths (see base.h). */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include <sys/stat.h>
 
 #include "base/base.h"
 
@@ -82,4 +85,47 @@ char *dsv4i_path_join(const char *dir, const char *name) {
   if (a > 0 && dir[a - 1] != '/') p[at++] = '/';
   memcpy(p + at, name, b + 1);
   return p;
+}
+
+dsv4_status dsv4i_read_file(const char *path, size_t max_bytes, const char *what, char **buf,
+                            size_t *len) {
+  *buf = NULL;
+  *len = 0;
+  FILE *f = fopen(path, "rb");
+  if (!f) {
+    int e = errno;
+    return dsv4i_error(e == ENOENT ? DSV4_ERR_NOT_FOUND : DSV4_ERR_IO, "cannot open %s %s: %s",
+                       what, path, strerror(e));
+  }
+  struct stat st;
+  dsv4_status s = DSV4_OK;
+  if (fstat(fileno(f), &st) != 0) {
+    s = dsv4i_error(DSV4_ERR_IO, "cannot stat %s %s: %s", what, path, strerror(errno));
+  } else if (!S_ISREG(st.st_mode)) {
+    s = dsv4i_error(DSV4_ERR_IO, "%s %s is not a regular file", what, path);
+  } else if ((uint64_t)st.st_size > (uint64_t)max_bytes) {
+    s = dsv4i_error(DSV4_ERR_IO, "%s %s is %lld bytes, more than the %zu this reader accepts", what,
+                    path, (long long)st.st_size, max_bytes);
+  }
+  char *b = NULL;
+  size_t n = 0;
+  if (s == DSV4_OK) {
+    b = dsv4i_malloc((size_t)st.st_size + 1, what);
+    if (!b) s = DSV4_ERR_OUT_OF_MEMORY;
+  }
+  if (s == DSV4_OK) {
+    n = fread(b, 1, (size_t)st.st_size, f);
+    if (n != (size_t)st.st_size)
+      s = dsv4i_error(DSV4_ERR_IO, "cannot read %s %s: %s", what, path,
+                      ferror(f) ? strerror(errno) : "file shrank while reading");
+  }
+  fclose(f);
+  if (s != DSV4_OK) {
+    free(b);
+    return s;
+  }
+  b[n] = '\0';
+  *buf = b;
+  *len = n;
+  return DSV4_OK;
 }

@@ -26,29 +26,17 @@
 
 static dsv4_status open_json(const char *path, int required, json_t **out) {
   *out = NULL;
-  FILE *f = fopen(path, "rb");
-  if (!f) {
-    if (errno == ENOENT) {
-      if (!required) return DSV4_OK;
-      return dsv4i_error(DSV4_ERR_NOT_FOUND, "%s: file not found", path);
-    }
-    return dsv4i_error(DSV4_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+  char *buf;
+  size_t len;
+  dsv4_status s = dsv4i_read_file(path, (size_t)1 << 30, "tokenizer file", &buf, &len);
+  if (s == DSV4_ERR_NOT_FOUND && !required) {
+    dsv4i_error_clear();
+    return DSV4_OK;
   }
-  /* whole file, then json_loadb: much faster than json_loadf's getc loop */
-  dsv4i_str buf = {0};
-  char chunk[1 << 16];
-  size_t got;
-  while ((got = fread(chunk, 1, sizeof chunk, f)) > 0) tk_str_append(&buf, chunk, got);
-  int rerr = ferror(f);
-  fclose(f);
-  if (rerr || buf.oom) {
-    dsv4i_str_free(&buf);
-    if (rerr) return dsv4i_error(DSV4_ERR_IO, "%s: read error", path);
-    return dsv4i_error(DSV4_ERR_OUT_OF_MEMORY, "%s: out of memory reading the file", path);
-  }
+  if (s != DSV4_OK) return s;
   json_error_t jerr;
-  json_t *root = json_loadb(buf.buf ? buf.buf : "", buf.len, 0, &jerr);
-  dsv4i_str_free(&buf);
+  json_t *root = json_loadb(buf, len, 0, &jerr);
+  free(buf);
   if (!root)
     return dsv4i_error(DSV4_ERR_JSON, "%s: line %d column %d: %s", path, jerr.line, jerr.column,
                        jerr.text);

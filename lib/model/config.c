@@ -389,34 +389,9 @@ out:
 
 dsv4_status dsv4i_config_load(const char *path, dsv4i_config *cfg) {
   memset(cfg, 0, sizeof *cfg);
-  FILE *f = fopen(path, "rb");
-  if (!f) {
-    int e = errno;
-    return dsv4i_error(e == ENOENT ? DSV4_ERR_NOT_FOUND : DSV4_ERR_IO, "cannot open %s: %s", path,
-                       strerror(e));
-  }
-  char *buf = NULL;
-  size_t len = 0, cap = 0;
-  dsv4_status s = DSV4_OK;
-  for (;;) {
-    if (len == cap) {
-      size_t ncap = cap ? cap * 2 : 8192;
-      char *nb = dsv4i_realloc(buf, ncap, "config.json");
-      if (!nb) {
-        s = DSV4_ERR_OUT_OF_MEMORY;
-        break;
-      }
-      buf = nb;
-      cap = ncap;
-    }
-    size_t got = fread(buf + len, 1, cap - len, f);
-    len += got;
-    if (got == 0) {
-      if (ferror(f)) s = dsv4i_error(DSV4_ERR_IO, "cannot read %s: %s", path, strerror(errno));
-      break;
-    }
-  }
-  fclose(f);
+  char *buf;
+  size_t len;
+  dsv4_status s = dsv4i_read_file(path, (size_t)16 << 20, "config", &buf, &len);
   if (s == DSV4_OK) s = dsv4i_config_parse(buf, len, path, cfg);
   free(buf);
   return s;

@@ -219,6 +219,10 @@ static void load_checks_args(void **state) {
   assert_null(m);
   expect_in(dsv4_last_error(), "dir is NULL");
   assert_int_equal(dsv4_model_load(dir, NULL, NULL), DSV4_ERR_INVALID_ARG);
+  /* "" must not quietly mean the current directory */
+  assert_int_equal(dsv4_model_load("", NULL, &m), DSV4_ERR_INVALID_ARG);
+  assert_null(m);
+  expect_in(dsv4_last_error(), "empty string");
   dsv4_model_params p;
   dsv4_model_params_init(&p, sizeof p);
   p.struct_size = 4;
@@ -328,6 +332,23 @@ static void run_bad_dir(void **state) {
   free(src);
 }
 
+/* config.json that is not a regular file (here a link to /dev/zero, which
+ * never ends) is refused at once instead of being read forever. */
+static void config_not_regular_file(void **state) {
+  (void)state;
+  char *tmp = tu_mkdtemp();
+  assert_non_null(tmp);
+  char *cfg = tu_join(tmp, "config.json");
+  assert_int_equal(symlink("/dev/zero", cfg), 0);
+  dsv4_model *m = NULL;
+  assert_int_equal(dsv4_model_load(tmp, NULL, &m), DSV4_ERR_IO);
+  assert_null(m);
+  expect_in(dsv4_last_error(), "not a regular file");
+  tu_rmtree(tmp);
+  free(cfg);
+  free(tmp);
+}
+
 /* A shard whose header grew by one trailing space (still valid JSON): its
  * data area, and so every tensor, starts at an odd file offset. The engine
  * reads weights in place as float / bf16 arrays, so the load must refuse it
@@ -388,6 +409,7 @@ int main(void) {
     cmocka_unit_test(handle_calls_check_args),
     cmocka_unit_test(load_checks_args),
     cmocka_unit_test(misaligned_shard),
+    cmocka_unit_test(config_not_regular_file),
   };
   size_t nf = sizeof tests / sizeof tests[0], nb = sizeof bad_dirs / sizeof bad_dirs[0];
   struct CMUnitTest *all = calloc(nf + nb, sizeof *all);
