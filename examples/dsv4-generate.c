@@ -5,15 +5,17 @@
  * as tokens arrive; stop at EOS or after N tokens. Public API only.
  *
  *   dsv4-generate -m DIR -p TEXT [-n N] [--temp T] [--seed S] [--chunk C] [--ids]
- *                 [--threads K] [--quiet]
+ *                 [--threads K] [--quiet] [--speculative [--draft N]]
  *
  * stderr: a progress line while loading, then a summary (prompt tokens,
- * prefill tok/s, decode tok/s, ms per step).
+ * prefill tok/s, decode tok/s, ms per step; with --speculative the mean
+ * acceptance length and the acceptance of each draft position).
  */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "dsv4/dsv4.h"
@@ -25,12 +27,14 @@ typedef struct opts {
   unsigned long long seed;
   long chunk, threads;
   int ids, quiet;
+  int spec;   /* --speculative: DSpark draft + verify instead of one decode per token */
+  long draft; /* --draft N: drafts verified per round (0: from the confidence logits) */
 } opts;
 
 static void usage(FILE *f) {
   fprintf(f,
           "usage: dsv4-generate -m DIR -p TEXT [-n N] [--temp T] [--seed S] [--chunk C] [--ids]\n"
-          "                     [--threads K] [--quiet]\n"
+          "                     [--threads K] [--quiet] [--speculative [--draft N]]\n"
           "  -m DIR        checkpoint directory (official release format)\n"
           "  -p TEXT       prompt; the model input is BOS + its encoding\n"
           "  -n N          tokens to generate at most (default 64); stops at EOS\n"
@@ -39,7 +43,11 @@ static void usage(FILE *f) {
           "  --chunk C     prefill chunk in tokens (default: the library's)\n"
           "  --ids         print the generated token ids, space-separated, instead of text\n"
           "  --threads K   CPU threads (default: one per core)\n"
-          "  --quiet       no progress line and no summary\n");
+          "  --quiet       no progress line and no summary\n"
+          "  --speculative draft with the model's DSpark head and verify (same output as\n"
+          "                without at --temp 0; the same distribution otherwise)\n"
+          "  --draft N     drafts verified per round, 1..block size (default: the block\n"
+          "                size); 0: per round from the confidence logits\n");
 }
 
 static int num(const char *s, double *out) {
@@ -52,6 +60,7 @@ static int num(const char *s, double *out) {
 static int parse(int argc, char **argv, opts *o) {
   memset(o, 0, sizeof *o);
   o->n = 64;
+  o->draft = -1;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
     double x;
@@ -62,6 +71,8 @@ static int parse(int argc, char **argv, opts *o) {
       o->ids = 1;
     } else if (!strcmp(a, "--quiet")) {
       o->quiet = 1;
+    } else if (!strcmp(a, "--speculative")) {
+      o->spec = 1;
     } else if (!v) {
       fprintf(stderr, "dsv4-generate: %s needs a value (or is unknown)\n", a);
       return 1;
@@ -79,7 +90,7 @@ static int parse(int argc, char **argv, opts *o) {
       }
       i++;
     } else if (num(v, &x) && (!strcmp(a, "-n") || !strcmp(a, "--chunk") || !strcmp(a, "--threads") ||
-                              !strcmp(a, "--temp"))) {
+                              !strcmp(a, "--temp") || !strcmp(a, "--draft"))) {
       i++;
       if (!strcmp(a, "--temp")) o->temp = x;
       else if (x < 0 || x > 2147483647.0 || x != (double)(long)x) {
@@ -87,6 +98,7 @@ static int parse(int argc, char **argv, opts *o) {
         return 1;
       } else if (!strcmp(a, "-n")) o->n = (long)x;
       else if (!strcmp(a, "--chunk")) o->chunk = (long)x;
+      else if (!strcmp(a, "--draft")) o->draft = (long)x;
       else o->threads = (long)x;
     } else {
       fprintf(stderr, "dsv4-generate: bad option or value: %s %s\n", a, v);
@@ -129,9 +141,72 @@ static void summary(const dsv4_engine *e, size_t n_prompt, long n_gen) {
   fprintf(stderr, "dsv4-generate: prompt tokens: %zu, generated tokens: %ld\n", n_prompt, n_gen);
   fprintf(stderr, "dsv4-generate: prefill: %.1f tok/s (%.1f ms)\n",
           pf > 0 ? (double)t.prefill_tokens / pf : 0.0, pf * 1e3);
-  fprintf(stderr, "dsv4-generate: decode: %.1f tok/s, %.2f ms per step (%lld steps)\n",
-          dc > 0 ? (double)t.decode_tokens / dc : 0.0,
-          t.decode_steps ? dc * 1e3 / (double)t.decode_steps : 0.0, (long long)t.decode_steps);
+  if (t.decode_steps > 0) /* none with --speculative (spec_summary) */
+    fprintf(stderr, "dsv4-generate: decode: %.1f tok/s, %.2f ms per step (%lld steps)\n",
+            dc > 0 ? (double)t.decode_tokens / dc : 0.0,
+            t.decode_steps ? dc * 1e3 / (double)t.decode_steps : 0.0, (long long)t.decode_steps);
+}
+
+/* Speculative decoding state: tokens verified but not yet printed, statistics. */
+typedef struct spec_run {
+  int32_t block, draft;
+  int32_t pending[65], n_pending, i_pending;
+  long rounds, emitted, verified[64], accepted[64];
+  double seconds; /* in draft + verify */
+} spec_run;
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* The token after `cur` (printed, not yet fed): one decode step, or with
+ * --speculative the next of the tokens one draft + verify round gave. */
+static dsv4_status advance(dsv4_engine *eng, int64_t seq, const dsv4_sampling_params *sp,
+                           spec_run *r, int32_t *cur) {
+  if (!r) {
+    const int32_t in = *cur;
+    return dsv4_engine_decode(eng, 1, &seq, &in, sp, NULL, cur);
+  }
+  if (r->i_pending == r->n_pending) { /* a round from the anchor *cur */
+    int32_t d[64], acc = 0, nx = -1, n = r->draft;
+    float conf[64];
+    const double t0 = now_s();
+    dsv4_status s = dsv4_engine_draft(eng, 1, &seq, cur, sp, d, conf);
+    if (s) return s;
+    if (n <= 0) { /* the documented policy: every draft that survives with chance >= 1/2 */
+      n = dsv4_spec_draft_length(conf, r->block, 0.5f);
+      n = n < 1 ? 1 : n;
+    }
+    if ((s = dsv4_engine_verify(eng, 1, &seq, cur, &n, d, sp, &acc, &nx))) return s;
+    for (int32_t k = 0; k < n && k <= acc; k++) {
+      r->verified[k]++;
+      r->accepted[k] += k < acc;
+    }
+    r->rounds++;
+    r->emitted += acc + 1;
+    r->seconds += now_s() - t0;
+    memcpy(r->pending, d, sizeof *d * (size_t)acc);
+    r->pending[acc] = nx;
+    r->n_pending = acc + 1;
+    r->i_pending = 0;
+  }
+  *cur = r->pending[r->i_pending++];
+  return DSV4_OK;
+}
+
+static void spec_summary(const spec_run *r) {
+  fprintf(stderr, "dsv4-generate: speculative: %.1f tok/s, %ld rounds of draft + verify "
+          "(%.2f ms each), mean acceptance length %.2f tokens per round (accepted drafts + 1)\n",
+          r->seconds > 0 ? (double)r->emitted / r->seconds : 0.0, r->rounds,
+          r->rounds ? r->seconds * 1e3 / (double)r->rounds : 0.0,
+          r->rounds ? (double)r->emitted / (double)r->rounds : 0.0);
+  fprintf(stderr, "dsv4-generate: acceptance per draft position (accepted / verified):");
+  for (int32_t k = 0; k < r->block && r->verified[k] > 0; k++)
+    fprintf(stderr, " %d: %ld/%ld (%.0f%%)", (int)k + 1, r->accepted[k], r->verified[k],
+            100.0 * (double)r->accepted[k] / (double)r->verified[k]);
+  fprintf(stderr, "\n");
 }
 
 int main(int argc, char **argv) {
@@ -167,7 +242,7 @@ int main(int argc, char **argv) {
   dsv4_engine_params ep;
   dsv4_engine_params_init(&ep, sizeof ep);
   ep.max_sequences = 1;
-  int64_t ctx = (int64_t)n_prompt + o.n + 1;
+  int64_t ctx = (int64_t)n_prompt + o.n + 1 + (o.spec ? mi.dspark_block_size : 0);
   ep.max_context = ctx < mi.max_position_embeddings ? ctx : mi.max_position_embeddings;
   ep.prefill_chunk = (int32_t)o.chunk;
   ep.n_threads = (int32_t)o.threads;
@@ -180,6 +255,14 @@ int main(int argc, char **argv) {
 
   int64_t seq;
   if ((s = dsv4_engine_seq_create(eng, &seq))) goto out_err;
+  spec_run sr;
+  memset(&sr, 0, sizeof sr);
+  sr.block = mi.dspark_block_size;
+  sr.draft = o.draft < 0 || o.draft > sr.block ? sr.block : (int32_t)o.draft;
+  if (o.spec && (mi.n_mtp_layers < 1 || sr.block < 1 || sr.block > 64)) {
+    rc = fail("--speculative", DSV4_ERR_UNSUPPORTED, "the model has no DSpark draft head");
+    goto out;
+  }
   dsv4_sampling_params sp;
   dsv4_sampling_params_init(&sp, sizeof sp);
   sp.temperature = (float)o.temp;
@@ -199,8 +282,7 @@ int main(int argc, char **argv) {
     }
     fflush(stdout);
     if (++n_gen == o.n) break;
-    const int32_t in = next;
-    if ((s = dsv4_engine_decode(eng, 1, &seq, &in, &sp, NULL, &next))) goto out_err;
+    if ((s = advance(eng, seq, &sp, o.spec ? &sr : NULL, &next))) goto out_err;
   }
   if (!o.ids) {
     const char *text;
@@ -210,6 +292,7 @@ int main(int argc, char **argv) {
   putchar('\n');
   fflush(stdout);
   if (!o.quiet) summary(eng, n_prompt, n_gen);
+  if (!o.quiet && o.spec) spec_summary(&sr);
   rc = 0;
   goto out;
 out_err:

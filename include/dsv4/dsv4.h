@@ -1122,6 +1122,125 @@ DSV4_API dsv4_status dsv4_model_plan(const dsv4_model *model, const dsv4_plan_pa
 DSV4_API dsv4_status dsv4_plan_config(const char *config_path, const dsv4_plan_params *params,
                                       dsv4_plan *plan, size_t struct_size);
 
+/* ------------------------------------------------------------------------ */
+/* Speculative decoding (DSpark): draft and verify (design.md §3, spec §6)   */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * A model with DSpark stages (dsv4_model_info: n_mtp_layers > 0, block size
+ * B = dspark_block_size) drafts B tokens per call with its own draft head.
+ * On such an engine every step (prefill chunks, decode, verify) also feeds
+ * the draft head's window rings, so any sequence holding at least one
+ * position can draft, and forks inherit that state. A generation loop:
+ *
+ *   prefill(id, prompt, &sampling, NULL, &a);          a = the anchor
+ *   loop: draft(1, &id, &a, NULL, d, c);               d[0..B): proposals
+ *         n = how many to check (1..B, the caller's choice or
+ *             dsv4_spec_draft_length(c, B, threshold));
+ *         verify(1, &id, &a, &n, d, &sampling, &acc, &next);
+ *         emitted this round: d[0..acc) then next;  a = next.
+ *
+ * The sequence then holds a, d[0..acc) (1 + acc positions more); everything
+ * the rejected drafts wrote is rolled back exactly. Greedy verification
+ * emits token for token what greedy decoding would; sampled verification
+ * emits tokens with exactly the distribution decoding samples from (the
+ * standard lossless rejection rule), not the same draws. Every draw is a
+ * pure function of (seed, position), so results never depend on the batch,
+ * its order, or on how the engine splits the work.
+ */
+
+/**
+ * DSpark drafts for a batch of sequences (spec §6.1): the block [anchor,
+ * noise x (B - 1)] after each sequence's last position through the draft
+ * head gives B proposals for the positions after the anchor, sampled left to
+ * right from the head's logits (greedy, or at sampling->temperature), and B
+ * confidence logits (sigmoid(confidence[k]) estimates the chance that
+ * proposal k + 1 is accepted when proposals 1..k were).
+ *
+ * @param engine   [in,out] Handle-exclusive.
+ * @param n_seq    1 .. max_sequences.
+ * @param ids      [in] int64 [n_seq] distinct live sequences (host), each holding
+ *                 at least one position.
+ * @param anchors  [in] int32 [n_seq] (host): the token each sequence takes next
+ *                 (sampled from its last logits, not yet fed), in [0, vocab).
+ * @param sampling [in] NULL or temperature <= 0: greedy proposals; otherwise
+ *                 sampled with the seeds (streams separate from decoding's). The
+ *                 draft distribution is kept per sequence until its next verify,
+ *                 which then uses it in the acceptance ratio.
+ * @param drafts   [out] int32 [n_seq][B] (host), batch order.
+ * @param confidence [out] float [n_seq][B] (host) raw confidence logits, or NULL.
+ * @return DSV4_OK; with no state change: DSV4_ERR_INVALID_ARG (NULL, n_seq out
+ *         of range, an id twice, an empty or damaged sequence);
+ *         DSV4_ERR_UNKNOWN_SEQUENCE; DSV4_ERR_INVALID_TOKEN (an anchor);
+ *         DSV4_ERR_UNSUPPORTED (the model has no DSpark stages, or the backend
+ *         cannot draft); DSV4_ERR_OUT_OF_MEMORY. Drafting never changes a
+ *         sequence's positions or caches.
+ * @since 0.1
+ */
+DSV4_API dsv4_status dsv4_engine_draft(dsv4_engine *engine, int32_t n_seq, const int64_t *ids,
+                                       const int32_t *anchors,
+                                       const dsv4_sampling_params *sampling, int32_t *drafts,
+                                       float *confidence);
+
+/**
+ * Verify proposals for a batch of sequences (spec §6.2): the model runs on
+ * [anchor, d_1 .. d_n] of every sequence (n = n_drafts[i]) as generated
+ * tokens, and accepts by the standard lossless rule:
+ * - greedy (sampling NULL or temperature <= 0): the longest prefix of
+ *   proposals equal to the model's argmax, then the model's own token at the
+ *   first mismatch, or after all n its next token;
+ * - temperature > 0: proposal k is accepted with probability min(1, p(d_k) /
+ *   q(d_k)), p the model's distribution (softmax(logits / T)), q the draft
+ *   distribution (one-hot unless these proposals are exactly the sequence's
+ *   last sampled dsv4_engine_draft output); at the first rejection the token
+ *   is drawn from norm(max(0, p - q)); after n acceptances the next token is
+ *   drawn from p exactly as dsv4_engine_decode() would draw it.
+ * Each sequence keeps anchor + accepted proposals (1 + n_accepted[i] positions
+ * more); everything the rejected ones wrote is rolled back.
+ *
+ * @param engine     [in,out] Handle-exclusive.
+ * @param n_seq      1 .. max_sequences.
+ * @param ids        [in] int64 [n_seq] distinct live sequences (host).
+ * @param anchors    [in] int32 [n_seq] (host), in [0, vocab).
+ * @param n_drafts   [in] int32 [n_seq] (host), each 0 .. B (0: a plain decode step).
+ * @param drafts     [in] int32 [n_seq][B] (host; row i: the first n_drafts[i]
+ *                   are used), as dsv4_engine_draft() wrote them; NULL when every
+ *                   n_drafts is 0.
+ * @param sampling   [in] NULL = greedy.
+ * @param n_accepted [out] int32 [n_seq] (host): proposals accepted, 0 .. n_drafts[i].
+ * @param next_tokens [out] int32 [n_seq] (host): the model's token after them
+ *                   (not yet fed: the next anchor).
+ * @return DSV4_OK;
+ *   with no state change: DSV4_ERR_INVALID_ARG (NULL, n_seq out of range, an id
+ *   twice, n_drafts outside 0..B, a damaged sequence); DSV4_ERR_UNKNOWN_SEQUENCE;
+ *   DSV4_ERR_INVALID_TOKEN; DSV4_ERR_CONTEXT_OVERFLOW (length + 1 + n_drafts
+ *   passes max_context); DSV4_ERR_UNSUPPORTED (as dsv4_engine_draft);
+ *   DSV4_KV_FULL (positive; free sequences and retry);
+ *   DSV4_ERR_OUT_OF_MEMORY / DSV4_ERR_INTERNAL during the computation: the
+ *   batch's sequences are rolled back to their previous lengths (or marked
+ *   damaged, as for dsv4_engine_prefill()).
+ * @since 0.1
+ */
+DSV4_API dsv4_status dsv4_engine_verify(dsv4_engine *engine, int32_t n_seq, const int64_t *ids,
+                                        const int32_t *anchors, const int32_t *n_drafts,
+                                        const int32_t *drafts,
+                                        const dsv4_sampling_params *sampling,
+                                        int32_t *n_accepted, int32_t *next_tokens);
+
+/**
+ * A documented draft-length policy from the confidence logits of one
+ * sequence: with a_j = prod_{k < j} sigmoid(confidence[k]) the estimated
+ * chance that proposals 1..j all survive (a_0 = 1), the largest j in 0..n
+ * with a_j >= min_survival. (Expected accepted proposals for length j are
+ * a_1 + ... + a_j; a lower min_survival verifies more.)
+ * @param confidence [in] float [n] from dsv4_engine_draft() (one row).
+ * @param n          proposals available (B), >= 0.
+ * @param min_survival in [0, 1].
+ * @return j in 0..n; 0 when confidence is NULL or n <= 0.
+ * Thread-safe. @since 0.1
+ */
+DSV4_API int32_t dsv4_spec_draft_length(const float *confidence, int32_t n, float min_survival);
+
 #ifdef __cplusplus
 }
 #endif

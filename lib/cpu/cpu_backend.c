@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "cpu/cpu_backend.h"
+#include "cpu/cpu_dspark.h"
 
 /* Page size: 16 of the largest record (the CSTATE record, 8·head_dim bytes),
  * at least 4 KiB, a multiple of 64. */
@@ -207,6 +208,7 @@ static void destroy(dsv4i_backend *be) {
   free(b->slots);
   dsv4i_kv_pool_free(b->pool);
   dsv4i_cpu_be_free_blocks(b);
+  dsv4i_cpu_dspark_free(b);
   dsv4i_attn_shared_free(&b->sh);
   void *bufs[] = {b->tok, b->slot, b->layout, b->out_tok, b->pos, b->engram_ids, b->image,
                   b->tokseq, b->run_seq, b->run_end, b->slot_mark, b->x, b->y, b->mixes,
@@ -234,8 +236,8 @@ static const dsv4i_backend_ops cpu_ops = {
   .head = dsv4i_cpu_be_head,
   .sample = dsv4i_cpu_be_sample,
   .sync = sync_noop,
-  .dspark_extend = NULL, /* issue 5 */
-  .dspark_draft = NULL,
+  .dspark_extend = dsv4i_cpu_be_dspark_extend, /* cpu_dspark.c (issue 5) */
+  .dspark_draft = dsv4i_cpu_be_dspark_draft,
 };
 
 static size_t nz(size_t n) { return n ? n : 1; }
@@ -281,6 +283,7 @@ dsv4_status dsv4i_cpu_backend_create(const dsv4i_backend_desc *d, dsv4i_backend 
   if (!s) s = dsv4i_kv_pool_create(b->lay.page_bytes, d->pool_pages, &b->pool);
   if (!s) s = dsv4i_attn_shared_init(c, b->max_tok, &b->sh);
   if (!s) s = dsv4i_cpu_be_load_blocks(b, d);
+  if (!s) s = dsv4i_cpu_dspark_load(b);
   if (s) {
     destroy(&b->base);
     return s;

@@ -49,6 +49,7 @@ typedef struct cpu_backend {
   const uint16_t *embed;      /**< bf16 [vocab][dim] */
   const uint16_t *norm;       /**< bf16 [dim] final norm */
   dsv4i_wview head;           /**< BF16/F32 [vocab][dim] */
+  struct cpu_dspark *dspark;  /**< DSpark draft head (cpu_dspark.c), NULL without stages */
   /* caches */
   dsv4i_kv_layout lay;
   dsv4i_kv_pool *pool;

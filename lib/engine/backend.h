@@ -249,14 +249,22 @@ typedef struct dsv4i_backend_ops {
    */
   dsv4_status (*dspark_extend)(dsv4i_backend *be, dsv4i_bbuf taps);
   /**
-   * One draft forward (spec §6.1 decode step) for n sequences: anchor token
-   * and main_hidden row per sequence; writes draft tokens (host int32
-   * [n][block-1]) and, when non-NULL, confidence logits (host f32 [n][block]).
+   * One draft forward (spec §6.1 decode step) for n sequences (distinct
+   * slots): pos[i] = the slot's length - 1, whose main_kv the rings hold
+   * (dspark_extend stored it) unless taps is set: then taps row i (bf16
+   * [n][n_taps][dim]) is main_hidden at pos[i] and is stored first, as the
+   * reference's forward_spec does. The block [anchor[i], noise x (block-1)]
+   * sits at pos[i]+1 .. pos[i]+block; caches change only through taps.
+   * Drafts tok_1..tok_block (host int32 [n][block]), drawn left to right:
+   * req[i].temperature <= 0 argmax, else draft k (1-based) with the sample
+   * op's rule at (req[i].seed, req[i].counter + k - 1). confidence (host f32
+   * [n][block]) and logits (backend f32 [n][block][vocab]: the Markov-biased
+   * logits each draft was drawn from) are optional (NULL / {NULL}).
    */
   dsv4_status (*dspark_draft)(dsv4i_backend *be, int32_t n, const int32_t *slots,
                               const int64_t *pos, const int32_t *anchor, dsv4i_bbuf taps,
                               const dsv4i_sample_req *req, int32_t *drafts,
-                              float *confidence);
+                              float *confidence, dsv4i_bbuf logits);
 } dsv4i_backend_ops;
 
 /** Every backend instance starts with this header (the implementation extends it). */

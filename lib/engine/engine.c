@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "engine/engine.h"
+#include "engine/spec.h"
 #include "io/tokenizer.h"
 
 static int progress(const dsv4i_engine_args *a, const char *stage, int64_t done, int64_t total) {
@@ -121,6 +122,7 @@ dsv4_status dsv4i_engine_create(struct dsv4_model *model, const dsv4i_engine_arg
     s = dsv4i_backend_create(a->backend, &d, &e->be);
   }
   if (!s) s = alloc_workspace(e);
+  if (!s) s = dsv4i_spec_create(e); /* DSpark draft / verify (spec.c, issue 5) */
   if (s) {
     dsv4i_engine_free(e);
     return s;
@@ -140,6 +142,7 @@ void dsv4i_engine_free(struct dsv4_engine *e) {
         dsv4i_engram_history_free(e->seqs[i].hist);
       }
   if (e->be) {
+    dsv4i_spec_free(e);
     e->be->ops->buf_free(e->be, e->h);
     e->be->ops->buf_free(e->be, e->pre);
     e->be->ops->buf_free(e->be, e->logits);

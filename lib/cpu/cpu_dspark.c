@@ -1,0 +1,351 @@
+/*
+ * CPU backend: DSpark draft head (spec §6.1). See cpu_dspark.h for what is
+ * computed; the attention of a stage is attn_dspark.c.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cpu/cpu_backend.h"
+#include "cpu/cpu_dspark.h"
+#include "model/formats.h"
+
+/* One stage's block weights (everything borrowed except attn.wo_a and the expert table). */
+typedef struct dspark_stage {
+  const float *hc_fn[2], *hc_scale[2], *hc_base[2]; /**< [0] attention, [1] FFN */
+  const uint16_t *attn_norm, *ffn_norm;
+  dsv4i_attn_layer attn;
+  dsv4i_moe moe;
+  dsv4i_wview *experts; /**< owned: [3][n_experts] w1, w2, w3 */
+} dspark_stage;
+
+struct cpu_dspark {
+  int32_t n_stages, block, rank, n_taps;
+  dspark_stage *st;           /**< [n_stages] */
+  dsv4i_wview main_proj;      /**< FP8 [dim][n_taps·dim] */
+  const uint16_t *main_norm;  /**< bf16 [dim] */
+  const uint16_t *norm;       /**< bf16 [dim]: the last stage's norm */
+  const uint16_t *mk_embed;   /**< bf16 [vocab][rank]: markov_head.embed */
+  dsv4i_wview mk_head;        /**< BF16 [vocab][rank]: markov_head.head (upcast) */
+  dsv4i_wview conf;           /**< BF16 [1][dim + rank]: confidence_head.proj (upcast) */
+  uint16_t *main_x;           /**< scratch bf16 [max_tok][dim] for dspark_extend */
+};
+
+/* ---- weights ---------------------------------------------------------------- */
+
+static dsv4_status tensor(const cpu_backend *b, const char *name, int32_t dtype, int64_t n,
+                          const void **out) {
+  const void *data = NULL;
+  const dsv4i_tensor_spec *sp = dsv4i_model_tensor(b->model, name, &data);
+  if (!sp || !data) return dsv4i_error(DSV4_ERR_NOT_FOUND, "cpu DSpark: tensor %s is missing", name);
+  int64_t cnt = 1;
+  for (int32_t i = 0; i < sp->ndim; i++) cnt *= sp->shape[i];
+  if (sp->dtype != dtype || cnt != n)
+    return dsv4i_error(DSV4_ERR_WEIGHTS,
+                       "cpu DSpark: tensor %s has dtype %d and %lld elements; expected dtype %d "
+                       "and %lld", name, (int)sp->dtype, (long long)cnt, (int)dtype, (long long)n);
+  *out = data;
+  return DSV4_OK;
+}
+
+static dsv4_status view(const cpu_backend *b, const char *name, int32_t rows, int32_t cols,
+                        dsv4i_wview *out) {
+  dsv4_status s = dsv4i_wview_from_checkpoint(&b->model->ckpt, name, out);
+  if (!s && (out->rows != rows || out->cols != cols))
+    s = dsv4i_error(DSV4_ERR_WEIGHTS, "cpu DSpark: %s is [%d, %d]; expected [%d, %d]", name,
+                    (int)out->rows, (int)out->cols, (int)rows, (int)cols);
+  return s;
+}
+
+static dsv4_status load_stage(cpu_backend *b, int32_t S, dspark_stage *k) {
+  const dsv4i_config *c = b->cfg;
+  const int64_t hc = c->hc_mult, nm = (2 + hc) * hc;
+  char nm_[DSV4I_NAME_MAX + 48];
+  static const char *part[2] = {"attn", "ffn"}, *wn[3] = {"w1", "w2", "w3"};
+  dsv4_status s = DSV4_OK;
+  for (int32_t i = 0; !s && i < 2; i++) {
+    snprintf(nm_, sizeof nm_, "mtp.%d.hc_%s_fn", (int)S, part[i]);
+    s = tensor(b, nm_, DSV4_DTYPE_F32, nm * hc * c->dim, (const void **)&k->hc_fn[i]);
+    snprintf(nm_, sizeof nm_, "mtp.%d.hc_%s_scale", (int)S, part[i]);
+    if (!s) s = tensor(b, nm_, DSV4_DTYPE_F32, 3, (const void **)&k->hc_scale[i]);
+    snprintf(nm_, sizeof nm_, "mtp.%d.hc_%s_base", (int)S, part[i]);
+    if (!s) s = tensor(b, nm_, DSV4_DTYPE_F32, nm, (const void **)&k->hc_base[i]);
+  }
+  snprintf(nm_, sizeof nm_, "mtp.%d.attn_norm.weight", (int)S);
+  if (!s) s = tensor(b, nm_, DSV4_DTYPE_BF16, c->dim, (const void **)&k->attn_norm);
+  snprintf(nm_, sizeof nm_, "mtp.%d.ffn_norm.weight", (int)S);
+  if (!s) s = tensor(b, nm_, DSV4_DTYPE_BF16, c->dim, (const void **)&k->ffn_norm);
+  if (!s) s = dsv4i_attn_layer_load(&b->model->ckpt, c, c->n_layers + S, &k->attn);
+  if (s) return s;
+  /* MoE: the stage's own experts and top-k, no VL bias (spec §5.5, §6.1) */
+  dsv4i_moe *m = &k->moe;
+  m->n_experts = c->dspark_n_routed_experts;
+  m->top_k = c->dspark_n_experts_per_tok;
+  m->dim = c->dim;
+  m->inter = c->moe_inter_dim;
+  m->route_scale = c->route_scale;
+  m->swiglu_limit = c->swiglu_limit;
+  m->norm_topk_prob = c->norm_topk_prob;
+  m->bias_vl = NULL;
+  k->experts = dsv4i_calloc(3 * (size_t)m->n_experts, sizeof *k->experts, "DSpark expert views");
+  if (!k->experts) return DSV4_ERR_OUT_OF_MEMORY;
+  snprintf(nm_, sizeof nm_, "mtp.%d.ffn.gate.weight", (int)S);
+  s = dsv4i_wview_from_checkpoint(&b->model->ckpt, nm_, &m->gate);
+  snprintf(nm_, sizeof nm_, "mtp.%d.ffn.gate.bias", (int)S);
+  if (!s) s = tensor(b, nm_, DSV4_DTYPE_F32, m->n_experts, (const void **)&m->bias);
+  for (int32_t e = 0; !s && e < m->n_experts; e++)
+    for (int32_t j = 0; !s && j < 3; j++) {
+      snprintf(nm_, sizeof nm_, "mtp.%d.ffn.experts.%d.%s.weight", (int)S, (int)e, wn[j]);
+      s = dsv4i_wview_from_checkpoint(&b->model->ckpt, nm_,
+                                      &k->experts[(size_t)j * (size_t)m->n_experts + (size_t)e]);
+    }
+  m->w1 = k->experts;
+  m->w2 = k->experts + m->n_experts;
+  m->w3 = k->experts + 2 * m->n_experts;
+  m->has_shared = c->n_shared_experts > 0;
+  dsv4i_wview *sw[3] = {&m->sw1, &m->sw2, &m->sw3};
+  for (int32_t j = 0; !s && m->has_shared && j < 3; j++) {
+    snprintf(nm_, sizeof nm_, "mtp.%d.ffn.shared_experts.%s.weight", (int)S, wn[j]);
+    s = dsv4i_wview_from_checkpoint(&b->model->ckpt, nm_, sw[j]);
+  }
+  return s;
+}
+
+void dsv4i_cpu_dspark_free(cpu_backend *b) {
+  cpu_dspark *d = b ? b->dspark : NULL;
+  if (!d) return;
+  for (int32_t S = 0; d->st && S < d->n_stages; S++) {
+    dsv4i_attn_layer_free(&d->st[S].attn);
+    free(d->st[S].experts);
+  }
+  free(d->st);
+  free(d->main_x);
+  free(d);
+  b->dspark = NULL;
+}
+
+dsv4_status dsv4i_cpu_dspark_load(cpu_backend *b) {
+  const dsv4i_config *c = b->cfg;
+  b->dspark = NULL;
+  if (c->n_mtp_layers <= 0 || c->dspark_block_size <= 0) return DSV4_OK;
+  if (c->n_dspark_targets <= 0)
+    return dsv4i_error(DSV4_ERR_WEIGHTS, "cpu DSpark: %d stages but no target layers",
+                       (int)c->n_mtp_layers);
+  cpu_dspark *d = dsv4i_calloc(1, sizeof *d, "cpu DSpark");
+  if (!d) return DSV4_ERR_OUT_OF_MEMORY;
+  b->dspark = d;
+  d->n_stages = c->n_mtp_layers;
+  d->block = c->dspark_block_size;
+  d->rank = c->dspark_markov_rank;
+  d->n_taps = c->n_dspark_targets;
+  const int32_t last = d->n_stages - 1, V = c->vocab_size, dim = c->dim;
+  char nm[DSV4I_NAME_MAX + 48];
+  d->st = dsv4i_calloc((size_t)d->n_stages, sizeof *d->st, "DSpark stages");
+  d->main_x = dsv4i_calloc((size_t)b->max_tok * (size_t)dim, sizeof *d->main_x, "DSpark main_x");
+  dsv4_status s = d->st && d->main_x ? DSV4_OK : DSV4_ERR_OUT_OF_MEMORY;
+  if (!s) s = view(b, "mtp.0.main_proj.weight", dim, d->n_taps * dim, &d->main_proj);
+  if (!s) s = tensor(b, "mtp.0.main_norm.weight", DSV4_DTYPE_BF16, dim, (const void **)&d->main_norm);
+  snprintf(nm, sizeof nm, "mtp.%d.norm.weight", (int)last);
+  if (!s) s = tensor(b, nm, DSV4_DTYPE_BF16, dim, (const void **)&d->norm);
+  snprintf(nm, sizeof nm, "mtp.%d.markov_head.embed.weight", (int)last);
+  if (!s) s = tensor(b, nm, DSV4_DTYPE_BF16, (int64_t)V * d->rank, (const void **)&d->mk_embed);
+  snprintf(nm, sizeof nm, "mtp.%d.markov_head.head.weight", (int)last);
+  if (!s) s = view(b, nm, V, d->rank, &d->mk_head);
+  snprintf(nm, sizeof nm, "mtp.%d.confidence_head.proj.weight", (int)last);
+  if (!s) s = view(b, nm, 1, dim + d->rank, &d->conf);
+  if (!s && (d->main_proj.fmt != DSV4I_W_FP8 ||
+             (d->mk_head.fmt != DSV4I_W_BF16 && d->mk_head.fmt != DSV4I_W_F32) ||
+             (d->conf.fmt != DSV4I_W_BF16 && d->conf.fmt != DSV4I_W_F32)))
+    s = dsv4i_error(DSV4_ERR_WEIGHTS, "cpu DSpark: main_proj must be FP8, the Markov head and "
+                    "the confidence projection BF16 or F32");
+  for (int32_t S = 0; !s && S < d->n_stages; S++) {
+    s = load_stage(b, S, &d->st[S]);
+    if (s) dsv4i_error_prefix("cpu DSpark stage %d", (int)S);
+  }
+  if (s) dsv4i_cpu_dspark_free(b);
+  return s;
+}
+
+/* ---- ring extension (spec §6.1 Prefill, §6.2 step 5) -------------------- */
+
+/* main_x = main_norm(main_proj(main_hidden)), then every stage stores its main_kv. */
+static dsv4_status store(cpu_backend *b, int32_t n, dsv4i_kv_seq *const *seq, const int64_t *pos,
+                         const uint16_t *main_hidden, uint16_t *main_x) {
+  cpu_dspark *d = b->dspark;
+  const int32_t dim = b->dim;
+  dsv4_status s = dsv4i_cpu_linear(&d->main_proj, n, main_hidden, (int64_t)d->n_taps * dim,
+                                   main_x, dim);
+  if (!s) s = dsv4i_cpu_rmsnorm(n, dim, main_x, dim, d->main_norm, b->cfg->norm_eps, main_x, dim);
+  for (int32_t S = 0; !s && S < d->n_stages; S++)
+    s = dsv4i_attn_dspark_store(&d->st[S].attn, n, seq, pos, main_x);
+  return s;
+}
+
+dsv4_status dsv4i_cpu_be_dspark_extend(dsv4i_backend *be, dsv4i_bbuf taps) {
+  cpu_backend *b = (cpu_backend *)be;
+  if (!b->dspark) return dsv4i_error(DSV4_ERR_UNSUPPORTED, "cpu backend: the model has no DSpark stages");
+  if (!taps.impl || b->n_tok < 1)
+    return dsv4i_error(DSV4_ERR_INVALID_ARG, "cpu dspark_extend: no taps or no batch");
+  return store(b, b->n_tok, b->tokseq, b->pos, taps.impl, b->dspark->main_x);
+}
+
+/* ---- draft forward (spec §6.1 decode step) ----------------------------- */
+
+/* Scratch of one draft call, rows = n·block (seq: [n], set by the caller). */
+typedef struct draft_ws {
+  uint16_t *h, *x, *y, *xc, *cat;
+  float *pre, *mixes, *a_pre, *post, *comb, *base, *bias, *conf;
+  int32_t *tok;
+  dsv4i_kv_seq **seq;
+} draft_ws;
+
+static void ws_free(draft_ws *w) {
+  void *p[] = {w->h, w->x, w->y, w->xc, w->cat, w->pre, w->mixes, w->a_pre, w->post, w->comb,
+               w->base, w->bias, w->conf, w->tok, (void *)w->seq};
+  for (size_t i = 0; i < DSV4I_ARRAY_LEN(p); i++) free(p[i]);
+}
+
+static dsv4_status ws_alloc(const cpu_backend *b, int32_t n, draft_ws *w) {
+  const size_t r = (size_t)n * (size_t)b->dspark->block, hc = (size_t)b->hc, d = (size_t)b->dim;
+  const size_t V = (size_t)b->vocab, rk = (size_t)b->dspark->rank;
+  memset(w, 0, sizeof *w);
+#define A(p, cnt) ((w->p = dsv4i_malloc(sizeof *w->p * (cnt), "DSpark draft " #p)) != NULL)
+  int ok = A(h, r * hc * d) && A(x, r * d) && A(y, r * d) && A(xc, r * d) && A(cat, r * (d + rk)) &&
+           A(pre, r * hc) && A(mixes, r * (2 + hc) * hc) && A(a_pre, r * hc) && A(post, r * hc) &&
+           A(comb, r * hc * hc) && A(base, r * V) && A(bias, (size_t)n * V) && A(conf, r) &&
+           A(tok, (size_t)n * (size_t)(b->dspark->block + 1));
+#undef A
+  if (!ok) {
+    ws_free(w);
+    return DSV4_ERR_OUT_OF_MEMORY;
+  }
+  return DSV4_OK;
+}
+
+/* One stage: the lagged-hc block of spec §5.3 with the DSpark attention, in place on h / pre. */
+static dsv4_status stage_block(const cpu_backend *b, const dspark_stage *k, int32_t n,
+                               dsv4i_kv_seq *const *seq, const int64_t *pos, draft_ws *w) {
+  const dsv4i_config *c = b->cfg;
+  const int32_t hc = b->hc, dim = b->dim, B = b->dspark->block;
+  const int64_t r = (int64_t)n * B;
+  dsv4_status s = dsv4i_cpu_hc_mixes(r, hc, dim, w->h, k->hc_fn[0], c->norm_eps, w->mixes);
+  if (!s) s = dsv4i_cpu_hc_split_sinkhorn(r, hc, w->mixes, k->hc_scale[0], k->hc_base[0],
+                                          c->hc_sinkhorn_iters, c->hc_eps, w->a_pre, w->post,
+                                          w->comb);
+  if (!s) s = dsv4i_cpu_hc_pre(r, hc, dim, w->h, w->pre, w->x);
+  if (!s) s = dsv4i_cpu_rmsnorm(r, dim, w->x, dim, k->attn_norm, c->norm_eps, w->x, dim);
+  if (!s) s = dsv4i_attn_dspark(&k->attn, n, seq, pos, B, w->x, w->y);
+  if (!s) s = dsv4i_cpu_hc_post(r, hc, dim, w->y, w->h, w->post, w->comb, w->h);
+  if (!s) s = dsv4i_cpu_hc_mixes(r, hc, dim, w->h, k->hc_fn[1], c->norm_eps, w->mixes);
+  if (!s) s = dsv4i_cpu_hc_split_sinkhorn(r, hc, w->mixes, k->hc_scale[1], k->hc_base[1],
+                                          c->hc_sinkhorn_iters, c->hc_eps, w->pre, w->post,
+                                          w->comb);
+  if (!s) s = dsv4i_cpu_hc_pre(r, hc, dim, w->h, w->a_pre, w->x);
+  if (!s) s = dsv4i_cpu_rmsnorm(r, dim, w->x, dim, k->ffn_norm, c->norm_eps, w->x, dim);
+  if (!s) s = dsv4i_cpu_moe(&k->moe, r, w->x, dim, NULL, w->y, dim);
+  if (!s) s = dsv4i_cpu_hc_post(r, hc, dim, w->y, w->h, w->post, w->comb, w->h);
+  return s;
+}
+
+static dsv4_status draft_check(cpu_backend *b, int32_t n, const int32_t *slots, const int64_t *pos,
+                               const int32_t *anchor, const dsv4i_sample_req *req,
+                               const dsv4i_dspark_out *out, dsv4i_kv_seq **seq) {
+  if (!b->dspark) return dsv4i_error(DSV4_ERR_UNSUPPORTED, "cpu backend: the model has no DSpark stages");
+  if (n < 1 || !slots || !pos || !anchor || !req || !out || !out->drafts)
+    return dsv4i_error(DSV4_ERR_INVALID_ARG, "cpu dspark_draft: %d sequences or NULL", (int)n);
+  dsv4_status s = DSV4_OK;
+  for (int32_t i = 0; i < n && !s; i++) {
+    if (slots[i] < 0 || slots[i] >= b->n_slots || !b->slots[slots[i]])
+      s = dsv4i_error(DSV4_ERR_INVALID_ARG, "cpu dspark_draft: slot %d is not open", (int)slots[i]);
+    else if (b->slot_mark[slots[i]])
+      s = dsv4i_error(DSV4_ERR_INVALID_ARG, "cpu dspark_draft: slot %d twice", (int)slots[i]);
+    else if (anchor[i] < 0 || anchor[i] >= b->vocab)
+      s = dsv4i_error(DSV4_ERR_INVALID_ARG, "cpu dspark_draft: anchor %d", (int)anchor[i]);
+    else if (pos[i] < 0 || pos[i] + 1 != b->slots[slots[i]]->n_pos)
+      s = dsv4i_error(DSV4_ERR_INVALID_ARG, "cpu dspark_draft: position %lld of slot %d, which "
+                      "holds %lld", (long long)pos[i], (int)slots[i],
+                      (long long)b->slots[slots[i]]->n_pos);
+    else {
+      b->slot_mark[slots[i]] = 1;
+      seq[i] = b->slots[slots[i]];
+    }
+  }
+  for (int32_t i = 0; i < n; i++)
+    if (slots[i] >= 0 && slots[i] < b->n_slots) b->slot_mark[slots[i]] = 0;
+  return s;
+}
+
+dsv4_status dsv4i_cpu_dspark_draft(cpu_backend *b, int32_t n, const int32_t *slots,
+                                   const int64_t *pos, const int32_t *anchor,
+                                   const uint16_t *main_hidden, const dsv4i_sample_req *req,
+                                   const dsv4i_dspark_out *out) {
+  draft_ws w;
+  dsv4i_kv_seq **seq = n > 0 ? dsv4i_malloc(sizeof *seq * (size_t)n, "DSpark slots") : NULL;
+  if (n > 0 && !seq) return DSV4_ERR_OUT_OF_MEMORY;
+  dsv4_status s = draft_check(b, n, slots, pos, anchor, req, out, seq);
+  if (!s) s = ws_alloc(b, n, &w);
+  if (s) {
+    free(seq);
+    return s;
+  }
+  w.seq = seq;
+  dsv4i_cpu_set_threads(b->n_threads);
+  const cpu_dspark *d = b->dspark;
+  const dsv4i_config *c = b->cfg;
+  const int32_t B = d->block, hc = b->hc, dim = b->dim, V = b->vocab, rk = d->rank;
+  const size_t r = (size_t)n * (size_t)B;
+  /* the reference's forward_spec stores main_kv at pos itself */
+  if (main_hidden) s = store(b, n, seq, pos, main_hidden, w.x);
+  /* block [anchor, noise x (B-1)] at pos+1 .., 4 copies, pre = one-hot copy 0 (spec §5.1) */
+  for (size_t t = 0; !s && t < r; t++) {
+    const int32_t tok = t % (size_t)B ? c->dspark_noise_token_id : anchor[t / (size_t)B];
+    const uint16_t *row = b->embed + (size_t)tok * (size_t)dim;
+    for (int32_t cc = 0; cc < hc; cc++) {
+      memcpy(w.h + (t * (size_t)hc + (size_t)cc) * (size_t)dim, row, sizeof *row * (size_t)dim);
+      w.pre[t * (size_t)hc + (size_t)cc] = cc == 0 ? 1.0f : 0.0f;
+    }
+  }
+  for (int32_t S = 0; !s && S < d->n_stages; S++) s = stage_block(b, &d->st[S], n, seq, pos, &w);
+  /* head with the last stage's FFN pre and its own norm; x_k pre-norm kept for the confidence */
+  if (!s) s = dsv4i_cpu_head((int64_t)r, hc, dim, w.h, w.pre, d->norm, c->norm_eps, &b->head,
+                             w.base, w.xc);
+  if (!s && out->base) memcpy(out->base, w.base, sizeof *w.base * r * (size_t)V);
+  /* Markov head, left to right: all sequences' row k at once */
+  const size_t ldc = (size_t)dim + (size_t)rk;
+  for (int32_t i = 0; i < n; i++) w.tok[(size_t)i * (size_t)(B + 1)] = anchor[i];
+  for (int32_t k = 0; !s && k < B; k++) {
+    for (int32_t i = 0; i < n; i++) { /* e_k = markov.embed[tok_k] into the concat row */
+      const size_t t = (size_t)i * (size_t)B + (size_t)k;
+      const int32_t tk = w.tok[(size_t)i * (size_t)(B + 1) + (size_t)k];
+      memcpy(w.cat + t * ldc, w.xc + t * (size_t)dim, sizeof *w.cat * (size_t)dim);
+      memcpy(w.cat + t * ldc + dim, d->mk_embed + (size_t)tk * (size_t)rk, sizeof *w.cat * (size_t)rk);
+    }
+    s = dsv4i_cpu_linear_f32(&d->mk_head, n, w.cat + (size_t)k * ldc + dim, (int64_t)(B * ldc),
+                             w.bias, V);
+    for (int32_t i = 0; !s && i < n; i++) {
+      float *lg = w.base + ((size_t)i * (size_t)B + (size_t)k) * (size_t)V;
+      const float *bi = w.bias + (size_t)i * (size_t)V;
+      for (int32_t v = 0; v < V; v++) lg[v] += bi[v];
+      const int32_t nt = dsv4i_cpu_sample(lg, V, req[i].temperature, req[i].seed,
+                                          req[i].counter + (uint64_t)k);
+      w.tok[(size_t)i * (size_t)(B + 1) + (size_t)k + 1] = nt;
+      out->drafts[(size_t)i * (size_t)B + (size_t)k] = nt;
+    }
+  }
+  /* confidence c_k = proj([x_k, e_k]) (fp32) */
+  if (!s && out->confidence) {
+    s = dsv4i_cpu_linear_f32(&d->conf, (int64_t)r, w.cat, (int64_t)ldc, w.conf, 1);
+    if (!s) memcpy(out->confidence, w.conf, sizeof *w.conf * r);
+  }
+  if (!s && out->logits) memcpy(out->logits, w.base, sizeof *w.base * r * (size_t)V);
+  ws_free(&w);
+  return s;
+}
+
+dsv4_status dsv4i_cpu_be_dspark_draft(dsv4i_backend *be, int32_t n, const int32_t *slots,
+                                      const int64_t *pos, const int32_t *anchor, dsv4i_bbuf taps,
+                                      const dsv4i_sample_req *req, int32_t *drafts,
+                                      float *confidence, dsv4i_bbuf logits) {
+  const dsv4i_dspark_out out = {drafts, confidence, logits.impl, NULL};
+  return dsv4i_cpu_dspark_draft((cpu_backend *)be, n, slots, pos, anchor, taps.impl, req, &out);
+}

@@ -1,0 +1,87 @@
+/*
+ * CPU backend: the DSpark draft head (spec §6.1), the implementation of the
+ * engine's dspark_extend / dspark_draft hooks (engine/backend.h).
+ *
+ * Weights (spec §4.2 "DSpark extras", all views into the mmapped checkpoint
+ * except each stage's wo_a, dequantised to bf16 like the backbone's):
+ *   mtp.0.main_proj (fp8 [dim][n_taps·dim]), mtp.0.main_norm,
+ *   per stage S: hc_{attn,ffn}_{fn,scale,base}, attn_norm, ffn_norm, attn.*
+ *   (window only), ffn.* (dspark_n_routed_experts, top dspark_n_experts_per_tok,
+ *   shared expert), and on the last stage: norm, markov_head.embed / .head,
+ *   confidence_head.proj. embed and head are the backbone's (shared).
+ *
+ * Rings: each stage's 128-slot (here: window) ring is the WINDOW cache of
+ * layer n_layers + S in the sequence's kv_seq, so slot_fork copies it and
+ * slot_truncate rolls it back with the backbone's rings (spare records).
+ *
+ * Numerics follow the reference's DSparkBlock / forward_spec:
+ *   main_x = main_norm(main_proj(main_hidden))                       (bf16)
+ *   ring[S][p] = MXFP8(RoPE_p(kv_norm_S(wkv_S(main_x))))  (attn_dspark.c)
+ *   h = embed[a, noise x (B−1)] in hc copies, pre = one-hot copy 0
+ *   per stage: lagged-hc block, attention = dsv4i_attn_dspark, MoE of the stage
+ *   x = hc_pre(h, pre); base = head(norm_last(x)) fp32 [B][V]
+ *   k = 0..B−1: e_k = markov.embed[tok_k]; logits_k = base_k + e_k·markov.headᵀ
+ *   (fp32); tok_{k+1} = sample(logits_k); c_k = proj([x_k, e_k]) (fp32).
+ * Every row's result depends only on its own sequence (batch-invariant).
+ */
+#ifndef DSV4I_CPU_DSPARK_H
+#define DSV4I_CPU_DSPARK_H
+
+#include <stdint.h>
+
+#include "engine/backend.h"
+
+struct cpu_backend;
+
+/** The DSpark stages of a CPU backend (opaque outside cpu_dspark.c). */
+typedef struct cpu_dspark cpu_dspark;
+
+/**
+ * Bind the DSpark weights into b->dspark when the model has DSpark stages
+ * (n_mtp_layers > 0 and dspark_block_size > 0); otherwise b->dspark stays NULL.
+ * Called once from the backend's create, after the backbone blocks.
+ * @return DSV4_OK; DSV4_ERR_NOT_FOUND / DSV4_ERR_WEIGHTS (a tensor missing or of
+ *         another format: message names it); DSV4_ERR_OUT_OF_MEMORY.
+ */
+dsv4_status dsv4i_cpu_dspark_load(struct cpu_backend *b);
+
+/** Release b->dspark (NULL-safe); b->dspark is NULL after. */
+void dsv4i_cpu_dspark_free(struct cpu_backend *b);
+
+/** Vtable entry dspark_extend (engine/backend.h): after a step, store
+ *  main_kv of every batch token in every stage's ring. */
+dsv4_status dsv4i_cpu_be_dspark_extend(dsv4i_backend *be, dsv4i_bbuf taps);
+
+/** Vtable entry dspark_draft (engine/backend.h). */
+dsv4_status dsv4i_cpu_be_dspark_draft(dsv4i_backend *be, int32_t n, const int32_t *slots,
+                                      const int64_t *pos, const int32_t *anchor, dsv4i_bbuf taps,
+                                      const dsv4i_sample_req *req, int32_t *drafts,
+                                      float *confidence, dsv4i_bbuf logits);
+
+/** Outputs of one draft forward (host memory; NULL = not wanted, except drafts). */
+typedef struct dsv4i_dspark_out {
+  int32_t *drafts;   /**< int32 [n][block]: tok_1 .. tok_block */
+  float *confidence; /**< f32 [n][block]: raw confidence logits c_0 .. c_{block−1} */
+  float *logits;     /**< f32 [n][block][vocab]: base + Markov bias (what drafts are drawn from) */
+  float *base;       /**< f32 [n][block][vocab]: head(norm(x)) before the Markov bias */
+} dsv4i_dspark_out;
+
+/**
+ * One draft forward for n sequences with every output (the vtable entry
+ * wraps it; tests read base logits through it).
+ * @param slots  [in] int32 [n] distinct open slots.
+ * @param pos    [in] int64 [n]: pos[i] = the slot's committed length − 1 (>= 0).
+ * @param anchor [in] int32 [n] anchor tokens (block row 0, position pos + 1).
+ * @param main_hidden [in] bf16 [n][n_taps][dim] stored at pos first, or NULL
+ *               when the rings already hold pos (dspark_extend after every step).
+ * @param req    [in] [n]: temperature <= 0 greedy; else draft k (k = 1..block)
+ *               is drawn with dsv4i_cpu_sample(seed, counter + k − 1).
+ * @return DSV4_OK; DSV4_ERR_UNSUPPORTED (no DSpark stages); DSV4_ERR_INVALID_ARG;
+ *         DSV4_ERR_OUT_OF_MEMORY. Caches change only with main_hidden (ring slot pos).
+ */
+dsv4_status dsv4i_cpu_dspark_draft(struct cpu_backend *b, int32_t n, const int32_t *slots,
+                                   const int64_t *pos, const int32_t *anchor,
+                                   const uint16_t *main_hidden, const dsv4i_sample_req *req,
+                                   const dsv4i_dspark_out *out);
+
+#endif /* DSV4I_CPU_DSPARK_H */

@@ -1,0 +1,476 @@
+/*
+ * Speculative decoding with DSpark: draft and verify orchestration (see
+ * spec.h for the rules). The arithmetic is the backend's (draft forward,
+ * target steps, sampler); the accept rule, its random draws and the
+ * rollback are here.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/spec.h"
+
+/* Stream tags xored into a sequence's seed: the draft's draws, the
+ * acceptance uniforms and the residual draws never share noise with each
+ * other or with the target sampler (which uses the seed itself). */
+#define TAG_DRAFT UINT64_C(0x44537061726b4466)  /* "DSparkDf" */
+#define TAG_ACCEPT UINT64_C(0x44537061726b4163) /* "DSparkAc" */
+#define TAG_RESID UINT64_C(0x44537061726b5273)  /* "DSparkRs" */
+
+/* The last draft of one sequence (index = its sequence-table entry). */
+typedef struct spec_rec {
+  int64_t id;        /**< sequence id it belongs to; 0 = none */
+  int64_t len;       /**< the sequence's length when drafted */
+  int32_t anchor;
+  float temperature; /**< > 0: sampled drafts, q holds their logits */
+  int32_t *drafts;   /**< [block] */
+  float *q;          /**< [block][vocab] logits the drafts were drawn from (lazy) */
+} spec_rec;
+
+struct dsv4i_spec {
+  int32_t block, vocab, cap;  /**< cap: tokens (= output rows) per verify step */
+  dsv4i_bbuf dlogits;         /**< f32 [max_seqs][block][vocab], on the first sampled draft */
+  spec_rec *rec;              /**< [max_seqs] */
+  /* per-call scratch: [max_seqs] */
+  dsv4i_seq **q;
+  int64_t *len0, *pos;
+  int32_t *slot, *done, *acc, *nd;
+  uint64_t *seed;
+  dsv4i_sample_req *req;
+  /* per verify step: [cap] */
+  int32_t *row_seq, *row_j, *row_tok;
+  float *row_logits;          /**< [cap][vocab] (sampling verify only) */
+  double *p, *qd;             /**< [vocab] */
+};
+
+/* ---- random draws ------------------------------------------------------- */
+
+static uint64_t mix64(uint64_t z) { /* SplitMix64 */
+  z += UINT64_C(0x9E3779B97F4A7C15);
+  z = (z ^ (z >> 30)) * UINT64_C(0xBF58476D1CE4E5B9);
+  z = (z ^ (z >> 27)) * UINT64_C(0x94D049BB133111EB);
+  return z ^ (z >> 31);
+}
+
+/* Uniform in (0, 1) with 53 bits, a pure function of (seed, tag, position, i). */
+static double uniform(uint64_t seed, uint64_t tag, int64_t pos, int64_t i) {
+  const uint64_t r = mix64(mix64(mix64(seed ^ tag) ^ (uint64_t)pos) ^ (uint64_t)i);
+  return ((double)(r >> 11) + 0.5) * 0x1p-53;
+}
+
+/* p = softmax(logits / T) in double (max-subtracted). */
+static void softmax(const float *logits, int32_t V, float T, double *p) {
+  const double t = T > 1e-5f ? (double)T : 1e-5;
+  double mx = -INFINITY, sum = 0.0;
+  for (int32_t v = 0; v < V; v++) mx = logits[v] > mx ? logits[v] : mx;
+  for (int32_t v = 0; v < V; v++) sum += p[v] = exp(((double)logits[v] - mx) / t);
+  for (int32_t v = 0; v < V; v++) p[v] /= sum;
+}
+
+/* A draw from the weights w[0..V) (not normalised, >= 0, some > 0):
+ * exponential race argmax w_v / E_v, E_v = -log(u_v). */
+static int32_t race(const double *w, int32_t V, uint64_t seed, int64_t pos) {
+  int32_t best = -1;
+  double best_r = 0.0;
+  for (int32_t v = 0; v < V; v++) {
+    if (!(w[v] > 0.0)) continue;
+    const double r = w[v] / -log(uniform(seed, TAG_RESID, pos, v));
+    if (best < 0 || r > best_r) best = v, best_r = r;
+  }
+  return best;
+}
+
+/* ---- create / free ------------------------------------------------------ */
+
+void dsv4i_spec_free(struct dsv4_engine *e) {
+  dsv4i_spec *sp = e ? e->spec : NULL;
+  if (!sp) return;
+  e->be->ops->buf_free(e->be, sp->dlogits);
+  if (sp->rec)
+    for (int32_t i = 0; i < e->plan.max_seqs; i++) {
+      free(sp->rec[i].drafts);
+      free(sp->rec[i].q);
+    }
+  void *p[] = {sp->rec, (void *)sp->q, sp->len0, sp->pos, sp->slot, sp->done, sp->acc, sp->nd,
+               sp->seed, sp->req, sp->row_seq, sp->row_j, sp->row_tok, sp->row_logits, sp->p,
+               sp->qd};
+  for (size_t i = 0; i < DSV4I_ARRAY_LEN(p); i++) free(p[i]);
+  free(sp);
+  e->spec = NULL;
+}
+
+dsv4_status dsv4i_spec_create(struct dsv4_engine *e) {
+  const dsv4i_config *c = e->cfg;
+  const dsv4i_backend_ops *o = e->be->ops;
+  e->spec = NULL;
+  if (c->n_mtp_layers <= 0 || c->dspark_block_size <= 0 || c->n_dspark_targets <= 0 ||
+      !o->dspark_extend || !o->dspark_draft)
+    return DSV4_OK;
+  dsv4i_spec *sp = dsv4i_calloc(1, sizeof *sp, "speculative decoding");
+  if (!sp) return DSV4_ERR_OUT_OF_MEMORY;
+  e->spec = sp;
+  const size_t ns = (size_t)e->plan.max_seqs, V = (size_t)e->vocab;
+  sp->block = c->dspark_block_size;
+  sp->vocab = e->vocab;
+  sp->cap = e->plan.max_batch_tokens < e->plan.max_out_rows ? e->plan.max_batch_tokens
+                                                            : e->plan.max_out_rows;
+  const size_t cap = (size_t)sp->cap;
+  /* main_hidden of every step's tokens: the engine passes e->taps to block() and then
+   * to dspark_extend (dsv4i_engine_run_step), and frees it */
+  dsv4_status s = e->taps.impl ? DSV4_OK
+                               : o->buf_alloc(e->be,
+                                              (size_t)e->plan.max_batch_tokens *
+                                                  (size_t)c->n_dspark_targets * (size_t)c->dim * 2,
+                                              &e->taps);
+#define A(p, n) ((sp->p = dsv4i_calloc((n), sizeof *sp->p, "speculative " #p)) != NULL)
+  int ok = !s && A(rec, ns) && A(q, ns) && A(len0, ns) && A(pos, ns) && A(slot, ns) && A(done, ns) &&
+           A(acc, ns) && A(nd, ns) && A(seed, ns) && A(req, ns) && A(row_seq, cap) &&
+           A(row_j, cap) && A(row_tok, cap) && A(p, V) && A(qd, V);
+#undef A
+  for (size_t i = 0; ok && i < ns; i++)
+    ok = (sp->rec[i].drafts = dsv4i_calloc((size_t)sp->block, sizeof(int32_t), "draft record")) != NULL;
+  if (!ok) {
+    dsv4i_spec_free(e);
+    return s ? s : DSV4_ERR_OUT_OF_MEMORY;
+  }
+  return DSV4_OK;
+}
+
+/* ---- shared checks ------------------------------------------------------ */
+
+static dsv4_status need_spec(const struct dsv4_engine *e, const char *fn) {
+  if (e->spec) return DSV4_OK;
+  if (e->cfg->n_mtp_layers <= 0 || e->cfg->dspark_block_size <= 0)
+    return dsv4i_error(DSV4_ERR_UNSUPPORTED, "%s: the model has no DSpark stages "
+                       "(num_nextn_predict_layers / dspark_block_size)", fn);
+  return dsv4i_error(DSV4_ERR_UNSUPPORTED, "%s: the %s backend has no DSpark draft head", fn,
+                     e->be->ops->name);
+}
+
+static uint64_t seed_of(const dsv4i_sampling *smp, int32_t i) {
+  return smp ? (smp->seeds ? smp->seeds[i] : smp->seed) : 0;
+}
+
+/* Live, distinct sequences and valid anchors; fills sp->q. */
+static dsv4_status batch_check(struct dsv4_engine *e, int32_t n, const int64_t *ids,
+                               const int32_t *anchors, const char *fn) {
+  dsv4i_spec *sp = e->spec;
+  if (n < 1 || n > e->plan.max_seqs || !ids || !anchors)
+    return dsv4i_error(DSV4_ERR_INVALID_ARG, "%s: %d sequences (1..%d) or NULL arrays", fn, (int)n,
+                       (int)e->plan.max_seqs);
+  dsv4_status s = DSV4_OK;
+  for (int32_t i = 0; i < n && !s; i++) {
+    dsv4i_seq *q = dsv4i_seq_find(e, ids[i], &s);
+    if (!q) break;
+    const int32_t idx = (int32_t)(q - e->seqs);
+    if (e->mark[idx])
+      s = dsv4i_error(DSV4_ERR_INVALID_ARG, "%s: sequence %lld appears twice in the batch", fn,
+                      (long long)ids[i]);
+    else if (anchors[i] < 0 || anchors[i] >= e->vocab)
+      s = dsv4i_error(DSV4_ERR_INVALID_TOKEN, "%s: anchor of batch row %d (sequence %lld) is %d, "
+                      "outside [0, %d)", fn, (int)i, (long long)ids[i], (int)anchors[i],
+                      (int)e->vocab);
+    e->mark[idx] = 1;
+    sp->q[i] = q;
+  }
+  for (int32_t j = 0; j < n; j++) { /* clear every mark set above */
+    const int64_t idx = ids[j] & ((INT64_C(1) << DSV4I_SEQ_IDX_BITS) - 1);
+    if (ids[j] > 0 && idx < e->plan.max_seqs) e->mark[idx] = 0;
+  }
+  return s;
+}
+
+/* ---- draft -------------------------------------------------------------- */
+
+dsv4_status dsv4i_spec_draft(struct dsv4_engine *e, int32_t n, const int64_t *ids,
+                             const int32_t *anchors, const dsv4i_sampling *smp, int32_t *drafts,
+                             float *confidence) {
+  dsv4_status s = need_spec(e, "draft");
+  if (s) return s;
+  dsv4i_spec *sp = e->spec;
+  if ((s = batch_check(e, n, ids, anchors, "draft"))) return s;
+  if (!drafts) return dsv4i_error(DSV4_ERR_INVALID_ARG, "draft: drafts is NULL");
+  const float T = smp ? smp->temperature : 0.0f;
+  for (int32_t i = 0; i < n; i++) {
+    if (sp->q[i]->len < 1)
+      return dsv4i_error(DSV4_ERR_INVALID_ARG, "draft: sequence %lld (batch row %d) is empty; "
+                         "prefill it first", (long long)ids[i], (int)i);
+    sp->slot[i] = sp->q[i]->slot;
+    sp->pos[i] = sp->q[i]->len - 1;
+    dsv4i_sample_req *r = &sp->req[i];
+    memset(r, 0, sizeof *r);
+    r->temperature = T;
+    r->seed = seed_of(smp, i) ^ TAG_DRAFT;
+    r->counter = (uint64_t)sp->q[i]->len + 1; /* position of draft 1 */
+  }
+  const size_t BV = (size_t)sp->block * (size_t)sp->vocab;
+  if (T > 0.0f && !sp->dlogits.impl &&
+      (s = e->be->ops->buf_alloc(e->be, (size_t)e->plan.max_seqs * BV * sizeof(float), &sp->dlogits)))
+    return s;
+  for (int32_t i = 0; T > 0.0f && i < n; i++) {
+    spec_rec *rc = &sp->rec[sp->q[i] - e->seqs];
+    if (!rc->q && !(rc->q = dsv4i_malloc(BV * sizeof(float), "draft distribution")))
+      return DSV4_ERR_OUT_OF_MEMORY;
+  }
+  const dsv4i_bbuf none = {NULL}; /* the rings already hold pos: every step extends them */
+  const int64_t t = dsv4i_op_begin(e);
+  s = e->be->ops->dspark_draft(e->be, n, sp->slot, sp->pos, anchors, none, sp->req, drafts,
+                               confidence, T > 0.0f ? sp->dlogits : none);
+  dsv4i_op_end(e, t, DSV4I_OP_DSPARK, -1);
+  for (int32_t i = 0; i < n; i++) { /* the record of this draft (or none) */
+    spec_rec *rc = &sp->rec[sp->q[i] - e->seqs];
+    rc->id = 0;
+    if (s) continue;
+    if (T > 0.0f &&
+        e->be->ops->buf_read(e->be, sp->dlogits, (size_t)i * BV * sizeof(float),
+                             BV * sizeof(float), rc->q))
+      continue; /* no distribution: verify treats these drafts as fixed tokens */
+    rc->id = ids[i];
+    rc->len = sp->q[i]->len;
+    rc->anchor = anchors[i];
+    rc->temperature = T > 0.0f ? T : 0.0f;
+    memcpy(rc->drafts, drafts + (size_t)i * (size_t)sp->block, sizeof(int32_t) * (size_t)sp->block);
+  }
+  return s;
+}
+
+/* ---- verify ------------------------------------------------------------- */
+
+/* Undo a failed verify: every sequence back to len0, keeping the message. */
+static dsv4_status fail_rollback(struct dsv4_engine *e, dsv4_status s, int32_t n) {
+  dsv4i_spec *sp = e->spec;
+  char *msg = dsv4i_strdup(dsv4i_error_message(), "error message");
+  for (int32_t i = 0; i < n; i++) {
+    dsv4i_seq *q = sp->q[i];
+    if (q->hist && dsv4i_engram_history_len(q->hist) > sp->len0[i])
+      dsv4i_engram_history_truncate(q->hist, sp->len0[i]);
+    if (e->be->ops->slot_truncate(e->be, q->slot, sp->len0[i]) != DSV4_OK) q->damaged = 1;
+    q->len = sp->len0[i];
+  }
+  dsv4i_error(s, "%s", msg ? msg : "(message lost)");
+  free(msg);
+  return s;
+}
+
+/* Check drafts and context, reserve, append the Engram history: all or
+ * nothing (on failure no sequence changed). */
+static dsv4_status verify_prepare(struct dsv4_engine *e, int32_t n, const int64_t *ids,
+                                  const int32_t *anchors, const int32_t *n_drafts,
+                                  const int32_t *drafts) {
+  dsv4i_spec *sp = e->spec;
+  const int32_t B = sp->block;
+  for (int32_t i = 0; i < n; i++) {
+    dsv4i_seq *q = sp->q[i];
+    const int32_t k = n_drafts[i];
+    if (k < 0 || k > B)
+      return dsv4i_error(DSV4_ERR_INVALID_ARG, "verify: n_drafts of batch row %d is %d; the "
+                         "model drafts at most %d", (int)i, (int)k, (int)B);
+    if (k > 0 && !drafts)
+      return dsv4i_error(DSV4_ERR_INVALID_ARG, "verify: drafts is NULL with n_drafts[%d] = %d",
+                         (int)i, (int)k);
+    for (int32_t j = 0; j < k; j++)
+      if (drafts[(size_t)i * (size_t)B + (size_t)j] < 0 ||
+          drafts[(size_t)i * (size_t)B + (size_t)j] >= e->vocab)
+        return dsv4i_error(DSV4_ERR_INVALID_TOKEN, "verify: draft %d of batch row %d (sequence "
+                           "%lld) is %d, outside [0, %d)", (int)j + 1, (int)i, (long long)ids[i],
+                           (int)drafts[(size_t)i * (size_t)B + (size_t)j], (int)e->vocab);
+    if (q->len + 1 + k > e->plan.max_ctx)
+      return dsv4i_error(DSV4_ERR_CONTEXT_OVERFLOW, "verify: sequence %lld holds %lld positions; "
+                         "the anchor and %d drafts pass the engine's max_context %lld",
+                         (long long)ids[i], (long long)q->len, (int)k, (long long)e->plan.max_ctx);
+  }
+  dsv4_status s = DSV4_OK;
+  for (int32_t i = 0; i < n && !s; i++) {
+    sp->len0[i] = sp->q[i]->len;
+    sp->nd[i] = n_drafts[i];
+    sp->slot[i] = sp->q[i]->slot;
+    sp->pos[i] = sp->len0[i] + 1 + n_drafts[i]; /* reserve targets */
+    if (sp->q[i]->hist) s = dsv4i_engram_history_reserve(sp->q[i]->hist, sp->pos[i]);
+  }
+  if (!s) s = e->be->ops->slot_reserve(e->be, n, sp->slot, sp->pos);
+  if (s) return s; /* nothing changed */
+  for (int32_t i = 0; i < n && !s; i++) {
+    dsv4i_engram_history *h = sp->q[i]->hist;
+    if (!h) continue;
+    s = dsv4i_engram_history_append(h, &anchors[i], NULL, 1);
+    if (!s && n_drafts[i] > 0)
+      s = dsv4i_engram_history_append(h, drafts + (size_t)i * (size_t)B, NULL, (size_t)n_drafts[i]);
+  }
+  if (s) { /* undo the appends and the reservations (nothing was written) */
+    for (int32_t i = 0; i < n; i++) {
+      dsv4i_seq *q = sp->q[i];
+      if (q->hist && dsv4i_engram_history_len(q->hist) > q->len)
+        dsv4i_engram_history_truncate(q->hist, q->len);
+      e->be->ops->slot_truncate(e->be, q->slot, q->len);
+    }
+  }
+  return s;
+}
+
+/* Probability q_k(d) of the draft distribution and the whole q (into sp->qd),
+ * from the sequence's draft record when it produced exactly these drafts;
+ * 1 and one-hot otherwise. */
+static double draft_q(dsv4i_spec *sp, const spec_rec *rc, int32_t k, int32_t d, int use_rec) {
+  const int32_t V = sp->vocab;
+  if (!use_rec) {
+    memset(sp->qd, 0, sizeof *sp->qd * (size_t)V);
+    sp->qd[d] = 1.0;
+    return 1.0;
+  }
+  softmax(rc->q + (size_t)k * (size_t)V, V, rc->temperature, sp->qd);
+  return sp->qd[d];
+}
+
+/* Whether the record of sequence i describes the drafts being verified. */
+static int rec_matches(const spec_rec *rc, int64_t id, int64_t len, int32_t anchor,
+                       const int32_t *d, int32_t k) {
+  if (rc->id != id || rc->len != len || rc->anchor != anchor || !(rc->temperature > 0.0f) || !rc->q)
+    return 0;
+  for (int32_t j = 0; j < k; j++)
+    if (rc->drafts[j] != d[j]) return 0;
+  return 1;
+}
+
+/* The accept rule on one target row: row j of sequence i (spec.h). */
+static void decide(struct dsv4_engine *e, int32_t i, int32_t j, int32_t row_tok,
+                   const float *logits, float T, const int32_t *d, int use_rec, int32_t *next) {
+  dsv4i_spec *sp = e->spec;
+  const int32_t V = sp->vocab;
+  if (j == sp->nd[i]) { /* bonus row: the target's own draw */
+    next[i] = row_tok;
+    sp->done[i] = 1;
+    return;
+  }
+  const int32_t dk = d[j];
+  if (!(T > 0.0f)) { /* greedy: the draft must be the target's argmax */
+    if (row_tok == dk) {
+      sp->acc[i]++;
+    } else {
+      next[i] = row_tok;
+      sp->done[i] = 1;
+    }
+    return;
+  }
+  const int64_t pos = sp->len0[i] + j + 1; /* the draft's position */
+  const spec_rec *rc = &sp->rec[sp->q[i] - e->seqs];
+  softmax(logits, V, T, sp->p);
+  double qk = draft_q(sp, rc, j, dk, use_rec);
+  if (!(qk > 0.0)) qk = draft_q(sp, rc, j, dk, 0); /* not a draw of that q: a fixed token */
+  if (uniform(sp->seed[i], TAG_ACCEPT, pos, 0) * qk < sp->p[dk]) {
+    sp->acc[i]++;
+    return;
+  }
+  /* rejected: draw from norm(max(0, p - q)) */
+  double *w = sp->p;
+  for (int32_t v = 0; v < V; v++) w[v] = w[v] > sp->qd[v] ? w[v] - sp->qd[v] : 0.0;
+  int32_t t = race(w, V, sp->seed[i], pos);
+  if (t < 0) { /* p == q to rounding: the residual is empty; draw from p */
+    softmax(logits, V, T, sp->p);
+    t = race(sp->p, V, sp->seed[i], pos);
+  }
+  next[i] = t;
+  sp->done[i] = 1;
+}
+
+dsv4_status dsv4i_spec_verify(struct dsv4_engine *e, int32_t n, const int64_t *ids,
+                              const int32_t *anchors, const int32_t *n_drafts,
+                              const int32_t *drafts, const dsv4i_sampling *smp,
+                              int32_t *n_accepted, int32_t *next) {
+  dsv4_status s = need_spec(e, "verify");
+  if (s) return s;
+  dsv4i_spec *sp = e->spec;
+  const int32_t B = sp->block, V = sp->vocab;
+  const float T = smp ? smp->temperature : 0.0f;
+  if (!n_drafts || !n_accepted || !next)
+    return dsv4i_error(DSV4_ERR_INVALID_ARG, "verify: n_drafts, n_accepted or next is NULL");
+  if ((s = batch_check(e, n, ids, anchors, "verify"))) return s;
+  const int64_t th = dsv4i_op_begin(e);
+  if ((s = verify_prepare(e, n, ids, anchors, n_drafts, drafts))) return s;
+  for (int32_t i = 0; i < n; i++) {
+    sp->done[i] = 0;
+    sp->acc[i] = 0;
+    sp->seed[i] = seed_of(smp, i);
+  }
+  dsv4i_op_end(e, th, DSV4I_OP_HOST, -1);
+  /* the runs [a, d_1 .. d_k] of every sequence, cut into steps of at most cap tokens;
+   * a sequence decided in an earlier step sends nothing more */
+  int32_t i0 = 0, j0 = 0;
+  while (i0 < n) {
+    const int64_t tb = dsv4i_op_begin(e);
+    int32_t m = 0;
+    for (; i0 < n && m < sp->cap; j0 = 0, i0++) {
+      if (sp->done[i0]) continue;
+      dsv4i_seq *q = sp->q[i0];
+      for (; j0 <= sp->nd[i0] && m < sp->cap; j0++, m++) {
+        e->b_tok[m] = j0 == 0 ? anchors[i0] : drafts[(size_t)i0 * (size_t)B + (size_t)j0 - 1];
+        e->b_pos[m] = sp->len0[i0] + j0;
+        e->b_slot[m] = q->slot;
+        e->b_layout[m] = DSV4I_LAYOUT_DECODE;
+        e->b_out[m] = m;
+        sp->row_seq[m] = i0;
+        sp->row_j[m] = j0;
+        if (e->b_engram)
+          dsv4i_engram_history_row_ids(q->hist, e->b_pos[m], e->b_pos[m] + 1, -1,
+                                       e->b_engram + (size_t)m * (size_t)e->n_engram_cols);
+        dsv4i_sample_req *r = &e->b_req[m];
+        memset(r, 0, sizeof *r);
+        r->temperature = T;
+        r->seed = sp->seed[i0];
+        r->counter = (uint64_t)e->b_pos[m] + 1; /* position of the token this row draws */
+      }
+      if (j0 <= sp->nd[i0]) break; /* the step is full inside this run: resume here */
+    }
+    if (m == 0) break;
+    const dsv4i_batch b = {m, e->b_tok, e->b_pos, e->b_slot, e->b_layout, NULL, m, e->b_out,
+                           e->b_engram};
+    dsv4i_op_end(e, tb, DSV4I_OP_HOST, -1);
+    s = dsv4i_engine_run_step(e, &b);
+    int64_t t = dsv4i_op_begin(e);
+    if (!s) s = e->be->ops->sample(e->be, e->logits, m, e->b_req, sp->row_tok);
+    dsv4i_op_end(e, t, DSV4I_OP_SAMPLE, -1);
+    if (!s && T > 0.0f) {
+      if (!sp->row_logits &&
+          !(sp->row_logits = dsv4i_malloc((size_t)sp->cap * (size_t)V * sizeof(float), "verify logits")))
+        s = DSV4_ERR_OUT_OF_MEMORY;
+      t = dsv4i_op_begin(e);
+      if (!s) s = e->be->ops->buf_read(e->be, e->logits, 0, (size_t)m * (size_t)V * sizeof(float),
+                                       sp->row_logits);
+      dsv4i_op_end(e, t, DSV4I_OP_READ, -1);
+    }
+    if (s) return fail_rollback(e, s, n);
+    t = dsv4i_op_begin(e);
+    for (int32_t r = 0; r < m; r++) {
+      const int32_t i = sp->row_seq[r];
+      if (sp->done[i]) continue;
+      const int32_t *d = drafts ? drafts + (size_t)i * (size_t)B : NULL;
+      const int ur = T > 0.0f && sp->nd[i] > 0 &&
+                     rec_matches(&sp->rec[sp->q[i] - e->seqs], ids[i], sp->len0[i], anchors[i], d,
+                                 sp->nd[i]);
+      decide(e, i, sp->row_j[r], sp->row_tok[r],
+             sp->row_logits ? sp->row_logits + (size_t)r * (size_t)V : NULL, T, d, ur, next);
+    }
+    dsv4i_op_end(e, t, DSV4I_OP_HOST, -1);
+  }
+  for (int32_t i = 0; i < n; i++)
+    if (!sp->done[i]) /* cannot happen: every run ends in its bonus row */
+      return fail_rollback(e, dsv4i_error(DSV4_ERR_INTERNAL, "verify: sequence %lld was not "
+                                          "decided", (long long)ids[i]), n);
+  /* keep 1 + accepted positions; roll back what the rejected tokens wrote */
+  const int64_t tr = dsv4i_op_begin(e);
+  for (int32_t i = 0; i < n; i++) {
+    dsv4i_seq *q = sp->q[i];
+    const int64_t keep = sp->len0[i] + 1 + sp->acc[i];
+    if (q->hist && dsv4i_engram_history_len(q->hist) > keep)
+      dsv4i_engram_history_truncate(q->hist, keep);
+    const dsv4_status st = e->be->ops->slot_truncate(e->be, q->slot, keep);
+    if (st) {
+      q->damaged = 1;
+      if (!s) s = st;
+    }
+    q->len = keep;
+    n_accepted[i] = sp->acc[i];
+    sp->rec[q - e->seqs].id = 0; /* a draft is verified once */
+  }
+  dsv4i_op_end(e, tr, DSV4I_OP_HOST, -1);
+  return s;
+}
