@@ -437,12 +437,13 @@ dsv4_status dsv4i_cpu_head(int64_t n_tok, int32_t hc, int32_t dim, const uint16_
 int32_t dsv4i_cpu_argmax(const float *x, int64_t n);
 
 /**
- * The Exp(1) noise of dsv4i_cpu_sample (spec §5.6) for element i: q = −logf(u) with
- * u = (r + 1) · 2^-24, r = the top 24 bits of a 64-bit counter-based hash
+ * The Exp(1) noise of dsv4i_cpu_sample (spec §5.6) for element i:
+ * q = fp32(−log(u)) in double with u = (r + 0.5) · 2^-53, r = the top 53 bits of a 64-bit counter-based hash
  * of (seed, counter, i) (SplitMix64 finaliser applied to
  * seed ^ mix(counter) ^ mix2(i), see head.c). Deterministic, stateless,
  * identical on every backend that implements the same integer hash.
- * u ∈ (0, 1], so q ∈ [0, 16.64].
+ * u ∈ (0, 1) strictly, so q ∈ (0, 37.5): never 0 (a zero would make its token
+ * win regardless of p).
  */
 float dsv4i_sample_noise(uint64_t seed, uint64_t counter, int64_t i);
 
