@@ -46,9 +46,10 @@ dsv4_status dsv4i_plan_make(const struct dsv4i_config *cfg, const dsv4i_plan_req
   if (f->page_bytes < 1 || f->seq_pages < 1 || f->slot_bytes < 0)
     return dsv4i_error(DSV4_ERR_INTERNAL, "memory plan: backend format has no page size");
   out->max_seqs = req->max_seqs;
-  out->chunk = req->chunk;
+  /* a prefill step never holds more tokens than a sequence can: cap before sizing the workspace */
+  out->chunk = req->chunk < req->max_ctx ? req->chunk : (int32_t)req->max_ctx;
   out->max_ctx = req->max_ctx;
-  out->max_batch_tokens = req->chunk > req->max_seqs ? req->chunk : req->max_seqs;
+  out->max_batch_tokens = out->chunk > req->max_seqs ? out->chunk : req->max_seqs;
   out->max_out_rows = req->max_seqs;
   out->mapped_bytes = req->mapped_bytes;
   out->extra_weight_bytes = f->weight_bytes;
@@ -83,19 +84,27 @@ dsv4_status dsv4i_plan_make(const struct dsv4i_config *cfg, const dsv4i_plan_req
   if (cfg->n_engram == 0) out->engram_hist_bytes = 0;
   if (!mul_ok(out->max_batch_tokens, f->act_bytes_per_tok, &t) ||
       !add_ok(t, f->act_bytes_fixed, &out->act_bytes))
-    return too_big("workspace");
+    return dsv4i_error(DSV4_ERR_DOES_NOT_FIT,
+                       "memory plan: the workspace for %d tokens per step (max of prefill_chunk "
+                       "and max_sequences) overflows 64-bit byte counts; lower prefill_chunk",
+                       (int)out->max_batch_tokens);
   if (!add_ok(out->kv_bytes, out->engram_hist_bytes, &t) || !add_ok(t, out->act_bytes, &t) ||
       !add_ok(t, out->extra_weight_bytes, &out->total_bytes))
     return too_big("total");
-  if (req->host_limit > 0 && out->total_bytes > req->host_limit)
+  if (req->host_limit > 0 && out->total_bytes > req->host_limit) {
+    /* name the knob of the largest part: the workspace scales with prefill_chunk */
+    const int ws = out->act_bytes > out->kv_bytes && out->act_bytes > out->engram_hist_bytes;
     return dsv4i_error(DSV4_ERR_DOES_NOT_FIT,
                        "memory plan: %lld B needed (KV %lld = %d slots x %lld + %lld pages x %lld; "
-                       "Engram history %lld; workspace %lld; prepared weights %lld) but the "
-                       "machine has %lld B; lower max_sequences, max_context or the KV budget",
+                       "Engram history %lld; workspace %lld for %d tokens per step; prepared "
+                       "weights %lld) but the machine has %lld B; lower %s",
                        (long long)out->total_bytes, (long long)out->kv_bytes, (int)req->max_seqs,
                        (long long)f->slot_bytes, (long long)out->pool_pages,
                        (long long)f->page_bytes, (long long)out->engram_hist_bytes,
-                       (long long)out->act_bytes, (long long)out->extra_weight_bytes,
-                       (long long)req->host_limit);
+                       (long long)out->act_bytes, (int)out->max_batch_tokens,
+                       (long long)out->extra_weight_bytes, (long long)req->host_limit,
+                       ws ? "prefill_chunk (the workspace is the largest part)"
+                          : "max_sequences, max_context or the KV budget");
+  }
   return DSV4_OK;
 }

@@ -5,6 +5,7 @@
  * of the layer lists are roles.c, the value checks config_check.c.
  */
 #include <errno.h>
+#include <float.h>
 #include <jansson.h>
 #include <limits.h>
 #include <stdio.h>
@@ -92,7 +93,14 @@ static dsv4_status get_f32(const pctx *p, const json_t *o, const char *sec, cons
   dsv4_status s = need(p, o, sec, key, &v);
   if (s) return s;
   if (!json_is_number(v)) return wrong_type(p, sec, key, "a number", v);
-  *out = (float)json_number_value(v);
+  double d = json_number_value(v);
+  if (!(d >= -FLT_MAX && d <= FLT_MAX)) { /* the conversion below would be undefined */
+    char kp[128];
+    key_path(kp, sizeof kp, sec, key);
+    return dsv4i_error(DSV4_ERR_CONFIG_VALUE, "%s: %s = %g is not representable as a float",
+                       p->origin, kp, d);
+  }
+  *out = (float)d;
   return DSV4_OK;
 }
 

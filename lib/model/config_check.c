@@ -4,6 +4,8 @@
  * multiples of 32, RoPE tail inside the heads, token ids in the vocabulary,
  * feature choices this engine implements. Messages name the config.json key.
  */
+#include <math.h>
+
 #include "model/config.h"
 
 /* Upper bound for any single dim, so every tensor size fits in 64 bits. */
@@ -45,6 +47,32 @@ static dsv4_status positive_f(const char *key, float v) {
   return DSV4_OK;
 }
 
+/* An epsilon: finite and > 0 (a zero one divides by zero on an all-zero row). */
+static dsv4_status epsilon(const char *key, float v) {
+  if (!(v > 0.0f) || !isfinite(v))
+    return dsv4i_error(DSV4_ERR_CONFIG_VALUE, "%s = %g must be finite and positive", key,
+                       (double)v);
+  return DSV4_OK;
+}
+
+/* YaRN (spec §5.2): the ramp runs from beta_fast rotations down to beta_slow. */
+static dsv4_status check_rope_scaling(const dsv4i_config *c) {
+  TRY(in_range("text_config.rope_scaling.original_max_position_embeddings", c->original_seq_len, 1,
+               INT64_C(1) << 40));
+  if (!(c->rope_factor >= 1.0f) || !isfinite(c->rope_factor))
+    return dsv4i_error(DSV4_ERR_CONFIG_VALUE,
+                       "text_config.rope_scaling.factor = %g must be finite and >= 1",
+                       (double)c->rope_factor);
+  TRY(positive_f("text_config.rope_scaling.beta_fast", c->beta_fast));
+  TRY(positive_f("text_config.rope_scaling.beta_slow", c->beta_slow));
+  if (!(c->beta_fast > c->beta_slow) || !isfinite(c->beta_fast))
+    return dsv4i_error(DSV4_ERR_CONFIG_VALUE,
+                       "text_config.rope_scaling.beta_fast = %g must be finite and greater than "
+                       "text_config.rope_scaling.beta_slow = %g",
+                       (double)c->beta_fast, (double)c->beta_slow);
+  return DSV4_OK;
+}
+
 static dsv4_status check_attention(const dsv4i_config *c) {
   TRY(in_range("text_config.vocab_size", c->vocab_size, 1, DIM_MAX));
   TRY(dim32("text_config.hidden_size", c->dim, "fp8 32x32 weight blocks and 32-wide activation blocks"));
@@ -83,13 +111,10 @@ static dsv4_status check_attention(const dsv4i_config *c) {
   TRY(in_range("text_config.candidate_topk_blocks", c->candidate_topk_blocks, 1, DIM_MAX));
   TRY(in_range("text_config.candidate_block_size", c->candidate_block_size, 1, DIM_MAX));
   TRY(in_range("text_config.max_position_embeddings", c->max_position_embeddings, 1, INT64_C(1) << 40));
-  TRY(in_range("text_config.rope_scaling.original_max_position_embeddings", c->original_seq_len, 1,
-               INT64_C(1) << 40));
   TRY(positive_f("text_config.rope_theta", c->rope_theta));
   TRY(positive_f("text_config.compress_rope_theta", c->compress_rope_theta));
-  TRY(positive_f("text_config.rope_scaling.factor", c->rope_factor));
-  if (!(c->norm_eps >= 0.0f))
-    return dsv4i_error(DSV4_ERR_CONFIG_VALUE, "text_config.rms_norm_eps = %g is negative", (double)c->norm_eps);
+  TRY(check_rope_scaling(c));
+  TRY(epsilon("text_config.rms_norm_eps", c->norm_eps));
   return DSV4_OK;
 }
 
@@ -106,8 +131,7 @@ static dsv4_status check_moe_hc(const dsv4i_config *c) {
   TRY(positive_f("text_config.routed_scaling_factor", c->route_scale));
   TRY(in_range("text_config.hc_mult", c->hc_mult, 1, 64));
   TRY(in_range("text_config.hc_sinkhorn_iters", c->hc_sinkhorn_iters, 1, 1000));
-  if (!(c->hc_eps >= 0.0f))
-    return dsv4i_error(DSV4_ERR_CONFIG_VALUE, "text_config.hc_eps = %g is negative", (double)c->hc_eps);
+  TRY(epsilon("text_config.hc_eps", c->hc_eps));
   return DSV4_OK;
 }
 

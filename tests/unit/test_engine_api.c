@@ -143,6 +143,17 @@ static void params_and_create_errors(void **st) {
   ep.max_context = 1 << 20; /* 65535 sequences at 1M positions: more than this machine */
   assert_int_equal(dsv4_engine_create(m, &ep, &e), DSV4_ERR_DOES_NOT_FIT);
   printf("does-not-fit message: %s\n", dsv4_last_error());
+  /* prefill_chunk is capped at max_context before the workspace is sized (INT32_MAX tokens
+   * per step used to plan terabytes) */
+  dsv4_engine_params_init(&ep, sizeof ep);
+  ep.max_context = 512;
+  ep.prefill_chunk = INT32_MAX;
+  assert_int_equal(dsv4_engine_create(m, &ep, &e), DSV4_OK);
+  dsv4_engine_info ci;
+  assert_int_equal(dsv4_engine_get_info(e, &ci, sizeof ci), DSV4_OK);
+  assert_int_equal(ci.prefill_chunk, 512);
+  dsv4_engine_free(e);
+  e = NULL;
 
   /* a working engine over a borrowed model; info */
   assert_int_equal(dsv4_engine_create(m, NULL, &e), DSV4_OK);

@@ -420,6 +420,29 @@ static void flags(void **state) {
 }
 
 /* The tiny fixture config plans (TP2 x PP2 on 4 small GPUs). */
+/* Engine plan (plan.c): prefill_chunk is capped at max_context before the workspace is sized
+ * (INT32_MAX used to plan terabytes), and a workspace over the machine names prefill_chunk. */
+static void engine_plan_chunk(void **state) {
+  (void)state;
+  dsv4i_config c;
+  load_release(&c);
+  dsv4i_plan_req rq = {.backend = DSV4_BACKEND_CPU, .max_seqs = 2, .max_ctx = 4096,
+                       .chunk = INT32_MAX};
+  dsv4i_plan pl;
+  assert_int_equal(dsv4i_plan_make(&c, &rq, &pl), DSV4_OK);
+  assert_int_equal(pl.chunk, 4096);
+  assert_int_equal(pl.max_batch_tokens, 4096);
+  dsv4i_plan ref;
+  rq.chunk = 4096;
+  assert_int_equal(dsv4i_plan_make(&c, &rq, &ref), DSV4_OK);
+  assert_true(pl.act_bytes == ref.act_bytes && pl.total_bytes == ref.total_bytes);
+  rq.host_limit = ref.total_bytes - 1;
+  assert_int_equal(dsv4i_plan_make(&c, &rq, &pl), DSV4_ERR_DOES_NOT_FIT);
+  printf("workspace does-not-fit: %s\n", dsv4i_error_message());
+  assert_non_null(strstr(dsv4i_error_message(), "lower prefill_chunk"));
+  assert_non_null(strstr(dsv4i_error_message(), "4096 tokens per step"));
+}
+
 static void tiny_fixture(void **state) {
   (void)state;
   const char *dir = tu_fixture_or_skip("tiny-v41-a");
@@ -468,6 +491,7 @@ int main(void) {
     cmocka_unit_test(kv_closed_form),     cmocka_unit_test(field_report_scenario),
     cmocka_unit_test(does_not_fit),       cmocka_unit_test(stage_splits),
     cmocka_unit_test(flags),              cmocka_unit_test(tiny_fixture),
+    cmocka_unit_test(engine_plan_chunk),
   };
   return cmocka_run_group_tests_name("plan", tests, NULL, NULL);
 }
