@@ -46,6 +46,8 @@ typedef struct dsv4i_str {
   int oom;    /* an append failed: contents are truncated */
 } dsv4i_str;
 
+/** Append len raw bytes (may contain NULs) and keep buf NUL-terminated; sets oom on failure. */
+void dsv4i_str_append(dsv4i_str *s, const void *data, size_t len);
 void dsv4i_str_appendf(dsv4i_str *s, const char *fmt, ...) DSV4I_PRINTF(2, 3);
 void dsv4i_str_vappendf(dsv4i_str *s, const char *fmt, va_list ap);
 void dsv4i_str_free(dsv4i_str *s);

@@ -8,25 +8,42 @@
 
 #include "base/base.h"
 
+/* Room for n more bytes and the NUL; 0 (and oom set) when that fails. */
+static int str_reserve(dsv4i_str *s, size_t n) {
+  if (s->oom) return 0;
+  size_t need = s->len + n + 1;
+  if (need < s->len) {
+    s->oom = 1;
+    return 0;
+  }
+  if (need > s->cap) {
+    size_t cap = s->cap ? s->cap : 256;
+    while (cap < need) cap = cap * 2 > cap ? cap * 2 : need;
+    char *nb = realloc(s->buf, cap);
+    if (!nb) {
+      s->oom = 1;
+      return 0;
+    }
+    s->buf = nb;
+    s->cap = cap;
+  }
+  return 1;
+}
+
+void dsv4i_str_append(dsv4i_str *s, const void *data, size_t len) {
+  if (!str_reserve(s, len)) return;
+  if (len) memcpy(s->buf + s->len, data, len);
+  s->len += len;
+  s->buf[s->len] = '\0';
+}
+
 void dsv4i_str_vappendf(dsv4i_str *s, const char *fmt, va_list ap) {
   if (s->oom) return;
   va_list ap2;
   va_copy(ap2, ap);
   int n = vsnprintf(NULL, 0, fmt, ap2);
   va_end(ap2);
-  if (n < 0) return;
-  size_t need = s->len + (size_t)n + 1;
-  if (need > s->cap) {
-    size_t cap = s->cap ? s->cap : 256;
-    while (cap < need) cap *= 2;
-    char *nb = realloc(s->buf, cap);
-    if (!nb) {
-      s->oom = 1;
-      return;
-    }
-    s->buf = nb;
-    s->cap = cap;
-  }
+  if (n < 0 || !str_reserve(s, (size_t)n)) return;
   vsnprintf(s->buf + s->len, (size_t)n + 1, fmt, ap);
   s->len += (size_t)n;
 }

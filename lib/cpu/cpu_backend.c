@@ -14,7 +14,7 @@
  * at least 4 KiB, a multiple of 64. */
 static size_t page_bytes_for(const dsv4i_config *c) {
   int64_t r = (int64_t)c->head_dim * 8;
-  const int64_t w = c->head_dim + c->head_dim / 32;
+  const int64_t w = dsv4i_kv_record_bytes(c, DSV4I_KVREC_WINDOW);
   if (w > r) r = w;
   int64_t p = 16 * r;
   if (p < 4096) p = 4096;

@@ -29,10 +29,6 @@
 void dsv4i_cpu_qgemm(const dsv4i_wview *w, int64_t n, const float *xq, const float *sx,
                      uint16_t *y, int64_t ldy);
 
-/* x.float() @ W.float()ᵀ over rows already in fp32 (linear.c): xf float
- * [n][w->cols], fp32 result [n][ldy] (sequential k). No checks. */
-void dsv4i_cpu_fgemm(const dsv4i_wview *w, int64_t n, const float *xf, float *y, int64_t ldy);
-
 /* Row-wise act_quant into decoded floats (linear.c), no checks, not threaded. */
 void dsv4i_cpu_act_quant_rows(int64_t n, int32_t k, const uint16_t *x, int64_t ldx, float *xq,
                               float *sx);

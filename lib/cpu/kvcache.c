@@ -109,7 +109,6 @@ void dsv4i_kv_pool_free(dsv4i_kv_pool *p) {
 
 int64_t dsv4i_kv_pool_free_pages(const dsv4i_kv_pool *p) { return p ? p->n_free : 0; }
 int64_t dsv4i_kv_pool_n_pages(const dsv4i_kv_pool *p) { return p ? p->n_pages : 0; }
-size_t dsv4i_kv_pool_page_bytes(const dsv4i_kv_pool *p) { return p ? p->page_bytes : 0; }
 
 static int32_t pool_take(dsv4i_kv_pool *p) {
   assert(p->n_free > 0);
@@ -147,9 +146,10 @@ dsv4_status dsv4i_kv_layout_init(const dsv4i_config *cfg, int32_t spare, size_t 
   out->spare = spare;
   out->ring_slots = cfg->window_size + spare;
   out->page_bytes = page_bytes;
-  out->rec_bytes[DSV4I_KV_WINDOW] = dsv4i_kv_window_rec_bytes(hd);
-  out->rec_bytes[DSV4I_KV_COMP] = dsv4i_kv_comp_rec_bytes(hd);
-  out->rec_bytes[DSV4I_KV_IDXK] = ihd > 0 ? dsv4i_kv_idxk_rec_bytes(ihd) : 1;
+  out->rec_bytes[DSV4I_KV_WINDOW] = (int32_t)dsv4i_kv_record_bytes(cfg, DSV4I_KVREC_WINDOW);
+  out->rec_bytes[DSV4I_KV_COMP] = (int32_t)dsv4i_kv_record_bytes(cfg, DSV4I_KVREC_COMPRESSED);
+  out->rec_bytes[DSV4I_KV_IDXK] =
+      ihd > 0 ? (int32_t)dsv4i_kv_record_bytes(cfg, DSV4I_KVREC_INDEX_KEY) : 1;
   out->rec_bytes[DSV4I_KV_CSTATE] = 2 * hd * (int32_t)sizeof(float);
   for (int k = 0; k < DSV4I_KV_KINDS; k++) {
     if (page_bytes < (size_t)out->rec_bytes[k] || page_bytes % 64)

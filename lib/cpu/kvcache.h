@@ -67,12 +67,20 @@ enum {
  * Record codecs (spec §5.8, §8.1)
  * ====================================================================== */
 
-/** Window record bytes for a head_dim (hd + hd/32: 528 for 512). */
-static inline int32_t dsv4i_kv_window_rec_bytes(int32_t hd) { return hd + hd / 32; }
-/** Compressed-KV record bytes (hd/2 + hd/16: 288 for 512). */
-static inline int32_t dsv4i_kv_comp_rec_bytes(int32_t hd) { return hd / 2 + hd / 16; }
-/** Index-key record bytes (ihd/2 + ihd/32: 68 for 128). */
-static inline int32_t dsv4i_kv_idxk_rec_bytes(int32_t ihd) { return ihd / 2 + ihd / 32; }
+/* Record sizes are the model's (dsv4i_kv_record_bytes_for, model/config.h); these
+ * name them for the codecs below, which take the dims directly. */
+/** Window record bytes for a head_dim (528 for 512). */
+static inline int32_t dsv4i_kv_window_rec_bytes(int32_t hd) {
+  return (int32_t)dsv4i_kv_record_bytes_for(DSV4I_KVREC_WINDOW, hd, 0, 0);
+}
+/** Compressed-KV record bytes (288 for 512). */
+static inline int32_t dsv4i_kv_comp_rec_bytes(int32_t hd) {
+  return (int32_t)dsv4i_kv_record_bytes_for(DSV4I_KVREC_COMPRESSED, hd, 0, 0);
+}
+/** Index-key record bytes (68 for 128). */
+static inline int32_t dsv4i_kv_idxk_rec_bytes(int32_t ihd) {
+  return (int32_t)dsv4i_kv_record_bytes_for(DSV4I_KVREC_INDEX_KEY, 0, 0, ihd);
+}
 
 /**
  * Encode a window KV row (post-RoPE, bf16) as its MXFP8 record: act_quant
@@ -128,8 +136,6 @@ void dsv4i_kv_pool_free(dsv4i_kv_pool *pool);
 int64_t dsv4i_kv_pool_free_pages(const dsv4i_kv_pool *pool);
 /** Total pages. */
 int64_t dsv4i_kv_pool_n_pages(const dsv4i_kv_pool *pool);
-/** Page size in bytes. */
-size_t dsv4i_kv_pool_page_bytes(const dsv4i_kv_pool *pool);
 
 /* ======================================================================
  * Layout (what caches a config needs, record sizes, ring sizes)

@@ -424,10 +424,6 @@ static void fgemm_any(const dsv4i_wview *w, int64_t n, const float *xf, float *y
   }
 }
 
-void dsv4i_cpu_fgemm(const dsv4i_wview *w, int64_t n, const float *xf, float *y, int64_t ldy) {
-  fgemm_any(w, n, xf, y, NULL, ldy);
-}
-
 /* ---- activation quantisation ------------------------------------------- */
 
 void dsv4i_cpu_act_quant_rows(int64_t n, int32_t k, const uint16_t *x, int64_t ldx, float *xq,

@@ -354,16 +354,11 @@ static dsv4_status check_params(const dsv4i_config *cfg, const dsv4i_topo_params
 
 static void records(const dsv4i_config *cfg, int32_t kv_format, int64_t *window, int64_t *comp,
                     int64_t *ikey) {
-  int64_t hd = cfg->head_dim, rope = cfg->rope_head_dim, ihd = cfg->index_head_dim;
-  if (kv_format == DSV4I_KV_FP8_DS_MLA) {
-    /* e4m3 NoPE values, bf16 RoPE values, one UE8M0 per 64 NoPE values padded to 8 bytes */
-    int64_t nope = hd - rope;
-    *window = nope + 2 * rope + ceil_div(ceil_div(nope, 64), 8) * 8;
-  } else {
-    *window = hd + hd / 32; /* e4m3 values + one UE8M0 per 32 */
-  }
-  *comp = hd / 2 + hd / 16;  /* e2m1 codes + one E4M3 scale per 16 */
-  *ikey = ihd / 2 + ihd / 32; /* e2m1 codes + one UE8M0 per 32 */
+  *window = dsv4i_kv_record_bytes(cfg, kv_format == DSV4I_KV_FP8_DS_MLA
+                                           ? DSV4I_KVREC_WINDOW_DS_MLA
+                                           : DSV4I_KVREC_WINDOW);
+  *comp = dsv4i_kv_record_bytes(cfg, DSV4I_KVREC_COMPRESSED);
+  *ikey = dsv4i_kv_record_bytes(cfg, DSV4I_KVREC_INDEX_KEY);
 }
 
 int64_t dsv4i_plan_seq_bytes(const dsv4i_topo_plan *plan, int32_t s, int64_t positions) {

@@ -61,9 +61,6 @@ dsv4_status dsv4i_tokenizer_decode(const dsv4i_tokenizer *tok, const int32_t *id
 /** Id of an exact token string (added tokens first, then the model vocab); -1 if none. */
 int32_t dsv4i_tokenizer_token_to_id(const dsv4i_tokenizer *tok, const char *token, size_t len);
 
-/** 1 when `id` is an added token marked special (skipped by skip_special decoding). */
-int dsv4i_tokenizer_is_special(const dsv4i_tokenizer *tok, int32_t id);
-
 /**
  * dsv4i_tokenizer_decode with the Rust tokenizer's skip_special_tokens.
  * Ids >= 0 that name no token (gaps, >= vocab size) contribute nothing, as

@@ -149,29 +149,6 @@ uint32_t tk_utf8_get(const char *str, size_t len, size_t *n) {
          ((uint32_t)(s[2] & 0x3F) << 6) | (s[3] & 0x3F);
 }
 
-void tk_str_append(dsv4i_str *out, const void *data, size_t len) {
-  if (out->oom) return;
-  size_t need = out->len + len + 1;
-  if (need < out->len) {
-    out->oom = 1;
-    return;
-  }
-  if (need > out->cap) {
-    size_t cap = out->cap ? out->cap : 256;
-    while (cap < need) cap = cap * 2 > cap ? cap * 2 : need;
-    char *nb = realloc(out->buf, cap);
-    if (!nb) {
-      out->oom = 1;
-      return;
-    }
-    out->buf = nb;
-    out->cap = cap;
-  }
-  if (len) memcpy(out->buf + out->len, data, len);
-  out->len += len;
-  out->buf[out->len] = '\0';
-}
-
 size_t tk_utf8_lossy_append(const char *str, size_t len, int hold_tail, dsv4i_str *out) {
   static const char repl[3] = {(char)0xEF, (char)0xBF, (char)0xBD};
   const uint8_t *s = (const uint8_t *)str;
@@ -187,12 +164,12 @@ size_t tk_utf8_lossy_append(const char *str, size_t len, int hold_tail, dsv4i_st
       i += (size_t)n;
       continue;
     }
-    tk_str_append(out, s + run, i - run);
+    dsv4i_str_append(out, s + run, i - run);
     if (trunc && hold_tail) return i;
-    tk_str_append(out, repl, sizeof repl);
+    dsv4i_str_append(out, repl, sizeof repl);
     i += (size_t)(-n);
     run = i;
   }
-  tk_str_append(out, s + run, i - run);
+  dsv4i_str_append(out, s + run, i - run);
   return len;
 }

@@ -52,7 +52,7 @@ dsv4_status dsv4i_tokenizer_token_bytes(const dsv4i_tokenizer *tok, int32_t id, 
   if (id < 0 || id >= tok->n_ids)
     return dsv4i_error(DSV4_ERR_INVALID_TOKEN, "token id %d outside [0, %d)", (int)id, (int)tok->n_ids);
   uint32_t a = tok->bytes_off[id], b = tok->bytes_off[id + 1];
-  tk_str_append(out, tok->bytes_blob + a, b - a);
+  dsv4i_str_append(out, tok->bytes_blob + a, b - a);
   if (out->oom) return dsv4i_error(DSV4_ERR_OUT_OF_MEMORY, "out of memory decoding token %d", (int)id);
   return DSV4_OK;
 }
@@ -67,24 +67,24 @@ dsv4_status dsv4i_tokenizer_decode_ex(const dsv4i_tokenizer *tok, const int32_t 
     int first = 1;
     for (size_t i = 0; i < n; i++) {
       if (skipped(tok, ids[i], skip_special)) continue;
-      if (!first) tk_str_append(out, " ", 1);
+      if (!first) dsv4i_str_append(out, " ", 1);
       first = 0;
       const char *s = tok->str_blob + tok->str_off[ids[i]];
-      tk_str_append(out, s, strlen(s));
+      dsv4i_str_append(out, s, strlen(s));
     }
   } else {
     dsv4i_str raw = {0};
     for (size_t i = 0; i < n; i++) {
       if (skipped(tok, ids[i], skip_special)) continue;
       uint32_t a = tok->bytes_off[ids[i]], b = tok->bytes_off[ids[i] + 1];
-      tk_str_append(&raw, tok->bytes_blob + a, b - a);
+      dsv4i_str_append(&raw, tok->bytes_blob + a, b - a);
     }
     if (raw.oom) out->oom = 1;
     else tk_utf8_lossy_append(raw.buf, raw.len, 0, out);
     dsv4i_str_free(&raw);
   }
   if (out->oom) return dsv4i_error(DSV4_ERR_OUT_OF_MEMORY, "out of memory decoding %zu ids", n);
-  if (!out->buf) tk_str_append(out, "", 0); /* always NUL-terminated */
+  if (!out->buf) dsv4i_str_append(out, "", 0); /* always NUL-terminated */
   return DSV4_OK;
 }
 
@@ -112,20 +112,20 @@ dsv4_status dsv4i_detok_push(dsv4i_detok *d, int32_t id, dsv4i_str *out) {
   if (id < 0) return dsv4i_error(DSV4_ERR_INVALID_TOKEN, "stream decode: id %d is negative", (int)id);
   if (skipped(tok, id, d->skip_special)) return DSV4_OK;
   if (tok->decoder == TK_DEC_NONE) {
-    if (d->emitted) tk_str_append(out, " ", 1);
+    if (d->emitted) dsv4i_str_append(out, " ", 1);
     const char *s = tok->str_blob + tok->str_off[id];
-    tk_str_append(out, s, strlen(s));
+    dsv4i_str_append(out, s, strlen(s));
     d->emitted = 1;
   } else {
     uint32_t a = tok->bytes_off[id], b = tok->bytes_off[id + 1];
-    tk_str_append(&d->pending, tok->bytes_blob + a, b - a);
+    dsv4i_str_append(&d->pending, tok->bytes_blob + a, b - a);
     if (d->pending.oom) return dsv4i_error(DSV4_ERR_OUT_OF_MEMORY, "out of memory in stream decode");
     size_t used = tk_utf8_lossy_append(d->pending.buf, d->pending.len, 1, out);
     memmove(d->pending.buf, d->pending.buf + used, d->pending.len - used);
     d->pending.len -= used;
     d->emitted = 1;
   }
-  if (!out->buf) tk_str_append(out, "", 0);
+  if (!out->buf) dsv4i_str_append(out, "", 0);
   if (out->oom) return dsv4i_error(DSV4_ERR_OUT_OF_MEMORY, "out of memory in stream decode");
   return DSV4_OK;
 }
@@ -135,7 +135,7 @@ dsv4_status dsv4i_detok_flush(dsv4i_detok *d, dsv4i_str *out) {
   if (d->pending.len) tk_utf8_lossy_append(d->pending.buf, d->pending.len, 0, out);
   d->pending.len = 0;
   d->emitted = 0;
-  if (!out->buf) tk_str_append(out, "", 0);
+  if (!out->buf) dsv4i_str_append(out, "", 0);
   if (out->oom) return dsv4i_error(DSV4_ERR_OUT_OF_MEMORY, "out of memory in stream decode");
   return DSV4_OK;
 }

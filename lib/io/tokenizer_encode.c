@@ -135,8 +135,8 @@ static dsv4_status pretok(enc_ctx *c, const char *s, size_t len, size_t k) {
     if (stg->add_prefix_space && s[0] != ' ') {
       dsv4i_str *p = &c->prefixed[k];
       p->len = 0;
-      tk_str_append(p, " ", 1);
-      tk_str_append(p, s, len);
+      dsv4i_str_append(p, " ", 1);
+      dsv4i_str_append(p, s, len);
       if (p->oom) return dsv4i_error(DSV4_ERR_OUT_OF_MEMORY, "out of memory in the ByteLevel pre-tokenizer");
       s = p->buf;
       len = p->len;
@@ -222,7 +222,7 @@ static dsv4_status raw_piece(enc_ctx *c, const char *s, size_t len) {
 
 dsv4_status tk_normalize(const dsv4i_tokenizer *tok, const char *s, size_t len, dsv4i_str *out) {
   out->len = 0;
-  tk_str_append(out, s, len);
+  dsv4i_str_append(out, s, len);
   for (size_t i = 0; i < tok->n_norms && !out->oom; i++) {
     int opts = UTF8PROC_STABLE;
     switch (tok->norms[i]) {
@@ -240,7 +240,7 @@ dsv4_status tk_normalize(const dsv4i_tokenizer *tok, const char *s, size_t len, 
                          "normalizer: %s", utf8proc_errmsg(n));
     }
     out->len = 0;
-    tk_str_append(out, dst, (size_t)n);
+    dsv4i_str_append(out, dst, (size_t)n);
     free(dst);
   }
   if (out->oom) return dsv4i_error(DSV4_ERR_OUT_OF_MEMORY, "out of memory normalizing text");

@@ -79,8 +79,6 @@ uint32_t tk_utf8_get(const char *s, size_t len, size_t *n);
  * still become valid is not consumed. Returns the bytes consumed.
  */
 size_t tk_utf8_lossy_append(const char *s, size_t len, int hold_tail, dsv4i_str *out);
-/** Raw byte append to a dsv4i_str (sets out->oom on failure). */
-void tk_str_append(dsv4i_str *out, const void *data, size_t len);
 
 /* ---- regex (tokenizer_regex.c) ----------------------------------------- */
 

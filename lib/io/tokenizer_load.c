@@ -223,16 +223,16 @@ static dsv4_status read_merges(const json_t *model, dsv4i_tokenizer *tok) {
       la = (size_t)(sp - a);
       b = sp + 1;
       lb = strlen(b);
-      tk_str_append(&shown, a, la + 1 + lb);
+      dsv4i_str_append(&shown, a, la + 1 + lb);
     } else if (json_is_array(m) && json_array_size(m) == 2 && json_is_string(json_array_get(m, 0)) &&
                json_is_string(json_array_get(m, 1))) {
       a = json_string_value(json_array_get(m, 0));
       b = json_string_value(json_array_get(m, 1));
       la = strlen(a);
       lb = strlen(b);
-      tk_str_append(&shown, a, la);
-      tk_str_append(&shown, " ", 1);
-      tk_str_append(&shown, b, lb);
+      dsv4i_str_append(&shown, a, la);
+      dsv4i_str_append(&shown, " ", 1);
+      dsv4i_str_append(&shown, b, lb);
     } else {
       st = dsv4i_error(DSV4_ERR_TOKENIZER, "tokenizer.json: merge #%zu is neither \"a b\" nor [\"a\", \"b\"]", r);
       break;
@@ -242,8 +242,8 @@ static dsv4_status read_merges(const json_t *model, dsv4i_tokenizer *tok) {
     if ((st = merge_part_id(tok, r, whole, a, la, &ia)) != DSV4_OK) break;
     if ((st = merge_part_id(tok, r, whole, b, lb, &ib)) != DSV4_OK) break;
     joined.len = 0;
-    tk_str_append(&joined, a, la);
-    tk_str_append(&joined, b, lb);
+    dsv4i_str_append(&joined, a, la);
+    dsv4i_str_append(&joined, b, lb);
     if (joined.oom || shown.oom) {
       st = dsv4i_error(DSV4_ERR_OUT_OF_MEMORY, "out of memory reading merges");
       break;
@@ -272,7 +272,7 @@ static dsv4_status normalize_added(dsv4i_tokenizer *tok) {
         return st;
       }
     } else {
-      tk_str_append(&m, a->content, strlen(a->content));
+      dsv4i_str_append(&m, a->content, strlen(a->content));
     }
     if (m.oom) {
       dsv4i_str_free(&m);
@@ -466,8 +466,4 @@ const char *dsv4i_tokenizer_id_to_token(const dsv4i_tokenizer *tok, int32_t id) 
 int32_t dsv4i_tokenizer_token_to_id(const dsv4i_tokenizer *tok, const char *token, size_t len) {
   if (!tok || !token) return -1;
   return tk_strmap_get(&tok->token_to_id, token, len);
-}
-
-int dsv4i_tokenizer_is_special(const dsv4i_tokenizer *tok, int32_t id) {
-  return tok && id >= 0 && id < tok->n_ids && (tok->flags[id] & TK_F_SPECIAL) != 0;
 }

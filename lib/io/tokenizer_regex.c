@@ -43,7 +43,7 @@
 #define WORD_ITEMS WORD_ITEMS_IN_CLASS "\\x{B2}\\x{B3}\\x{B9}\\x{BC}-\\x{BE}"
 #define HEX_ITEMS "0-9a-fA-F"
 
-static void put(dsv4i_str *o, const char *s) { tk_str_append(o, s, strlen(s)); }
+static void put(dsv4i_str *o, const char *s) { dsv4i_str_append(o, s, strlen(s)); }
 
 static int is_hex(char c) {
   return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
@@ -70,7 +70,7 @@ static int translate(const char *p, size_t len, dsv4i_str *o, const char **bad) 
         if (i + 4 < len && is_hex(p[i + 1]) && is_hex(p[i + 2]) &&
             is_hex(p[i + 3]) && is_hex(p[i + 4])) {
           put(o, "\\x{");
-          tk_str_append(o, p + i + 1, 4);
+          dsv4i_str_append(o, p + i + 1, 4);
           put(o, "}");
           i += 4;
           continue;
@@ -91,19 +91,19 @@ static int translate(const char *p, size_t len, dsv4i_str *o, const char **bad) 
         } else {
           /* \S or \W inside a class: PCRE2's own meaning (differs from
            * Oniguruma only for U+180E, marks and connector punctuation) */
-          tk_str_append(o, p + i - 1, 2);
+          dsv4i_str_append(o, p + i - 1, 2);
         }
         continue;
       }
-      tk_str_append(o, p + i - 1, 2);
+      dsv4i_str_append(o, p + i - 1, 2);
       continue;
     }
     if (c == '[' && !in_class) {
       in_class = 1;
-      tk_str_append(o, &c, 1);
+      dsv4i_str_append(o, &c, 1);
       /* a ']' right after '[' or '[^' is a literal */
-      if (i + 1 < len && p[i + 1] == '^') tk_str_append(o, p + ++i, 1);
-      if (i + 1 < len && p[i + 1] == ']') tk_str_append(o, p + ++i, 1);
+      if (i + 1 < len && p[i + 1] == '^') dsv4i_str_append(o, p + ++i, 1);
+      if (i + 1 < len && p[i + 1] == ']') dsv4i_str_append(o, p + ++i, 1);
       continue;
     }
     if (c == '[' && in_class && i + 1 < len && p[i + 1] == ':') {
@@ -115,13 +115,13 @@ static int translate(const char *p, size_t len, dsv4i_str *o, const char **bad) 
           break;
         }
       if (end) {
-        tk_str_append(o, p + i, (size_t)(end - (p + i)));
+        dsv4i_str_append(o, p + i, (size_t)(end - (p + i)));
         i = (size_t)(end - p) - 1;
         continue;
       }
     }
     if (c == ']' && in_class) in_class = 0;
-    tk_str_append(o, &c, 1);
+    dsv4i_str_append(o, &c, 1);
   }
   return 1;
 }
@@ -138,7 +138,7 @@ dsv4_status tk_regex_compile(tk_regex *re, const char *pattern, size_t len, int 
   uint32_t opts = PCRE2_UTF;
   if (literal) {
     opts |= PCRE2_LITERAL;
-    tk_str_append(&pat, pattern, len);
+    dsv4i_str_append(&pat, pattern, len);
   } else {
     opts |= PCRE2_UCP | PCRE2_MULTILINE;
     const char *bad = NULL;

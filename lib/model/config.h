@@ -164,4 +164,46 @@ struct dsv4i_checkpoint; /* io/safetensors.h */
 dsv4_status dsv4i_contract_check(const dsv4i_contract *c, const struct dsv4i_checkpoint *ck,
                                  const char *what);
 
+/* ---- KV cache record sizes (spec §5.8) -------------------------------------
+ * The byte layout of a cached row is part of the model format, shared by
+ * every backend and by the memory planner: this is its one definition. */
+
+/** KV cache record kinds. */
+enum {
+  /** Window row, MXFP8: head_dim E4M3 bytes then head_dim/32 UE8M0 bytes (528 B at 512). */
+  DSV4I_KVREC_WINDOW = 0,
+  /** Window row in V4's fp8_ds_mla layout (the alternative KV format; numerics differ):
+   *  head_dim − rope_head_dim E4M3 NoPE bytes, rope_head_dim bf16 RoPE values, one UE8M0
+   *  per 64 NoPE values padded to 8 bytes (584 B at 512 / 64). */
+  DSV4I_KVREC_WINDOW_DS_MLA = 1,
+  /** Compressed KV: head_dim/2 packed E2M1 bytes then head_dim/16 E4M3 scales (288 B at 512). */
+  DSV4I_KVREC_COMPRESSED = 2,
+  /** Index key: index_head_dim/2 packed E2M1 bytes then index_head_dim/32 UE8M0 (68 B at 128). */
+  DSV4I_KVREC_INDEX_KEY = 3
+};
+
+/**
+ * Bytes of one KV record of `kind` (DSV4I_KVREC_*) for the given dims; 0
+ * for an unknown kind. Dims as validated by dsv4i_config_check_values
+ * (multiples of 32 where the format cuts 32-blocks).
+ */
+static inline int64_t dsv4i_kv_record_bytes_for(int32_t kind, int64_t head_dim,
+                                                int64_t rope_head_dim, int64_t index_head_dim) {
+  switch (kind) {
+  case DSV4I_KVREC_WINDOW: return head_dim + head_dim / 32;
+  case DSV4I_KVREC_WINDOW_DS_MLA: {
+    int64_t nope = head_dim - rope_head_dim, scales = (nope + 63) / 64;
+    return nope + 2 * rope_head_dim + (scales + 7) / 8 * 8;
+  }
+  case DSV4I_KVREC_COMPRESSED: return head_dim / 2 + head_dim / 16;
+  case DSV4I_KVREC_INDEX_KEY: return index_head_dim / 2 + index_head_dim / 32;
+  }
+  return 0;
+}
+
+/** dsv4i_kv_record_bytes_for with the dims of a config. */
+static inline int64_t dsv4i_kv_record_bytes(const dsv4i_config *cfg, int32_t kind) {
+  return dsv4i_kv_record_bytes_for(kind, cfg->head_dim, cfg->rope_head_dim, cfg->index_head_dim);
+}
+
 #endif /* DSV4I_CONFIG_H */

@@ -104,6 +104,20 @@ static void release_config_values(void **state) {
   assert_true(c.vision_rope_theta == 10000.0f && c.vision_max_wh_ratio == 0.0f);
 }
 
+/* spec §5.8: the KV record sizes of the release config (528 / 584 / 288 / 68 B). */
+static void release_kv_record_bytes(void **state) {
+  (void)state;
+  char *path = release_config_path();
+  dsv4i_config c;
+  assert_int_equal(dsv4i_config_load(path, &c), DSV4_OK);
+  free(path);
+  assert_int_equal(dsv4i_kv_record_bytes(&c, DSV4I_KVREC_WINDOW), 528);
+  assert_int_equal(dsv4i_kv_record_bytes(&c, DSV4I_KVREC_WINDOW_DS_MLA), 584);
+  assert_int_equal(dsv4i_kv_record_bytes(&c, DSV4I_KVREC_COMPRESSED), 288);
+  assert_int_equal(dsv4i_kv_record_bytes(&c, DSV4I_KVREC_INDEX_KEY), 68);
+  assert_int_equal(dsv4i_kv_record_bytes(&c, 99), 0);
+}
+
 /* spec §2.3, row by row. */
 static void release_role_table(void **state) {
   (void)state;
@@ -413,6 +427,7 @@ static void run_bad_case(void **state) {
 int main(void) {
   static const struct CMUnitTest fixed[] = {
     cmocka_unit_test(release_config_values),
+    cmocka_unit_test(release_kv_record_bytes),
     cmocka_unit_test(release_role_table),
     cmocka_unit_test(fixture_matches_inference_config),
     cmocka_unit_test(fixture_role_table),

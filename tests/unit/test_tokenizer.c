@@ -484,7 +484,7 @@ static void partial_tokens_and_streaming(void **state) {
       const char *why;
       assert_int_equal(tk_utf8_check(piece.buf, piece.len, &why), piece.len);
       if (d.pending.len) held = 1;
-      tk_str_append(&all, piece.buf, piece.len);
+      dsv4i_str_append(&all, piece.buf, piece.len);
       dsv4i_str_free(&piece);
     }
     assert_true(held); /* multi-byte characters did span tokens */
@@ -791,7 +791,7 @@ static void concurrent_encode(void **state) {
   dsv4i_tokenizer *tok = load_ok(dir);
   dsv4i_str text = {0};
   for (int r = 0; r < 40; r++)
-    for (size_t i = 0; i < DSV4I_ARRAY_LEN(k_stress); i++) tk_str_append(&text, k_stress[i], strlen(k_stress[i]));
+    for (size_t i = 0; i < DSV4I_ARRAY_LEN(k_stress); i++) dsv4i_str_append(&text, k_stress[i], strlen(k_stress[i]));
   int32_t *ref;
   size_t nref;
   assert_int_equal(dsv4i_tokenizer_encode(tok, text.buf, text.len, &ref, &nref), DSV4_OK);
