@@ -888,6 +888,13 @@ typedef struct dsv4_engine_timings {
   int64_t read_op_ns;        /**< logits copied back to the caller */
   int64_t host_op_ns;        /**< engine work: checks, Engram hashing, batch assembly */
   int64_t dspark_op_ns;      /**< DSpark ring extension and drafts */
+  int64_t draft_calls;       /**< successful dsv4_engine_draft calls */
+  int64_t draft_seqs;        /**< sequences drafted, summed over the calls */
+  int64_t draft_ns, last_draft_ns;
+  int64_t verify_calls;      /**< successful dsv4_engine_verify calls */
+  int64_t verify_tokens;     /**< target positions run: 1 + n_drafts per sequence, summed */
+  int64_t verify_accepted;   /**< drafts accepted, summed */
+  int64_t verify_ns, last_verify_ns;
 } dsv4_engine_timings;
 
 /**

@@ -319,6 +319,15 @@ DSV4_API dsv4_status dsv4_engine_get_timings(const dsv4_engine *engine, dsv4_eng
   v.read_op_ns = x->op_ns[DSV4I_OP_READ];
   v.host_op_ns = x->op_ns[DSV4I_OP_HOST];
   v.dspark_op_ns = x->op_ns[DSV4I_OP_DSPARK];
+  v.draft_calls = x->draft_calls;
+  v.draft_seqs = x->draft_seqs;
+  v.draft_ns = x->draft_ns;
+  v.last_draft_ns = x->last_draft_ns;
+  v.verify_calls = x->verify_calls;
+  v.verify_tokens = x->verify_tokens;
+  v.verify_accepted = x->verify_accepted;
+  v.verify_ns = x->verify_ns;
+  v.last_verify_ns = x->last_verify_ns;
   memset(t, 0, struct_size);
   memcpy(t, &v, sizeof v);
   return DSV4_OK;

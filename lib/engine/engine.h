@@ -54,6 +54,8 @@ typedef struct dsv4i_timings {
   int64_t create_ns;
   int64_t prefill_calls, prefill_tokens, prefill_ns, last_prefill_ns;
   int64_t decode_steps, decode_tokens, decode_ns, last_decode_ns;
+  int64_t draft_calls, draft_seqs, draft_ns, last_draft_ns;
+  int64_t verify_calls, verify_tokens, verify_accepted, verify_ns, last_verify_ns;
   int64_t op_ns[DSV4I_OP_COUNT];
   int64_t *layer_ns;              /**< [n_layers] block time per backbone layer (per-op mode) */
 } dsv4i_timings;

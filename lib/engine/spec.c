@@ -182,9 +182,9 @@ static dsv4_status batch_check(struct dsv4_engine *e, int32_t n, const int64_t *
 
 /* ---- draft -------------------------------------------------------------- */
 
-dsv4_status dsv4i_spec_draft(struct dsv4_engine *e, int32_t n, const int64_t *ids,
-                             const int32_t *anchors, const dsv4i_sampling *smp, int32_t *drafts,
-                             float *confidence) {
+static dsv4_status spec_draft(struct dsv4_engine *e, int32_t n, const int64_t *ids,
+                              const int32_t *anchors, const dsv4i_sampling *smp, int32_t *drafts,
+                              float *confidence) {
   dsv4_status s = need_spec(e, "draft");
   if (s) return s;
   dsv4i_spec *sp = e->spec;
@@ -372,10 +372,10 @@ static void decide(struct dsv4_engine *e, int32_t i, int32_t j, int32_t row_tok,
   sp->done[i] = 1;
 }
 
-dsv4_status dsv4i_spec_verify(struct dsv4_engine *e, int32_t n, const int64_t *ids,
-                              const int32_t *anchors, const int32_t *n_drafts,
-                              const int32_t *drafts, const dsv4i_sampling *smp,
-                              int32_t *n_accepted, int32_t *next) {
+static dsv4_status spec_verify(struct dsv4_engine *e, int32_t n, const int64_t *ids,
+                               const int32_t *anchors, const int32_t *n_drafts,
+                               const int32_t *drafts, const dsv4i_sampling *smp,
+                               int32_t *n_accepted, int32_t *next) {
   dsv4_status s = need_spec(e, "verify");
   if (s) return s;
   dsv4i_spec *sp = e->spec;
@@ -472,5 +472,41 @@ dsv4_status dsv4i_spec_verify(struct dsv4_engine *e, int32_t n, const int64_t *i
     sp->rec[q - e->seqs].id = 0; /* a draft is verified once */
   }
   dsv4i_op_end(e, tr, DSV4I_OP_HOST, -1);
+  return s;
+}
+
+/* ---- timed entry points (dsv4_engine_timings.draft_* / verify_*) --------- */
+
+dsv4_status dsv4i_spec_draft(struct dsv4_engine *e, int32_t n, const int64_t *ids,
+                             const int32_t *anchors, const dsv4i_sampling *smp, int32_t *drafts,
+                             float *confidence) {
+  const int64_t t0 = dsv4i_now_ns();
+  dsv4_status s = spec_draft(e, n, ids, anchors, smp, drafts, confidence);
+  if (s == DSV4_OK) {
+    const int64_t dt = dsv4i_now_ns() - t0;
+    e->t.draft_calls++;
+    e->t.draft_seqs += n;
+    e->t.draft_ns += dt;
+    e->t.last_draft_ns = dt;
+  }
+  return s;
+}
+
+dsv4_status dsv4i_spec_verify(struct dsv4_engine *e, int32_t n, const int64_t *ids,
+                              const int32_t *anchors, const int32_t *n_drafts,
+                              const int32_t *drafts, const dsv4i_sampling *smp,
+                              int32_t *n_accepted, int32_t *next) {
+  const int64_t t0 = dsv4i_now_ns();
+  dsv4_status s = spec_verify(e, n, ids, anchors, n_drafts, drafts, smp, n_accepted, next);
+  if (s == DSV4_OK) {
+    const int64_t dt = dsv4i_now_ns() - t0;
+    e->t.verify_calls++;
+    for (int32_t i = 0; i < n; i++) {
+      e->t.verify_tokens += 1 + n_drafts[i];
+      e->t.verify_accepted += n_accepted[i];
+    }
+    e->t.verify_ns += dt;
+    e->t.last_verify_ns = dt;
+  }
   return s;
 }

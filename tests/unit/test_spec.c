@@ -250,6 +250,17 @@ static void golden_run(int32_t chunk, int mode) {
          "verify (1 draft)", dmh, mp.base, mp.logits, mp.bias, mp.conf, m.base, m.logits, m.bias,
          m.conf);
   if (mode == 2) printf("    (verify with the golden first drafts accepted %d of them)\n", (int)acc_total);
+  /* the engine's own draft / verify timers (issue 6) count exactly these calls */
+  dsv4_engine_timings tm;
+  assert_int_equal(dsv4_engine_get_timings(f.e, &tm, sizeof tm), DSV4_OK);
+  assert_true(tm.draft_calls >= 1 && tm.draft_seqs == tm.draft_calls && tm.draft_ns > 0);
+  if (mode == 0) {
+    assert_int_equal(tm.verify_calls, 0);
+  } else {
+    assert_true(tm.verify_calls >= 1 && tm.verify_ns > 0 && tm.last_verify_ns > 0);
+    assert_int_equal(tm.verify_accepted, acc_total);
+    assert_true(tm.verify_tokens >= tm.verify_calls);
+  }
   free(prompt);
   close_fx(&f);
 }
