@@ -14,4 +14,4 @@ flags=$(pkg-config --cflags --libs dsv4)
 echo "pkg-config --cflags --libs dsv4: $flags"
 ${CC:-cc} -std=c99 -o "$dest/consumer" "$src" $flags
 libdir=$(pkg-config --variable=libdir dsv4)   # sysroot already applied
-LD_LIBRARY_PATH="$libdir" "$dest/consumer"
+LD_LIBRARY_PATH="$libdir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$dest/consumer"
