@@ -269,8 +269,8 @@ int main(int argc, char **argv) {
   sp.seed = o.seed;
   int32_t next = -1;
   long n_gen = 0;
-  if (o.n > 0 && (s = dsv4_engine_prefill(eng, seq, ids, (int64_t)n_prompt, &sp, NULL, &next)))
-    goto out_err;
+  /* the prompt is prefilled even with -n 0: it is checked and its rate reported */
+  if ((s = dsv4_engine_prefill(eng, seq, ids, (int64_t)n_prompt, &sp, NULL, &next))) goto out_err;
   while (n_gen < o.n && next != mi.eos_token_id) {
     const char *text;
     size_t len;
@@ -282,7 +282,14 @@ int main(int argc, char **argv) {
     }
     fflush(stdout);
     if (++n_gen == o.n) break;
-    if ((s = advance(eng, seq, &sp, o.spec ? &sr : NULL, &next))) goto out_err;
+    if ((s = advance(eng, seq, &sp, o.spec ? &sr : NULL, &next))) {
+      if (s != DSV4_ERR_CONTEXT_OVERFLOW) goto out_err;
+      /* the model's maximum context is reached: a normal end, not a failure */
+      if (!o.quiet)
+        fprintf(stderr, "\ndsv4-generate: stopped after %ld tokens: the context holds at most %lld "
+                        "positions\n", n_gen, (long long)ep.max_context);
+      break;
+    }
   }
   if (!o.ids) {
     const char *text;
