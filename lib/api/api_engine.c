@@ -8,11 +8,12 @@
 
 #include "base/base.h"
 #include "dsv4/dsv4.h"
+#include "api/api_engine.h"
 #include "engine/engine.h"
 
 /* Oldest accepted sizes: the 0.1 structs through their last used field. */
 #define EP_MIN (offsetof(dsv4_engine_params, progress_user_data) + sizeof(void *))
-#define SP_MIN (offsetof(dsv4_sampling_params, seeds) + sizeof(void *))
+#define SP_MIN DSV4I_SAMPLING_PARAMS_MIN
 #define KNOWN_FLAGS ((uint32_t)DSV4_ENGINE_F_OP_TIMINGS)
 #define DEFAULT_SEQS 8
 #define DEFAULT_CTX 4096
@@ -24,7 +25,7 @@
 static size_t min_size(size_t a, size_t b) { return a < b ? a : b; }
 
 /* Copy the thread's message into the engine's slot when a call on it fails. */
-static dsv4_status on_engine(const dsv4_engine *e, dsv4_status s) {
+dsv4_status dsv4i_api_on_engine(const dsv4_engine *e, dsv4_status s) {
   if (s != DSV4_OK && e && e->last_error) {
     strncpy(e->last_error, dsv4i_error_message(), DSV4I_ERROR_CAP - 1);
     e->last_error[DSV4I_ERROR_CAP - 1] = '\0';
@@ -177,9 +178,9 @@ static dsv4_status out_struct(const dsv4_engine *e, const void *p, size_t size, 
                               const char *fn) {
   dsv4i_error_clear();
   if (!e) return dsv4i_error(DSV4_ERR_INVALID_ARG, "%s: engine is NULL", fn);
-  if (!p) return on_engine(e, dsv4i_error(DSV4_ERR_INVALID_ARG, "%s: output is NULL", fn));
+  if (!p) return dsv4i_api_on_engine(e, dsv4i_error(DSV4_ERR_INVALID_ARG, "%s: output is NULL", fn));
   if (size < ours || size > UINT32_MAX)
-    return on_engine(e, dsv4i_error(DSV4_ERR_INVALID_ARG, "%s: struct_size %zu is below the 0.1 size %zu",
+    return dsv4i_api_on_engine(e, dsv4i_error(DSV4_ERR_INVALID_ARG, "%s: struct_size %zu is below the 0.1 size %zu",
                                     fn, size, ours));
   return DSV4_OK;
 }
@@ -217,33 +218,33 @@ DSV4_API dsv4_status dsv4_engine_get_info(const dsv4_engine *engine, dsv4_engine
 DSV4_API dsv4_status dsv4_engine_seq_create(dsv4_engine *engine, int64_t *id) {
   dsv4i_error_clear();
   if (!engine || !id)
-    return on_engine(engine, dsv4i_error(DSV4_ERR_INVALID_ARG, "dsv4_engine_seq_create: %s is NULL",
+    return dsv4i_api_on_engine(engine, dsv4i_error(DSV4_ERR_INVALID_ARG, "dsv4_engine_seq_create: %s is NULL",
                                          engine ? "id" : "engine"));
-  return on_engine(engine, dsv4i_seq_create(engine, id));
+  return dsv4i_api_on_engine(engine, dsv4i_seq_create(engine, id));
 }
 
 DSV4_API dsv4_status dsv4_engine_seq_fork(dsv4_engine *engine, int64_t parent, int64_t *child) {
   dsv4i_error_clear();
   if (!engine || !child)
-    return on_engine(engine, dsv4i_error(DSV4_ERR_INVALID_ARG, "dsv4_engine_seq_fork: %s is NULL",
+    return dsv4i_api_on_engine(engine, dsv4i_error(DSV4_ERR_INVALID_ARG, "dsv4_engine_seq_fork: %s is NULL",
                                          engine ? "child" : "engine"));
-  return on_engine(engine, dsv4i_seq_fork(engine, parent, child));
+  return dsv4i_api_on_engine(engine, dsv4i_seq_fork(engine, parent, child));
 }
 
 DSV4_API dsv4_status dsv4_engine_seq_free(dsv4_engine *engine, int64_t id) {
   dsv4i_error_clear();
   if (!engine) return dsv4i_error(DSV4_ERR_INVALID_ARG, "dsv4_engine_seq_free: engine is NULL");
-  return on_engine(engine, dsv4i_seq_free(engine, id));
+  return dsv4i_api_on_engine(engine, dsv4i_seq_free(engine, id));
 }
 
 DSV4_API dsv4_status dsv4_engine_seq_length(const dsv4_engine *engine, int64_t id, int64_t *len) {
   dsv4i_error_clear();
   if (!engine || !len)
-    return on_engine(engine, dsv4i_error(DSV4_ERR_INVALID_ARG, "dsv4_engine_seq_length: %s is NULL",
+    return dsv4i_api_on_engine(engine, dsv4i_error(DSV4_ERR_INVALID_ARG, "dsv4_engine_seq_length: %s is NULL",
                                          engine ? "len" : "engine"));
   dsv4_status s;
   const dsv4i_seq *q = dsv4i_seq_find((struct dsv4_engine *)engine, id, &s);
-  if (!q && s == DSV4_ERR_UNKNOWN_SEQUENCE) return on_engine(engine, s);
+  if (!q && s == DSV4_ERR_UNKNOWN_SEQUENCE) return dsv4i_api_on_engine(engine, s);
   /* a damaged sequence still has a length */
   const int64_t idx = id & ((INT64_C(1) << DSV4I_SEQ_IDX_BITS) - 1);
   *len = q ? q->len : engine->seqs[idx].len;
@@ -251,8 +252,8 @@ DSV4_API dsv4_status dsv4_engine_seq_length(const dsv4_engine *engine, int64_t i
   return DSV4_OK;
 }
 
-/* Sampling params -> internal form (NULL = greedy). */
-static dsv4_status sampling(const dsv4_sampling_params *sp, dsv4i_sampling *out, const char *fn) {
+dsv4_status dsv4i_api_sampling(const dsv4_sampling_params *sp, dsv4i_sampling *out,
+                               const char *fn) {
   memset(out, 0, sizeof *out);
   if (!sp) return DSV4_OK;
   if (sp->struct_size < SP_MIN)
@@ -272,11 +273,11 @@ DSV4_API dsv4_status dsv4_engine_prefill(dsv4_engine *engine, int64_t id, const 
   dsv4i_error_clear();
   if (!engine) return dsv4i_error(DSV4_ERR_INVALID_ARG, "dsv4_engine_prefill: engine is NULL");
   if (!tokens && n_tokens > 0)
-    return on_engine(engine, dsv4i_error(DSV4_ERR_INVALID_ARG, "dsv4_engine_prefill: tokens is NULL"));
+    return dsv4i_api_on_engine(engine, dsv4i_error(DSV4_ERR_INVALID_ARG, "dsv4_engine_prefill: tokens is NULL"));
   dsv4i_sampling smp;
-  dsv4_status s = sampling(sp, &smp, "dsv4_engine_prefill");
+  dsv4_status s = dsv4i_api_sampling(sp, &smp, "dsv4_engine_prefill");
   if (!s) s = dsv4i_engine_prefill(engine, id, tokens, n_tokens, &smp, logits, sampled);
-  return on_engine(engine, s);
+  return dsv4i_api_on_engine(engine, s);
 }
 
 DSV4_API dsv4_status dsv4_engine_decode(dsv4_engine *engine, int32_t n_seq, const int64_t *ids,
@@ -285,12 +286,12 @@ DSV4_API dsv4_status dsv4_engine_decode(dsv4_engine *engine, int32_t n_seq, cons
   dsv4i_error_clear();
   if (!engine) return dsv4i_error(DSV4_ERR_INVALID_ARG, "dsv4_engine_decode: engine is NULL");
   if (!ids || !tokens)
-    return on_engine(engine, dsv4i_error(DSV4_ERR_INVALID_ARG, "dsv4_engine_decode: %s is NULL",
+    return dsv4i_api_on_engine(engine, dsv4i_error(DSV4_ERR_INVALID_ARG, "dsv4_engine_decode: %s is NULL",
                                          ids ? "tokens" : "ids"));
   dsv4i_sampling smp;
-  dsv4_status s = sampling(sp, &smp, "dsv4_engine_decode");
+  dsv4_status s = dsv4i_api_sampling(sp, &smp, "dsv4_engine_decode");
   if (!s) s = dsv4i_engine_decode(engine, n_seq, ids, tokens, &smp, logits, sampled);
-  return on_engine(engine, s);
+  return dsv4i_api_on_engine(engine, s);
 }
 
 DSV4_API dsv4_status dsv4_engine_get_timings(const dsv4_engine *engine, dsv4_engine_timings *t,
@@ -337,9 +338,9 @@ DSV4_API dsv4_status dsv4_engine_get_layer_time(const dsv4_engine *engine, int32
                                                 int64_t *ns) {
   dsv4i_error_clear();
   if (!engine || !ns)
-    return on_engine(engine, dsv4i_error(DSV4_ERR_INVALID_ARG, "dsv4_engine_get_layer_time: NULL"));
+    return dsv4i_api_on_engine(engine, dsv4i_error(DSV4_ERR_INVALID_ARG, "dsv4_engine_get_layer_time: NULL"));
   if (layer < 0 || layer >= engine->cfg->n_layers)
-    return on_engine(engine, dsv4i_error(DSV4_ERR_INVALID_ARG,
+    return dsv4i_api_on_engine(engine, dsv4i_error(DSV4_ERR_INVALID_ARG,
                                          "dsv4_engine_get_layer_time: layer %d outside [0, %d)",
                                          (int)layer, (int)engine->cfg->n_layers));
   *ns = engine->t.layer_ns[layer];
