@@ -18,27 +18,8 @@
 #include <string.h>
 
 #include "dsv4/dsv4.h"
+#include "tool_util.h"
 
-/* "1,234,567" into buf. */
-static const char *grouped(int64_t v, char *buf, size_t cap) {
-  char digits[32];
-  int n = snprintf(digits, sizeof digits, "%" PRId64, v < 0 ? -v : v);
-  size_t o = 0;
-  if (v < 0 && o + 1 < cap) buf[o++] = '-';
-  for (int i = 0; i < n && o + 2 < cap; i++) {
-    if (i > 0 && (n - i) % 3 == 0) buf[o++] = ',';
-    buf[o++] = digits[i];
-  }
-  buf[o] = '\0';
-  return buf;
-}
-
-static const char *component_name(int32_t c) {
-  static const char *const names[DSV4_COMP_COUNT_V0_1] = {
-      "routed experts", "shared experts", "attention", "Engram tables", "Engram proj",
-      "DSpark (mtp.*)", "vision",         "embed/head", "other (hc, gates, norms)"};
-  return c >= 0 && c < DSV4_COMP_COUNT_V0_1 ? names[c] : "?";
-}
 
 static const char *dtype_name(int32_t d) {
   switch (d) {
@@ -58,7 +39,7 @@ static void print_config(const dsv4_model_info *mi, int config_only, int32_t n_s
   char a[32], b[32];
   printf("config\n");
   printf("  vocab                %s (bos %d, eos %d, pad %d, image %d, DSpark noise %d)\n",
-         grouped(mi->vocab_size, a, sizeof a), (int)mi->bos_token_id, (int)mi->eos_token_id,
+         tool_grouped(mi->vocab_size, a, sizeof a), (int)mi->bos_token_id, (int)mi->eos_token_id,
          (int)mi->pad_token_id, (int)mi->image_token_id, (int)mi->dspark_noise_token_id);
   printf("  hidden               %d, hc_mult %d\n", (int)mi->hidden_size, (int)mi->hc_mult);
   printf("  layers               %d backbone + %d DSpark stages (block size %d)\n",
@@ -67,14 +48,14 @@ static void print_config(const dsv4_model_info *mi, int config_only, int32_t n_s
          (int)mi->n_heads, (int)mi->head_dim, (int)mi->rope_head_dim, (int)mi->sliding_window);
   printf("  routed experts       %d, top-%d\n", (int)mi->n_routed_experts,
          (int)mi->n_experts_per_tok);
-  printf("  max positions        %s\n", grouped(mi->max_position_embeddings, a, sizeof a));
+  printf("  max positions        %s\n", tool_grouped(mi->max_position_embeddings, a, sizeof a));
   if (config_only)
     printf("  tensors              %s in the contract (config only), %s bytes\n",
-           grouped(mi->n_tensors, a, sizeof a), grouped(mi->payload_bytes, b, sizeof b));
+           tool_grouped(mi->n_tensors, a, sizeof a), tool_grouped(mi->payload_bytes, b, sizeof b));
   else
     printf("  tensors              %s in %d shard%s, %s bytes\n",
-           grouped(mi->n_tensors, a, sizeof a), (int)n_shards, n_shards == 1 ? "" : "s",
-           grouped(mi->payload_bytes, b, sizeof b));
+           tool_grouped(mi->n_tensors, a, sizeof a), (int)n_shards, n_shards == 1 ? "" : "s",
+           tool_grouped(mi->payload_bytes, b, sizeof b));
 }
 
 /* "kv-source index(own keys) ..." from a layer's ratio and DSV4_ROLE_* bits. */
@@ -182,8 +163,8 @@ static int collect(const dsv4_model *m, const dsv4_model_info *mi, tallies *t) {
 
 static void print_row(const char *label, const tally *t, int64_t total) {
   char a[32], b[32];
-  printf("  %-26s %10s %20s %12.3f %6.2f%%\n", label, grouped(t->n, a, sizeof a),
-         grouped(t->bytes, b, sizeof b), (double)t->bytes / 1e9,
+  printf("  %-26s %10s %20s %12.3f %6.2f%%\n", label, tool_grouped(t->n, a, sizeof a),
+         tool_grouped(t->bytes, b, sizeof b), (double)t->bytes / 1e9,
          total ? 100.0 * (double)t->bytes / (double)total : 0.0);
 }
 
@@ -192,7 +173,7 @@ static void print_tallies(const tallies *t) {
   printf("  %-26s %10s %20s %12s %7s\n", "component", "tensors", "bytes", "GB", "share");
   for (int32_t c = 0; c <= DSV4_COMP_COUNT_V0_1; c++)
     if (t->comp[c].n)
-      print_row(c < DSV4_COMP_COUNT_V0_1 ? component_name(c) : "unknown", &t->comp[c],
+      print_row(c < DSV4_COMP_COUNT_V0_1 ? tool_component_name(c) : "unknown", &t->comp[c],
                 t->all.bytes);
   print_row("total", &t->all, t->all.bytes);
   printf("\ndtypes\n");

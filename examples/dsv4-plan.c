@@ -24,6 +24,7 @@
 #include <string.h>
 
 #include "dsv4/dsv4.h"
+#include "tool_util.h"
 
 #define GIB 1073741824.0
 
@@ -39,29 +40,7 @@
 #define FR_TOKENS 5650000.0
 #define FR_CONCURRENCY 5.4
 
-static const char *grouped(int64_t v, char *buf, size_t cap) {
-  char digits[32];
-  if (v == INT64_MAX) {
-    snprintf(buf, cap, "unbounded");
-    return buf;
-  }
-  int n = snprintf(digits, sizeof digits, "%" PRId64, v < 0 ? -v : v);
-  size_t o = 0;
-  if (v < 0 && o + 1 < cap) buf[o++] = '-';
-  for (int i = 0; i < n && o + 2 < cap; i++) {
-    if (i > 0 && (n - i) % 3 == 0) buf[o++] = ',';
-    buf[o++] = digits[i];
-  }
-  buf[o] = '\0';
-  return buf;
-}
 
-static const char *comp_name(int c) {
-  static const char *const names[DSV4_COMP_COUNT_V0_1] = {
-      "routed experts", "shared experts", "attention", "Engram tables", "Engram projections",
-      "DSpark (mtp.*)", "vision",         "embed/head", "other (hc, gates, norms)"};
-  return c >= 0 && c < DSV4_COMP_COUNT_V0_1 ? names[c] : "?";
-}
 
 static const char *comp_key(int c) {
   static const char *const keys[DSV4_COMP_COUNT_V0_1] = {
@@ -185,20 +164,20 @@ static void print_text(const dsv4_plan *pl, const char *what, int builtin, dsv4_
          pl->nodes, pl->gpus_per_node, gib(pl->gpu_mem_bytes), pl->tp, pl->n_stages,
          (double)pl->host_mem_bytes / 1e9);
   printf("KV records: window %s B (%s), compressed %s B, index keys %s B; Engram tables: %s\n",
-         grouped(pl->window_record_bytes, a, sizeof a),
+         tool_grouped(pl->window_record_bytes, a, sizeof a),
          pl->kv_format == DSV4_KV_FORMAT_NATIVE ? "native MXFP8" : "fp8_ds_mla",
-         grouped(pl->compressed_record_bytes, b, sizeof b),
-         grouped(pl->index_key_record_bytes, c, sizeof c),
+         tool_grouped(pl->compressed_record_bytes, b, sizeof b),
+         tool_grouped(pl->index_key_record_bytes, c, sizeof c),
          pl->engram_placement == DSV4_ENGRAM_HOST ? "host pinned memory" : "GPU memory");
-  printf("max context %s positions%s%s\n", grouped(pl->max_context, a, sizeof a),
+  printf("max context %s positions%s%s\n", tool_grouped(pl->max_context, a, sizeof a),
          pl->flags & DSV4_PLAN_F_NO_DSPARK ? "; without DSpark" : "",
          pl->flags & DSV4_PLAN_F_NO_VISION ? "; without vision" : "");
 
   printf("\ncheckpoint (tensor contract, spec §4.4): %s tensors, %s bytes (%.2f GB, %.2f GiB)\n",
-         grouped(pl->n_tensors, a, sizeof a), grouped(pl->checkpoint_bytes, b, sizeof b),
+         tool_grouped(pl->n_tensors, a, sizeof a), tool_grouped(pl->checkpoint_bytes, b, sizeof b),
          (double)pl->checkpoint_bytes / 1e9, gib(pl->checkpoint_bytes));
   for (int k = 0; k < DSV4_COMP_COUNT_V0_1; k++)
-    printf("  %-30s %20s B %9.2f GB\n", comp_name(k), grouped(pl->component_bytes[k], a, sizeof a),
+    printf("  %-30s %20s B %9.2f GB\n", tool_component_name(k), tool_grouped(pl->component_bytes[k], a, sizeof a),
            (double)pl->component_bytes[k] / 1e9);
 
   printf("\nstages (a boundary falls before a layer that is both a KV source and an index source)\n");
@@ -219,7 +198,7 @@ static void print_text(const dsv4_plan *pl, const char *what, int builtin, dsv4_
     printf(" %12s", h);
   }
   printf("\n");
-  for (int k = 0; k < DSV4_COMP_COUNT_V0_1; k++) row(comp_name(k), pl, g_weight, k);
+  for (int k = 0; k < DSV4_COMP_COUNT_V0_1; k++) row(tool_component_name(k), pl, g_weight, k);
 #define F(field) (int)offsetof(dsv4_plan_stage, field)
   row("= weights", pl, g_field, F(weights_total));
   row("wo_a as bf16 (load)", pl, g_field, F(load_extra));
@@ -236,29 +215,29 @@ static void print_text(const dsv4_plan *pl, const char *what, int builtin, dsv4_
   for (int s = 0; s < pl->n_stages; s++) {
     const dsv4_plan_stage *sg = &pl->stages[s];
     printf("  stage %d: %.1f B per token; fixed per sequence %s B (window rings %s", s,
-           sg->kv_bytes_per_token, grouped(sg->kv_fixed_per_seq, a, sizeof a),
-           grouped(sg->kv_fixed_window, b, sizeof b));
-    if (sg->kv_fixed_dspark) printf(" + DSpark rings %s", grouped(sg->kv_fixed_dspark, c, sizeof c));
+           sg->kv_bytes_per_token, tool_grouped(sg->kv_fixed_per_seq, a, sizeof a),
+           tool_grouped(sg->kv_fixed_window, b, sizeof b));
+    if (sg->kv_fixed_dspark) printf(" + DSpark rings %s", tool_grouped(sg->kv_fixed_dspark, c, sizeof c));
     if (sg->kv_fixed_compressor)
-      printf(" + compressor state %s", grouped(sg->kv_fixed_compressor, c, sizeof c));
+      printf(" + compressor state %s", tool_grouped(sg->kv_fixed_compressor, c, sizeof c));
     printf(")\n");
     printf("           one sequence at %s: %s B; token capacity %s; sequences at max context %s",
-           grouped(pl->max_context, a, sizeof a), grouped(sg->seq_bytes_max_context, b, sizeof b),
-           grouped(sg->token_capacity, c, sizeof c), grouped(sg->seqs_at_max_context, d, sizeof d));
+           tool_grouped(pl->max_context, a, sizeof a), tool_grouped(sg->seq_bytes_max_context, b, sizeof b),
+           tool_grouped(sg->token_capacity, c, sizeof c), tool_grouped(sg->seqs_at_max_context, d, sizeof d));
     if (pl->context != pl->max_context)
-      printf(", at %s: %s", grouped(pl->context, b, sizeof b),
-             grouped(sg->seqs_at_context, c, sizeof c));
+      printf(", at %s: %s", tool_grouped(pl->context, b, sizeof b),
+             tool_grouped(sg->seqs_at_context, c, sizeof c));
     printf("\n");
   }
   printf("  whole model: %.1f B per token of context, %s B fixed per sequence\n",
-         pl->kv_bytes_per_token, grouped(pl->kv_fixed_per_seq, a, sizeof a));
+         pl->kv_bytes_per_token, tool_grouped(pl->kv_fixed_per_seq, a, sizeof a));
 
   printf("\nhosts\n");
   for (int s = 0; s < pl->n_stages; s++) {
     const dsv4_plan_stage *sg = &pl->stages[s];
     if (!sg->n_engram_layers) continue;
     printf("  stage %d: %d Engram layer(s), tables %s B (%.2f GB)", s, sg->n_engram_layers,
-           grouped(sg->engram_bytes, a, sizeof a), (double)sg->engram_bytes / 1e9);
+           tool_grouped(sg->engram_bytes, a, sizeof a), (double)sg->engram_bytes / 1e9);
     if (pl->engram_placement == DSV4_ENGRAM_HOST)
       printf(" in pinned memory on each of its %d node(s)\n", sg->n_nodes);
     else
@@ -269,13 +248,13 @@ static void print_text(const dsv4_plan *pl, const char *what, int builtin, dsv4_
 
   printf("\ncapacity\n");
   printf("  token capacity (the smallest stage's pool / its bytes per token): %s tokens\n",
-         grouped(pl->token_capacity, a, sizeof a));
+         tool_grouped(pl->token_capacity, a, sizeof a));
   printf("  concurrency at %s positions: %s sequences (%.2f x)\n",
-         grouped(pl->max_context, a, sizeof a), grouped(pl->seqs_at_max_context, b, sizeof b),
+         tool_grouped(pl->max_context, a, sizeof a), tool_grouped(pl->seqs_at_max_context, b, sizeof b),
          pl->concurrency_at_max_context);
   if (pl->context != pl->max_context)
-    printf("  concurrency at %s positions: %s sequences\n", grouped(pl->context, a, sizeof a),
-           grouped(pl->seqs_at_context, b, sizeof b));
+    printf("  concurrency at %s positions: %s sequences\n", tool_grouped(pl->context, a, sizeof a),
+           tool_grouped(pl->seqs_at_context, b, sizeof b));
   if (st == DSV4_ERR_DOES_NOT_FIT) printf("  DOES NOT FIT (see the message below)\n");
 
   if (!builtin) return;
@@ -288,12 +267,12 @@ static void print_text(const dsv4_plan *pl, const char *what, int builtin, dsv4_
   printf("  checkpoint: the report says %.0f GB on disk, ~%.0f GB resident with scales; the\n"
          "    contract payload is %s B = %.2f GB = %.2f GiB, scales included (the index's\n"
          "    total_size); 498 GB is not reproduced (spec §11.1).\n",
-         FR_DISK_GB, FR_RESIDENT_GB, grouped(pl->checkpoint_bytes, a, sizeof a),
+         FR_DISK_GB, FR_RESIDENT_GB, tool_grouped(pl->checkpoint_bytes, a, sizeof a),
          (double)pl->checkpoint_bytes / 1e9, gib(pl->checkpoint_bytes));
   printf("  Engram tables: the report says %.1f GB; the contract gives %s B = %.2f GB\n"
          "    (spec §11.2). The report pins them on both hosts; both Engram layers (1, 14)\n"
          "    are on stage 0, so only the stage-0 node needs them (node %d here).\n",
-         FR_ENGRAM_GB, grouped(pl->component_bytes[DSV4_COMP_ENGRAM_TABLES], a, sizeof a),
+         FR_ENGRAM_GB, tool_grouped(pl->component_bytes[DSV4_COMP_ENGRAM_TABLES], a, sizeof a),
          (double)pl->component_bytes[DSV4_COMP_ENGRAM_TABLES] / 1e9, pl->host_node_max);
   printf("  KV record: the report sizes its pool in %d B fp8_ds_mla records, one per token.\n"
          "    584 B is DeepSeek-V4's window layout (per-64 scales, bf16 RoPE dims); V4.1's\n"
@@ -301,9 +280,9 @@ static void print_text(const dsv4_plan *pl, const char *what, int builtin, dsv4_
          "    sequence and layer: a fixed %s B per sequence, not a per-token cost. Per token\n"
          "    only the %d KV-source layers store records: compressed %s B + index keys %s B,\n"
          "    %.0f B per token for the whole model (spec §5.8, §11.3).\n",
-         FR_RECORD, grouped(window, d, sizeof d), grouped(pl->kv_fixed_per_seq, a, sizeof a), n_src,
-         grouped(pl->compressed_record_bytes, b, sizeof b),
-         grouped(pl->index_key_record_bytes, c, sizeof c), pl->kv_bytes_per_token);
+         FR_RECORD, tool_grouped(window, d, sizeof d), tool_grouped(pl->kv_fixed_per_seq, a, sizeof a), n_src,
+         tool_grouped(pl->compressed_record_bytes, b, sizeof b),
+         tool_grouped(pl->index_key_record_bytes, c, sizeof c), pl->kv_bytes_per_token);
   const dsv4_plan_stage *sl = &pl->stages[pl->n_stages - 1];
   printf("  budget per GPU: the report gives weights ~%.1f GB + graphs %.1f GB + communication\n"
          "    %.1f GB + KV %.1f GB = %.1f GB of 40 GB, leaving %.1f GB unexplained; this plan\n"
@@ -330,7 +309,7 @@ static void print_text(const dsv4_plan *pl, const char *what, int builtin, dsv4_
          "    V4.1's records the same %.1f GB per GPU hold %.2f M tokens and %.2f sequences at\n"
          "    %s positions (the smallest stage).\n",
          FR_TOKENS / 1e6, FR_CONCURRENCY, FR_KV_GB, kv / FR_RECORD / 1e6, FR_RECORD, FR_KV_GB,
-         tok / 1e6, conc, grouped(pl->max_context, a, sizeof a));
+         tok / 1e6, conc, tool_grouped(pl->max_context, a, sizeof a));
 }
 
 /* ---- JSON output ---------------------------------------------------------- */
