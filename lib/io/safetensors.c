@@ -14,6 +14,7 @@
 #include <jansson.h>
 
 #include "io/safetensors.h"
+#include "io/json_util.h"
 
 #define ST_MAX_HEADER 100000000u /* the official reader's limit */
 #define ST_META_KEY "__metadata__"
@@ -22,19 +23,6 @@ static uint64_t read_le64(const uint8_t *p) {
   uint64_t v = 0;
   for (int i = 7; i >= 0; i--) v = (v << 8) | p[i];
   return v;
-}
-
-static const char *json_kind(const json_t *v) {
-  switch (json_typeof(v)) {
-  case JSON_OBJECT: return "an object";
-  case JSON_ARRAY: return "an array";
-  case JSON_STRING: return "a string";
-  case JSON_INTEGER: return "an integer";
-  case JSON_REAL: return "a real number";
-  case JSON_TRUE:
-  case JSON_FALSE: return "a boolean";
-  default: return "null";
-  }
 }
 
 /* Open, stat and map f->path into f->map / f->size; the fd never outlives the call. */
@@ -86,7 +74,7 @@ static dsv4_status check_int_array(const dsv4i_st_file *f, const char *name, con
   json_array_foreach(a, i, x) {
     if (!json_is_integer(x))
       return dsv4i_error(DSV4_ERR_ST_HEADER, "%s: tensor '%s': %s[%zu] is %s, expected an integer",
-                         f->path, name, key, i, json_kind(x));
+                         f->path, name, key, i, dsv4i_json_kind(x));
   }
   return DSV4_OK;
 }
@@ -97,7 +85,7 @@ static dsv4_status check_entry_types(const dsv4i_st_file *f, const char *name, c
   if (!json_is_object(v))
     return dsv4i_error(DSV4_ERR_ST_HEADER,
                        "%s: tensor '%s': entry is %s, expected an object {dtype, shape, data_offsets}",
-                       f->path, name, json_kind(v));
+                       f->path, name, dsv4i_json_kind(v));
   static const char *const keys[] = {"dtype", "shape", "data_offsets"};
   for (size_t k = 0; k < DSV4I_ARRAY_LEN(keys); k++)
     if (!json_object_get(v, keys[k]))
@@ -106,12 +94,12 @@ static dsv4_status check_entry_types(const dsv4i_st_file *f, const char *name, c
   const json_t *jd = json_object_get(v, "dtype");
   if (!json_is_string(jd))
     return dsv4i_error(DSV4_ERR_ST_HEADER, "%s: tensor '%s': dtype is %s, expected a string",
-                       f->path, name, json_kind(jd));
+                       f->path, name, dsv4i_json_kind(jd));
   for (size_t k = 1; k < DSV4I_ARRAY_LEN(keys); k++) {
     const json_t *a = json_object_get(v, keys[k]);
     if (!json_is_array(a))
       return dsv4i_error(DSV4_ERR_ST_HEADER, "%s: tensor '%s': %s is %s, expected an array",
-                         f->path, name, keys[k], json_kind(a));
+                         f->path, name, keys[k], dsv4i_json_kind(a));
     dsv4_status st = check_int_array(f, name, keys[k], a);
     if (st != DSV4_OK) return st;
   }
@@ -189,13 +177,13 @@ static dsv4_status parse_entry(const dsv4i_st_file *f, const char *name, const j
 static dsv4_status parse_metadata(dsv4i_st_file *f, const json_t *m) {
   if (!json_is_object(m))
     return dsv4i_error(DSV4_ERR_ST_HEADER, "%s: \"" ST_META_KEY "\" is %s, expected an object of strings",
-                       f->path, json_kind(m));
+                       f->path, dsv4i_json_kind(m));
   const char *k;
   const json_t *v;
   json_object_foreach((json_t *)m, k, v) {
     if (!json_is_string(v))
       return dsv4i_error(DSV4_ERR_ST_HEADER, "%s: \"" ST_META_KEY "\".\"%s\" is %s, expected a string",
-                         f->path, k, json_kind(v));
+                         f->path, k, dsv4i_json_kind(v));
   }
   f->metadata_json = json_dumps(m, JSON_COMPACT);
   if (!f->metadata_json)
@@ -208,7 +196,7 @@ static dsv4_status parse_metadata(dsv4i_st_file *f, const json_t *m) {
 static dsv4_status parse_root(dsv4i_st_file *f, json_t *root) {
   if (!json_is_object(root))
     return dsv4i_error(DSV4_ERR_ST_HEADER, "%s: header is %s, expected an object of tensors",
-                       f->path, json_kind(root));
+                       f->path, dsv4i_json_kind(root));
   const char *key;
   json_t *v;
   size_t n = 0, names = 0;

@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "io/tokenizer_internal.h"
+#include "io/json_util.h"
 
 #define MAX_IDS (1 << 24) /* sanity bound on token ids */
 
@@ -48,17 +49,6 @@ static dsv4_status open_json(const char *path, int required, json_t **out) {
   return DSV4_OK;
 }
 
-static int get_bool(const json_t *obj, const char *key, int dflt) {
-  const json_t *v = json_object_get(obj, key);
-  if (!v || json_is_null(v)) return dflt;
-  return json_is_true(v);
-}
-
-static const char *type_of(const json_t *obj) {
-  const json_t *t = json_object_get(obj, "type");
-  return json_is_string(t) ? json_string_value(t) : NULL;
-}
-
 /* ---- model -------------------------------------------------------------- */
 
 typedef struct vocab_ent {
@@ -68,7 +58,7 @@ typedef struct vocab_ent {
 } vocab_ent;
 
 static dsv4_status check_model_kind(const json_t *model) {
-  const char *type = type_of(model);
+  const char *type = dsv4i_json_type(model);
   if (!type) {
     if (json_object_get(model, "merges")) return DSV4_OK; /* untagged BPE */
     return dsv4i_error(DSV4_ERR_TOKENIZER, "tokenizer.json: model has no \"type\" (only \"BPE\" is supported)");
@@ -86,7 +76,7 @@ static dsv4_status check_model_kind(const json_t *model) {
   if ((v = json_object_get(model, "end_of_word_suffix")) && !json_is_null(v) &&
       !(json_is_string(v) && json_string_length(v) == 0))
     return dsv4i_error(DSV4_ERR_TOKENIZER, "tokenizer.json: BPE end_of_word_suffix is not supported");
-  if (get_bool(model, "byte_fallback", 0))
+  if (dsv4i_json_bool(model, "byte_fallback", 0))
     return dsv4i_error(DSV4_ERR_TOKENIZER, "tokenizer.json: BPE byte_fallback is not supported");
   return DSV4_OK;
 }
@@ -138,11 +128,11 @@ static dsv4_status read_added(const json_t *root, dsv4i_tokenizer *tok, int32_t 
     a->id = (int32_t)json_integer_value(id);
     a->content = dsv4i_strdup(json_string_value(content), "added token");
     if (!a->content) return DSV4_ERR_OUT_OF_MEMORY;
-    a->special = (uint8_t)get_bool(t, "special", 0);
-    a->lstrip = (uint8_t)get_bool(t, "lstrip", 0);
-    a->rstrip = (uint8_t)get_bool(t, "rstrip", 0);
-    a->single_word = (uint8_t)get_bool(t, "single_word", 0);
-    a->normalized = (uint8_t)get_bool(t, "normalized", !a->special);
+    a->special = (uint8_t)dsv4i_json_bool(t, "special", 0);
+    a->lstrip = (uint8_t)dsv4i_json_bool(t, "lstrip", 0);
+    a->rstrip = (uint8_t)dsv4i_json_bool(t, "rstrip", 0);
+    a->single_word = (uint8_t)dsv4i_json_bool(t, "single_word", 0);
+    a->normalized = (uint8_t)dsv4i_json_bool(t, "normalized", !a->special);
     if (a->id > *max_id) *max_id = a->id;
   }
   return DSV4_OK;
@@ -371,8 +361,8 @@ static dsv4_status load_into(dsv4i_tokenizer *tok, const json_t *root, const jso
       goto out;
     }
   }
-  tok->fuse_unk = get_bool(model, "fuse_unk", 0);
-  tok->ignore_merges = get_bool(model, "ignore_merges", 0);
+  tok->fuse_unk = dsv4i_json_bool(model, "fuse_unk", 0);
+  tok->ignore_merges = dsv4i_json_bool(model, "ignore_merges", 0);
 
   if ((st = tk_read_pretok(json_object_get(root, "pre_tokenizer"), tok, 0)) != DSV4_OK) goto out;
   for (size_t i = 0; i < tok->n_stages; i++)

@@ -8,21 +8,11 @@
 #include <string.h>
 
 #include "io/tokenizer_internal.h"
-
-static int get_bool(const json_t *obj, const char *key, int dflt) {
-  const json_t *v = json_object_get(obj, key);
-  if (!v || json_is_null(v)) return dflt;
-  return json_is_true(v);
-}
-
-static const char *type_of(const json_t *obj) {
-  const json_t *t = json_object_get(obj, "type");
-  return json_is_string(t) ? json_string_value(t) : NULL;
-}
+#include "io/json_util.h"
 
 dsv4_status tk_read_normalizer(const json_t *n, dsv4i_tokenizer *tok, int depth) {
   if (!n || json_is_null(n)) return DSV4_OK;
-  const char *type = json_is_object(n) ? type_of(n) : NULL;
+  const char *type = json_is_object(n) ? dsv4i_json_type(n) : NULL;
   if (!type || depth > 8)
     return dsv4i_error(DSV4_ERR_TOKENIZER, "tokenizer.json: normalizer without a \"type\"");
   if (strcmp(type, "Sequence") == 0) {
@@ -66,7 +56,7 @@ static const char gpt2_pattern[] =
 
 dsv4_status tk_read_pretok(const json_t *p, dsv4i_tokenizer *tok, int depth) {
   if (!p || json_is_null(p)) return DSV4_OK;
-  const char *type = json_is_object(p) ? type_of(p) : NULL;
+  const char *type = json_is_object(p) ? dsv4i_json_type(p) : NULL;
   if (!type || depth > 8)
     return dsv4i_error(DSV4_ERR_TOKENIZER, "tokenizer.json: pre_tokenizer without a \"type\"");
   dsv4_status st;
@@ -100,14 +90,14 @@ dsv4_status tk_read_pretok(const json_t *p, dsv4i_tokenizer *tok, int depth) {
     if ((st = push_stage(tok, &s)) != DSV4_OK) return st;
     s->kind = TK_STAGE_SPLIT;
     s->behavior = beh;
-    s->invert = get_bool(p, "invert", 0);
+    s->invert = dsv4i_json_bool(p, "invert", 0);
     return tk_regex_compile(&s->re, json_string_value(pv), json_string_length(pv), pv == lit);
   }
   if (strcmp(type, "ByteLevel") == 0) {
     if ((st = push_stage(tok, &s)) != DSV4_OK) return st;
     s->kind = TK_STAGE_BYTELEVEL;
-    s->add_prefix_space = get_bool(p, "add_prefix_space", 1);
-    s->use_regex = get_bool(p, "use_regex", 1);
+    s->add_prefix_space = dsv4i_json_bool(p, "add_prefix_space", 1);
+    s->use_regex = dsv4i_json_bool(p, "use_regex", 1);
     s->behavior = TK_SPLIT_ISOLATED;
     if (s->use_regex) return tk_regex_compile(&s->re, gpt2_pattern, strlen(gpt2_pattern), 0);
     return DSV4_OK;
@@ -120,7 +110,7 @@ dsv4_status tk_read_pretok(const json_t *p, dsv4i_tokenizer *tok, int depth) {
 dsv4_status tk_read_decoder(const json_t *d, dsv4i_tokenizer *tok) {
   tok->decoder = TK_DEC_NONE;
   if (!d || json_is_null(d)) return DSV4_OK;
-  const char *type = json_is_object(d) ? type_of(d) : NULL;
+  const char *type = json_is_object(d) ? dsv4i_json_type(d) : NULL;
   if (type && strcmp(type, "ByteLevel") == 0) {
     tok->decoder = TK_DEC_BYTELEVEL;
     return DSV4_OK;

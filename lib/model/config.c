@@ -13,25 +13,12 @@
 #include <string.h>
 
 #include "model/config.h"
+#include "io/json_util.h"
 
 /* One parse: the file name for messages. */
 typedef struct pctx {
   const char *origin;
 } pctx;
-
-static const char *jtype_name(const json_t *v) {
-  switch (json_typeof(v)) {
-  case JSON_OBJECT: return "an object";
-  case JSON_ARRAY: return "an array";
-  case JSON_STRING: return "a string";
-  case JSON_INTEGER: return "an integer";
-  case JSON_REAL: return "a real number";
-  case JSON_TRUE:
-  case JSON_FALSE: return "a boolean";
-  case JSON_NULL: return "null";
-  }
-  return "?";
-}
 
 /* "sec.key" or "key" at the root. */
 static void key_path(char *buf, size_t cap, const char *sec, const char *key) {
@@ -52,7 +39,7 @@ static dsv4_status wrong_type(const pctx *p, const char *sec, const char *key, c
   char kp[128];
   key_path(kp, sizeof kp, sec, key);
   return dsv4i_error(DSV4_ERR_CONFIG_KEY, "%s: %s must be %s, found %s", p->origin, kp, want,
-                     jtype_name(v));
+                     dsv4i_json_kind(v));
 }
 
 static dsv4_status get_obj(const pctx *p, const json_t *o, const char *sec, const char *key,
@@ -147,7 +134,7 @@ static dsv4_status get_list(const pctx *p, const json_t *o, const char *sec, con
     json_t *e = json_array_get(a, i);
     if (!json_is_integer(e))
       return dsv4i_error(DSV4_ERR_CONFIG_KEY, "%s: %s[%zu] must be an integer, found %s",
-                         p->origin, kp, i, jtype_name(e));
+                         p->origin, kp, i, dsv4i_json_kind(e));
     vals[i] = (int64_t)json_integer_value(e);
   }
   *n = (int32_t)len;
@@ -377,7 +364,7 @@ dsv4_status dsv4i_config_parse(const char *json_text, size_t len, const char *or
   json_t *text = NULL;
   if (!json_is_object(root)) {
     s = dsv4i_error(DSV4_ERR_CONFIG_KEY, "%s: the top level must be an object, found %s", p.origin,
-                    jtype_name(root));
+                    dsv4i_json_kind(root));
     goto out;
   }
   if ((s = parse_root(&p, root, cfg)) || (s = parse_quant(&p, root)) ||
