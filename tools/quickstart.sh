@@ -5,8 +5,21 @@
 set -eu
 cd "$(dirname "$0")/.."
 
-pkgs="build-essential meson ninja-build pkg-config python3 libjansson-dev libcmocka-dev
-      libpcre2-dev libutf8proc-dev libomp-dev valgrind gnuplot-nox"
+# One package a line (keeps concurrent additions from conflicting).
+pkgs="
+build-essential
+gnuplot-nox
+libcmocka-dev
+libjansson-dev
+libomp-dev
+libpcre2-dev
+libutf8proc-dev
+meson
+ninja-build
+pkg-config
+python3
+valgrind
+"
 if command -v apt-get >/dev/null 2>&1; then
   missing=$(for p in $pkgs; do dpkg -s "$p" >/dev/null 2>&1 || echo "$p"; done)
   if [ -n "$missing" ]; then
