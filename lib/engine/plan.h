@@ -234,7 +234,7 @@ int64_t dsv4i_plan_seq_bytes(const dsv4i_topo_plan *plan, int32_t s, int64_t pos
  */
 int32_t dsv4i_plan_boundaries(const struct dsv4i_config *cfg, int32_t *layers, int32_t cap);
 
-/** The built-in release config (tests/data/deepseek-v4.1-flash/config.json, embedded at
+/** The built-in release config (data/deepseek-v4.1-flash/config.json, embedded at
  *  build time): text + NUL, and its length without the NUL. */
 extern const char dsv4i_plan_builtin_config[];
 extern const size_t dsv4i_plan_builtin_config_size;

@@ -1,6 +1,6 @@
 /*
  * config.json parsing and the layer-role table (lib/model/config.c,
- * config_check.c, roles.c): the release config (tests/data, spec §2.1 and
+ * config_check.c, roles.c): the release config (data/, spec §2.1 and
  * §2.3), the tiny fixture (equal to its inference_config.json and to its
  * README's role table), and one named case per malformed config.
  */
@@ -20,7 +20,7 @@ enum { KV = DSV4_ROLE_KV_SOURCE, IX = DSV4_ROLE_INDEX_SOURCE, OWN = DSV4_ROLE_IN
 static char *release_config_path(void) {
   const char *root = getenv("DSV4_SOURCE_ROOT");
   assert_non_null(root);
-  return tu_join(root, "tests/data/deepseek-v4.1-flash/config.json");
+  return tu_join(root, "data/deepseek-v4.1-flash/config.json");
 }
 
 static void expect_role(const dsv4i_config *c, int l, int ratio, unsigned roles, int kv, int idx,

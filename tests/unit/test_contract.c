@@ -16,7 +16,7 @@
 static void load_release(dsv4i_config *c, dsv4i_contract *k) {
   const char *root = getenv("DSV4_SOURCE_ROOT");
   assert_non_null(root);
-  char *path = tu_join(root, "tests/data/deepseek-v4.1-flash/config.json");
+  char *path = tu_join(root, "data/deepseek-v4.1-flash/config.json");
   assert_int_equal(dsv4i_config_load(path, c), DSV4_OK);
   free(path);
   assert_int_equal(dsv4i_contract_build(c, k), DSV4_OK);

@@ -98,7 +98,7 @@ static planted *need(void **state) {
   planted *p = *state;
   if (!p->prompt || access(p->exe, X_OK) != 0) {
     fprintf(stderr, "SKIP: %s or its make_tiny.json \"planted\" section is missing "
-                    "(tools/gen builds it; tests/data/tiny-tokenizer needed)\n",
+                    "(tools/gen builds it; data/tiny-tokenizer needed)\n",
             p->dir ? p->dir : "<build>/models/dsv4-tiny");
     skip();
   }

@@ -9,7 +9,7 @@
  *
  * The generator runs as the built executable ($DSV4_BUILD_ROOT/tools/gen/
  * dsv4-gen-checkpoint) with the project's tiny tokenizer
- * ($DSV4_SOURCE_ROOT/tests/data/tiny-tokenizer; DSV4_GEN_TOKENIZER
+ * ($DSV4_SOURCE_ROOT/data/tiny-tokenizer; DSV4_GEN_TOKENIZER
  * overrides). Set DSV4_TEST_FILTER to run a subset (cmocka pattern).
  */
 #include <jansson.h>
@@ -40,7 +40,7 @@ static char *tokenizer_dir(void) {
   if (o && *o) return strdup(o);
   const char *s = getenv("DSV4_SOURCE_ROOT");
   assert_non_null(s);
-  return tu_join(s, "tests/data/tiny-tokenizer");
+  return tu_join(s, "data/tiny-tokenizer");
 }
 
 /* Run the generator with `args` (already quoted) into out; exit status. */

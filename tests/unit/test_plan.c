@@ -18,7 +18,7 @@
 static void load_release(dsv4i_config *c) {
   const char *root = getenv("DSV4_SOURCE_ROOT");
   assert_non_null(root);
-  char *path = tu_join(root, "tests/data/deepseek-v4.1-flash/config.json");
+  char *path = tu_join(root, "data/deepseek-v4.1-flash/config.json");
   assert_int_equal(dsv4i_config_load(path, c), DSV4_OK);
   free(path);
 }
@@ -251,7 +251,7 @@ static void field_report_scenario(void **state) {
 
   /* the builtin config embedded in the library is the test data file */
   const char *root = getenv("DSV4_SOURCE_ROOT");
-  char *path = tu_join(root, "tests/data/deepseek-v4.1-flash/config.json");
+  char *path = tu_join(root, "data/deepseek-v4.1-flash/config.json");
   size_t len;
   char *text = tu_read_file(path, &len);
   assert_non_null(text);

@@ -14,7 +14,7 @@
 static char *release_config(void) {
   const char *root = getenv("DSV4_SOURCE_ROOT");
   assert_non_null(root);
-  return tu_join(root, "tests/data/deepseek-v4.1-flash/config.json");
+  return tu_join(root, "data/deepseek-v4.1-flash/config.json");
 }
 
 static void params_init(void **state) {

@@ -2,7 +2,7 @@
  * Tokenizer (lib/io/tokenizer*.c) against the reference `tokenizers` package:
  *  - every fixture under DSV4_FIXTURES: ids of each prompt, source paragraph and
  *    tokenizer test string equal tok.* of golden.safetensors (and prompts.json);
- *  - the project's tiny tokenizer (tests/data/tiny-tokenizer): golden.json
+ *  - the project's tiny tokenizer (data/tiny-tokenizer): golden.json
  *    encodings, the decoding of every id, and patched variants that pin added-token
  *    flags, normalizers, Split behaviours, Oniguruma escapes, ignore_merges;
  *  - decode(encode(x)) == x on those texts and a stress set, up to 1 MB inputs;
@@ -27,7 +27,7 @@
 static char *tiny_dir(void) {
   const char *root = getenv("DSV4_SOURCE_ROOT");
   assert_non_null(root);
-  return tu_join(root, "tests/data/tiny-tokenizer");
+  return tu_join(root, "data/tiny-tokenizer");
 }
 
 static dsv4i_tokenizer *load_ok(const char *dir) {

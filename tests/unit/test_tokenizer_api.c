@@ -1,8 +1,8 @@
 /*
  * Public tokenizer API (dsv4.h), linked against libdsv4.so: buffer
  * conventions, special ids, lookups, streaming, statuses and last-error
- * messages. Uses the project's tiny tokenizer (tests/data/tiny-tokenizer),
- * whose reference ids come from tests/data/tiny-tokenizer/golden.json.
+ * messages. Uses the project's tiny tokenizer (data/tiny-tokenizer),
+ * whose reference ids come from data/tiny-tokenizer/golden.json.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,7 +20,7 @@ static const char k_hello[] = "Hello, world!";
 static char *tiny_dir(void) {
   const char *root = getenv("DSV4_SOURCE_ROOT");
   assert_non_null(root);
-  return tu_join(root, "tests/data/tiny-tokenizer");
+  return tu_join(root, "data/tiny-tokenizer");
 }
 
 static int setup(void **state) {

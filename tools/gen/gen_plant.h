@@ -28,7 +28,7 @@
 #include "io/tokenizer.h"
 
 /** The default sentence and the prompt that starts it (a prefix). With the
- *  project's tiny tokenizer (tests/data/tiny-tokenizer) it is 13 distinct
+ *  project's tiny tokenizer (data/tiny-tokenizer) it is 13 distinct
  *  word tokens, the prompt its first 5. */
 #define GEN_PLANT_SENTENCE \
   "Every evening the old lamplighter walked up Harrow Lane with his ladder."

@@ -4,7 +4,7 @@
 Development-time only (the outputs are committed; tests never run Python):
 
     python3 -m venv /tmp/tokvenv && /tmp/tokvenv/bin/pip install tokenizers
-    /tmp/tokvenv/bin/python tests/data/tiny-tokenizer/make_tokenizer.py
+    /tmp/tokvenv/bin/python data/tiny-tokenizer/make_tokenizer.py
 
 Writes, next to this script:
   tokenizer.json         BPE trained on corpus.txt (text written for this project),
@@ -176,7 +176,7 @@ def main():
     # Reload from disk so the golden comes from exactly the committed file.
     ref = Tokenizer.from_file(os.path.join(HERE, "tokenizer.json"))
     golden = {
-        "made_by": "tests/data/tiny-tokenizer/make_tokenizer.py",
+        "made_by": "data/tiny-tokenizer/make_tokenizer.py",
         "tokenizers_version": tokenizers.__version__,
         "rule": "ids = Tokenizer.encode(text, add_special_tokens=False).ids; "
                 "decode_single[i] = Tokenizer.decode([i], skip_special_tokens=False)",
