@@ -8,6 +8,12 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+/* Every suite defines this instead of main: it runs the suite's cmocka groups
+ * and returns main's exit status (failures; 77 = skip). The one main
+ * (tests/common/test_main.c) applies the test filter first: argv[1] or
+ * DSV4_TEST_FILTER selects, DSV4_TEST_SKIP skips (cmocka globs). */
+int tu_run_suite(void);
+
 /* Fixture folder (env DSV4_FIXTURES, set by meson) joined with `rel`, or
  * NULL when the folder is absent: the caller then skip()s with a message.
  * CI refuses to run without the folder, so a skip cannot hide there.

@@ -157,7 +157,7 @@ static void out_of_range_ordinal_is_no_device(void **state) {
   assert_non_null(strstr(dsv4i_error_message(), "4096"));
 }
 
-int main(void) {
+int tu_run_suite(void) {
   if (!dsv4i_cuda_built()) {
     printf("skip: this build has no CUDA kernels (configured without nvcc, or -Dcuda=disabled)\n");
     return 77;

@@ -68,7 +68,7 @@ static void free_null_is_noop(void **state) {
   dsv4_free(NULL);
 }
 
-int main(void) {
+int tu_run_suite(void) {
   const struct CMUnitTest tests[] = {
     cmocka_unit_test(status_strings_name_their_code),
     cmocka_unit_test(version_matches_header),

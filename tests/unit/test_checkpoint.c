@@ -3,7 +3,7 @@
  * index entry resolves; single-file and index layouts; one named case per
  * index/shard disagreement, each checked for its status, a message naming
  * the file and tensor, and a zeroed *out. Shards are made with the writer.
- * Set DSV4_TEST_FILTER to run a subset (cmocka pattern, e.g. "ck_*").
+ * A subset: a cmocka pattern as argument or DSV4_TEST_FILTER (e.g. "ck_*"; tests/common/test_main.c).
  */
 #include <jansson.h>
 #include <stdio.h>
@@ -272,7 +272,7 @@ static void run_ck_case(void **state) {
   free(dir);
 }
 
-int main(void) {
+int tu_run_suite(void) {
   enum { N_FIXED = 5 };
   struct CMUnitTest tests[N_FIXED + DSV4I_ARRAY_LEN(k_cases)] = {
     cmocka_unit_test(fixture_tiny_v41_a),
@@ -283,7 +283,5 @@ int main(void) {
   };
   for (size_t i = 0; i < DSV4I_ARRAY_LEN(k_cases); i++)
     tests[N_FIXED + i] = (struct CMUnitTest){k_cases[i].name, run_ck_case, NULL, NULL, (void *)&k_cases[i]};
-  const char *filter = getenv("DSV4_TEST_FILTER");
-  if (filter && *filter) cmocka_set_test_filter(filter);
   return cmocka_run_group_tests_name("checkpoint", tests, NULL, NULL);
 }

@@ -424,7 +424,7 @@ static void run_bad_case(void **state) {
   free(text);
 }
 
-int main(void) {
+int tu_run_suite(void) {
   static const struct CMUnitTest fixed[] = {
     cmocka_unit_test(release_config_values),
     cmocka_unit_test(release_kv_record_bytes),

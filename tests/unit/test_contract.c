@@ -338,7 +338,7 @@ static void contract_overflow_is_an_error(void **state) {
   assert_int_equal(k.n, 0);
 }
 
-int main(void) {
+int tu_run_suite(void) {
   const struct CMUnitTest tests[] = {
     cmocka_unit_test(release_totals),
     cmocka_unit_test(release_shapes),

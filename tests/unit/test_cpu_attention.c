@@ -431,7 +431,7 @@ static void sparse_attention(void **state) {
   }
 }
 
-int main(void) {
+int tu_run_suite(void) {
   const struct CMUnitTest tests[] = {
     cmocka_unit_test(records_match_qdq),
     cmocka_unit_test(ring_and_append),

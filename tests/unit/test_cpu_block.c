@@ -408,7 +408,7 @@ static void dspark_tiny_e2e(void **state) {
   dspark_prefill("tiny-v41-e2e-a", 0);
 }
 
-int main(void) {
+int tu_run_suite(void) {
   const struct CMUnitTest tests[] = {
     cmocka_unit_test(golden_tiny_a),
     cmocka_unit_test(golden_tiny_e2e),

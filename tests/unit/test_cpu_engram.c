@@ -511,7 +511,7 @@ static void layer_from_checkpoint_errors(void **state) {
   fx_close(&f);
 }
 
-int main(void) {
+int tu_run_suite(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(golden_tiny_a),
       cmocka_unit_test(golden_tiny_e2e),

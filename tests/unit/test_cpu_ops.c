@@ -894,7 +894,7 @@ static void bench_fp8_linear(void **state) {
   free(y);
 }
 
-int main(void) {
+int tu_run_suite(void) {
   const struct CMUnitTest tests[] = {
     cmocka_unit_test(rope_tables_match_golden),
     cmocka_unit_test(rope_apply_and_inverse),
@@ -913,7 +913,5 @@ int main(void) {
     cmocka_unit_test(sampling),
     cmocka_unit_test(bench_fp8_linear),
   };
-  const char *filter = getenv("DSV4_TEST_FILTER"); /* e.g. "moe*" */
-  if (filter && *filter) cmocka_set_test_filter(filter);
   return cmocka_run_group_tests_name("cpu_ops", tests, NULL, NULL);
 }

@@ -508,7 +508,7 @@ static void sampling_deterministic(void **st) {
   dsv4_engine_free(e);
 }
 
-int main(void) {
+int tu_run_suite(void) {
   const struct CMUnitTest tests[] = {
     cmocka_unit_test(params_and_create_errors),
     cmocka_unit_test(chunked_prefill_same),

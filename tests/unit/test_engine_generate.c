@@ -153,7 +153,7 @@ static void bad_calls(void **state) {
   free(out);
 }
 
-int main(void) {
+int tu_run_suite(void) {
   const struct CMUnitTest tests[] = {
     cmocka_unit_test(planted_sentence),
     cmocka_unit_test(planted_ids_chunked),

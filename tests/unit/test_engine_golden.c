@@ -203,7 +203,7 @@ static void e2e_c(void **st) {
   close_gold(&g);
 }
 
-int main(void) {
+int tu_run_suite(void) {
   const struct CMUnitTest tests[] = {
     cmocka_unit_test(e2e_a),
     cmocka_unit_test(e2e_b),

@@ -618,7 +618,7 @@ static void fx_bad_inputs_are_statuses(void **state) {
   dsv4i_engram_tables_free(NULL);
 }
 
-int main(void) {
+int tu_run_suite(void) {
   const struct CMUnitTest tests[] = {
     cmocka_unit_test(is_prime_matches_sieve_and_known_values),
     cmocka_unit_test(real_config_primes),

@@ -375,7 +375,7 @@ static void e2m1_encode_matches_reference(void **state) {
   }
 }
 
-int main(void) {
+int tu_run_suite(void) {
   const struct CMUnitTest tests[] = {
     cmocka_unit_test(bf16_roundtrip_all_patterns),
     cmocka_unit_test(bf16_rne_corner_cases),

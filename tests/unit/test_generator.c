@@ -10,7 +10,7 @@
  * The generator runs as the built executable ($DSV4_BUILD_ROOT/tools/gen/
  * dsv4-gen-checkpoint) with the project's tiny tokenizer
  * ($DSV4_SOURCE_ROOT/data/tiny-tokenizer; DSV4_GEN_TOKENIZER
- * overrides). Set DSV4_TEST_FILTER to run a subset (cmocka pattern).
+ * overrides). A subset: a pattern as argument or DSV4_TEST_FILTER (tests/common/test_main.c).
  */
 #include <jansson.h>
 #include <math.h>
@@ -404,7 +404,7 @@ static void bad_options_fail(void **state) {
   free(d);
 }
 
-int main(void) {
+int tu_run_suite(void) {
   const struct CMUnitTest tests[] = {
     cmocka_unit_test(tiny_loads_and_resolves),
     cmocka_unit_test(tiny_covers_every_role),
@@ -415,7 +415,5 @@ int main(void) {
     cmocka_unit_test(real_dims_forty_layers_is_the_release),
     cmocka_unit_test(bad_options_fail),
   };
-  const char *filter = getenv("DSV4_TEST_FILTER");
-  if (filter && *filter) cmocka_set_test_filter(filter);
   return cmocka_run_group_tests_name("generator", tests, setup, teardown);
 }

@@ -16,7 +16,7 @@ static void table_matches_embedded_ptx(void **state) {
   if (s != DSV4_OK) fail_msg("%s", dsv4i_error_message());
 }
 
-int main(void) {
+int tu_run_suite(void) {
   const struct CMUnitTest tests[] = {cmocka_unit_test(table_matches_embedded_ptx)};
   return cmocka_run_group_tests_name("kernel_table", tests, NULL, NULL);
 }

@@ -401,7 +401,7 @@ static void misaligned_shard(void **state) {
   free(src);
 }
 
-int main(void) {
+int tu_run_suite(void) {
   const struct CMUnitTest tests[] = {
     cmocka_unit_test(params_init_sizes),
     cmocka_unit_test(fixtures_load),

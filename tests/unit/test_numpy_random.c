@@ -171,7 +171,7 @@ static void seed_words_follow_numpy_coercion(void **state) {
   assert_int_equal(w[1], 1);
 }
 
-int main(void) {
+int tu_run_suite(void) {
   const struct CMUnitTest tests[] = {
     cmocka_unit_test(seed_words_follow_numpy_coercion),
     cmocka_unit_test(seedseq_matches_numpy),

@@ -485,7 +485,7 @@ static void tiny_fixture(void **state) {
   dsv4i_topo_plan_free(&pl);
 }
 
-int main(void) {
+int tu_run_suite(void) {
   const struct CMUnitTest tests[] = {
     cmocka_unit_test(release_components), cmocka_unit_test(split_sums_topologies),
     cmocka_unit_test(kv_closed_form),     cmocka_unit_test(field_report_scenario),

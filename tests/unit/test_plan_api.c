@@ -151,7 +151,7 @@ static void model_plan(void **state) {
   dsv4_model_free(m);
 }
 
-int main(void) {
+int tu_run_suite(void) {
   const struct CMUnitTest tests[] = {
     cmocka_unit_test(params_init),  cmocka_unit_test(builtin_and_file), cmocka_unit_test(short_struct),
     cmocka_unit_test(statuses),     cmocka_unit_test(model_plan),

@@ -538,7 +538,7 @@ static void qdq_in_place_and_arguments(void **state) {
                                              dsv4i_e8m0_to_f32(s[i / 32])));
 }
 
-int main(void) {
+int tu_run_suite(void) {
   const struct CMUnitTest tests[] = {
     cmocka_unit_test(golden_tiny_v41_a),
     cmocka_unit_test(golden_tiny_v41_e2e_a),

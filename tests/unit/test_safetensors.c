@@ -2,7 +2,7 @@
  * lib/io safetensors: the dtype table, the streaming writer (round trip and
  * misuse), the reader on the golden fixture, and one named case per header
  * violation, each checked for its status and a message naming file + tensor.
- * Set DSV4_TEST_FILTER to run a subset (cmocka pattern, e.g. "bad_*").
+ * A subset: a cmocka pattern as argument or DSV4_TEST_FILTER (e.g. "bad_*"; tests/common/test_main.c).
  */
 #include <jansson.h>
 #include <stdio.h>
@@ -414,7 +414,7 @@ static void run_bad_case(void **state) {
   free(dir);
 }
 
-int main(void) {
+int tu_run_suite(void) {
   enum { N_FIXED = 8 };
   struct CMUnitTest tests[N_FIXED + DSV4I_ARRAY_LEN(k_bad)] = {
     cmocka_unit_test(dtype_table_round_trips),
@@ -428,7 +428,5 @@ int main(void) {
   };
   for (size_t i = 0; i < DSV4I_ARRAY_LEN(k_bad); i++)
     tests[N_FIXED + i] = (struct CMUnitTest){k_bad[i].name, run_bad_case, NULL, NULL, (void *)&k_bad[i]};
-  const char *filter = getenv("DSV4_TEST_FILTER");
-  if (filter && *filter) cmocka_set_test_filter(filter);
   return cmocka_run_group_tests_name("safetensors", tests, NULL, NULL);
 }

@@ -924,7 +924,7 @@ static void golden_e2e(void **state) {
   golden_run(7, 0);
 }
 
-int main(void) {
+int tu_run_suite(void) {
   const struct CMUnitTest tests[] = {
     cmocka_unit_test(golden_e2e),
     cmocka_unit_test(greedy_equal_e2e),
@@ -933,7 +933,5 @@ int main(void) {
     cmocka_unit_test(distribution),
     cmocka_unit_test(api_errors),
   };
-  const char *filter = getenv("DSV4_TEST_FILTER"); /* e.g. "greedy*" */
-  if (filter && *filter) cmocka_set_test_filter(filter);
   return cmocka_run_group_tests_name("spec", tests, NULL, NULL);
 }

@@ -224,7 +224,7 @@ static void load_failures(void **state) {
   free(p);
 }
 
-int main(void) {
+int tu_run_suite(void) {
   const struct CMUnitTest tests[] = {
     cmocka_unit_test(facts_and_lookups),
     cmocka_unit_test(encode_buffer_convention),
@@ -233,7 +233,5 @@ int main(void) {
     cmocka_unit_test(roundtrip_and_stream),
     cmocka_unit_test(load_failures),
   };
-  const char *filter = getenv("DSV4_TEST_FILTER");
-  if (filter && *filter) cmocka_set_test_filter(filter);
   return cmocka_run_group_tests_name("tokenizer_api", tests, setup, teardown);
 }
