@@ -11,10 +11,6 @@
 
 #include "dsv4/dsv4.h"
 
-#ifndef DSV4_BENCH_PLOT_GP
-#define DSV4_BENCH_PLOT_GP "bench/plot.gp"
-#endif
-
 #define MAX_C 64
 #define SCHEMA_VERSION 1
 
@@ -23,6 +19,8 @@
 extern int g_quiet;
 void note(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
+/* die() with exit status 2 (bad usage; tools/util/tool_util.h) */
+void die_usage(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
 int64_t now_ns(void);
 void *xcalloc(size_t n, size_t size);
 double quantile(double *v, size_t n, double q);

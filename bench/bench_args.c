@@ -5,12 +5,14 @@
 #include <string.h>
 
 #include "bench.h"
+#include "tool_util.h"
 
 void usage(FILE *f) {
   fputs(
       "usage: dsv4-bench -m DIR [options]\n"
       "Serving benchmark: C concurrent sequences, prefill + batched decode, for each C.\n"
-      "  -m, --model DIR       checkpoint directory (official release format, with tokenizer.json)\n"
+      "  -m, --model DIR       checkpoint directory (official release format, with tokenizer.json;\n"
+      "                        default: the default model installed with the tools)\n"
       "  -c, --concurrency L   comma-separated concurrencies (default 1,2,4,8,16)\n"
       "  -p, --prompt-len N    prompt tokens per sequence, BOS included (default 128)\n"
       "  -n, --output-len N    generated tokens per sequence, the prefill's first token\n"
@@ -43,8 +45,11 @@ void usage(FILE *f) {
       "                        (the data file goes next to it as PNG minus .png plus .dat)\n"
       "  --plot-data FILE      write the gnuplot data file only (plot later with\n"
       "                        gnuplot -c bench/plot.gp FILE OUT.png)\n"
-      "  --plot-script FILE    gnuplot script (default " DSV4_BENCH_PLOT_GP ")\n"
-      "  -q, --quiet           no progress or summary on stderr\n",
+      "  --plot-script FILE    gnuplot script (default: plot.gp installed with the tools,\n"
+      "                        <datadir>/dsv4/plot.gp)\n"
+      "  -q, --quiet           no progress or summary on stderr\n"
+      "  --version             print the tool's and the library's version\n"
+      "Exit status: 0 done, 1 the run failed, 2 bad usage.\n",
       f);
 }
 
@@ -70,7 +75,8 @@ void parse_args(int argc, char **argv, opts *o) {
   o->warmup = 2;
   o->repeat = 1;
   o->bw_repeats = 5;
-  o->plot_script = DSV4_BENCH_PLOT_GP;
+  static char plot_gp[4096];
+  o->plot_script = tool_data_path("plot.gp", DSV4_TREE_PLOT_GP, plot_gp, sizeof plot_gp);
   o->min_survival = -1;
   size_t cl = 1;
   for (int i = 0; i < argc; i++) cl += strlen(argv[i]) + 1;
@@ -86,7 +92,10 @@ void parse_args(int argc, char **argv, opts *o) {
 #define VAL(name) (FLAG(name) && v && (i++, 1))
     if (FLAG("-h") || FLAG("--help")) {
       usage(stdout);
-      exit(0);
+      exit(TOOL_EXIT_OK);
+    } else if (FLAG("--version")) {
+      tool_print_version("dsv4-bench");
+      exit(TOOL_EXIT_OK);
     } else if (FLAG("--op-timings")) o->op_timings = 1;
     else if (FLAG("--prefetch")) o->prefetch = 1;
     else if (FLAG("--no-bw")) o->no_bw = 1;
@@ -103,11 +112,11 @@ void parse_args(int argc, char **argv, opts *o) {
       if (!dup) die("out of memory");
       for (char *t = strtok_r(dup, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
         if (o->n_conc == MAX_C || parse_i64(t, 1, 65535, &x))
-          die("--concurrency wants up to %d integers in [1, 65535], comma-separated", MAX_C);
+          die_usage("--concurrency wants up to %d integers in [1, 65535], comma-separated", MAX_C);
         o->conc[o->n_conc++] = (int32_t)x;
       }
       free(dup);
-      if (!o->n_conc) die("--concurrency: empty list");
+      if (!o->n_conc) die_usage("--concurrency: empty list");
     } else if ((VAL("-p") || VAL("--prompt-len")) && !parse_i64(v, 1, INT32_MAX, &x))
       o->prompt_len = x;
     else if ((VAL("-n") || VAL("--output-len")) && !parse_i64(v, 1, INT32_MAX, &x))
@@ -116,28 +125,28 @@ void parse_args(int argc, char **argv, opts *o) {
       char *end;
       errno = 0;
       o->seed = strtoull(v, &end, 10);
-      if (!v[0] || *end || errno || v[0] == '-') die("--seed wants an unsigned integer");
+      if (!v[0] || *end || errno || v[0] == '-') die_usage("--seed wants an unsigned integer");
     } else if (VAL("--temp")) {
       char *end;
       o->temp = strtod(v, &end);
-      if (!v[0] || *end || !isfinite(o->temp)) die("--temp wants a number");
+      if (!v[0] || *end || !isfinite(o->temp)) die_usage("--temp wants a number");
     } else if (VAL("--dspark")) {
       if (!strcmp(v, "off")) o->dspark = DSPARK_OFF;
       else if (!strcmp(v, "on")) o->dspark = DSPARK_ON;
       else if (!strcmp(v, "both")) o->dspark = DSPARK_BOTH;
       else if (!strcmp(v, "auto")) o->dspark = DSPARK_AUTO;
-      else die("--dspark wants off, on, both or auto");
+      else die_usage("--dspark wants off, on, both or auto");
     } else if (VAL("--draft-len") && !parse_i64(v, 1, 64, &x)) o->draft_len = (int32_t)x;
     else if (VAL("--min-survival")) {
       char *end;
       o->min_survival = strtod(v, &end);
       if (!v[0] || *end || !(o->min_survival >= 0 && o->min_survival <= 1))
-        die("--min-survival wants a number in [0, 1]");
+        die_usage("--min-survival wants a number in [0, 1]");
     } else if (VAL("--backend")) {
       if (!strcmp(v, "cpu")) o->backend = DSV4_BACKEND_CPU;
       else if (!strcmp(v, "cuda")) o->backend = DSV4_BACKEND_CUDA;
       else if (!strcmp(v, "auto")) o->backend = DSV4_BACKEND_AUTO;
-      else die("--backend wants cpu, cuda or auto");
+      else die_usage("--backend wants cpu, cuda or auto");
     } else if (VAL("--device") && !parse_i64(v, 0, 1023, &x)) o->device = (int32_t)x;
     else if (VAL("--threads") && !parse_i64(v, 0, 4096, &x)) o->threads = (int32_t)x;
     else if (VAL("--chunk") && !parse_i64(v, 0, INT32_MAX, &x)) o->chunk = (int32_t)x;
@@ -147,16 +156,19 @@ void parse_args(int argc, char **argv, opts *o) {
     else if (VAL("--bw-repeats") && !parse_i64(v, 1, 1000, &x)) o->bw_repeats = (int)x;
     else {
       usage(stderr);
-      die("bad option or value: %s%s%s", a, v && a[0] == '-' ? " " : "",
+      die_usage("bad option or value: %s%s%s", a, v && a[0] == '-' ? " " : "",
           v && a[0] == '-' ? v : "");
     }
 #undef FLAG
 #undef VAL
   }
-  if (!o->model) {
+  static char model[4096];
+  if (!o->model && !(o->model = tool_default_model(model, sizeof model))) {
     usage(stderr);
-    die("-m DIR is required");
+    die_usage("-m DIR is required (the default model is not installed)");
   }
+  if (o->plot_png && !o->plot_script)
+    die_usage("--plot: plot.gp is not installed next to the tools; give --plot-script FILE");
   g_quiet = o->quiet;
 }
 

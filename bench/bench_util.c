@@ -20,14 +20,24 @@ void note(const char *fmt, ...) {
   fflush(stderr);
 }
 
-void die(const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
+static void vdie(int status, const char *fmt, va_list ap) __attribute__((noreturn));
+static void vdie(int status, const char *fmt, va_list ap) {
   fputs("dsv4-bench: ", stderr);
   vfprintf(stderr, fmt, ap);
   fputc('\n', stderr);
-  va_end(ap);
-  exit(1);
+  exit(status);
+}
+
+void die(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vdie(1, fmt, ap);
+}
+
+void die_usage(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vdie(2, fmt, ap);
 }
 
 int64_t now_ns(void) {

@@ -4,7 +4,7 @@
  * or with temperature sampling, streaming the text (or the ids) to stdout
  * as tokens arrive; stop at EOS or after N tokens. Public API only.
  *
- *   dsv4-generate -m DIR -p TEXT [-n N] [--temp T] [--seed S] [--chunk C] [--ids]
+ *   dsv4-generate [-m DIR] -p TEXT [-n N] [--temp T] [--seed S] [--chunk C] [--ids]
  *                 [--threads K] [--quiet] [--speculative [--draft N]]
  *
  * stderr: a progress line while loading, then a summary (prompt tokens,
@@ -19,9 +19,11 @@
 #include <unistd.h>
 
 #include "dsv4/dsv4.h"
+#include "tool_util.h"
 
 typedef struct opts {
   const char *model, *prompt;
+  char model_buf[4096];
   long n;
   double temp;
   unsigned long long seed;
@@ -33,9 +35,10 @@ typedef struct opts {
 
 static void usage(FILE *f) {
   fprintf(f,
-          "usage: dsv4-generate -m DIR -p TEXT [-n N] [--temp T] [--seed S] [--chunk C] [--ids]\n"
+          "usage: dsv4-generate [-m DIR] -p TEXT [-n N] [--temp T] [--seed S] [--chunk C] [--ids]\n"
           "                     [--threads K] [--quiet] [--speculative [--draft N]]\n"
-          "  -m DIR        checkpoint directory (official release format)\n"
+          "  -m DIR        checkpoint directory (official release format; default: the\n"
+          "                default model installed with the tools)\n"
           "  -p TEXT       prompt; the model input is BOS + its encoding\n"
           "  -n N          tokens to generate at most (default 64); stops at EOS\n"
           "  --temp T      temperature (default 0 = greedy)\n"
@@ -47,7 +50,9 @@ static void usage(FILE *f) {
           "  --speculative draft with the model's DSpark head and verify (same output as\n"
           "                without at --temp 0; the same distribution otherwise)\n"
           "  --draft N     drafts verified per round, 1..block size (default: the block\n"
-          "                size); 0: per round from the confidence logits\n");
+          "                size); 0: per round from the confidence logits\n"
+          "  --version     print the tool's and the library's version\n"
+          "Exit status: 0 done, 1 the model failed to load or run, 2 bad usage.\n");
 }
 
 static int num(const char *s, double *out) {
@@ -66,7 +71,10 @@ static int parse(int argc, char **argv, opts *o) {
     double x;
     if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
       usage(stdout);
-      exit(0);
+      exit(TOOL_EXIT_OK);
+    } else if (!strcmp(a, "--version")) {
+      tool_print_version("dsv4-generate");
+      exit(TOOL_EXIT_OK);
     } else if (!strcmp(a, "--ids")) {
       o->ids = 1;
     } else if (!strcmp(a, "--quiet")) {
@@ -105,8 +113,10 @@ static int parse(int argc, char **argv, opts *o) {
       return 1;
     }
   }
+  if (!o->model) o->model = tool_default_model(o->model_buf, sizeof o->model_buf);
   if (!o->model || !o->prompt) {
     usage(stderr);
+    if (!o->model) fprintf(stderr, "dsv4-generate: -m DIR is required (no default model installed)\n");
     return 1;
   }
   return 0;
@@ -211,7 +221,7 @@ static void spec_summary(const spec_run *r) {
 
 int main(int argc, char **argv) {
   opts o;
-  if (parse(argc, argv, &o)) return 2;
+  if (parse(argc, argv, &o)) return TOOL_EXIT_USAGE;
   dsv4_model *model = NULL;
   dsv4_tokenizer *tok = NULL;
   dsv4_tokenizer_stream *st = NULL;

@@ -1,7 +1,7 @@
 /*
  * dsv4-inspect: what is in a DeepSeek-V4.1-Flash checkpoint directory.
  *
- *   dsv4-inspect [--config-only] DIR
+ *   dsv4-inspect [--config-only] [DIR]   (default: the installed default model)
  *
  * Loads DIR with dsv4_model_load (every shard header validated, every tensor
  * resolved and checked against the config's tensor contract) and prints the
@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "dsv4/dsv4.h"
+#include "tool_util.h"
 #include "tool_util.h"
 
 
@@ -184,30 +185,37 @@ static void print_tallies(const tallies *t) {
 }
 
 static void usage(FILE *f) {
-  fputs("usage: dsv4-inspect [--config-only] DIR\n"
-        "Load a DeepSeek-V4.1-Flash checkpoint directory and print its config, layer roles,\n"
-        "tensor bytes by component and dtypes. --config-only reads DIR/config.json alone and\n"
-        "reports the tensor contract it implies.\n",
+  fputs("usage: dsv4-inspect [--config-only] [--version] [DIR]\n"
+        "Load a DeepSeek-V4.1-Flash checkpoint directory (default: the default model\n"
+        "installed with the tools) and print its config, layer roles, tensor bytes by\n"
+        "component and dtypes. --config-only reads DIR/config.json alone and reports the\n"
+        "tensor contract it implies.\n"
+        "Exit status: 0 done, 1 the checkpoint did not load, 2 bad usage.\n",
         f);
 }
 
 int main(int argc, char **argv) {
   const char *dir = NULL;
+  char dir_buf[4096];
   int config_only = 0;
   for (int i = 1; i < argc; i++) {
     if (strcmp(argv[i], "--config-only") == 0) config_only = 1;
     else if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
       usage(stdout);
-      return 0;
+      return TOOL_EXIT_OK;
+    } else if (strcmp(argv[i], "--version") == 0) {
+      tool_print_version("dsv4-inspect");
+      return TOOL_EXIT_OK;
     } else if (argv[i][0] != '-' && !dir) dir = argv[i];
     else {
       usage(stderr);
-      return 2;
+      return TOOL_EXIT_USAGE;
     }
   }
-  if (!dir) {
+  if (!dir && !(dir = tool_default_model(dir_buf, sizeof dir_buf))) {
     usage(stderr);
-    return 2;
+    fprintf(stderr, "dsv4-inspect: DIR is required (no default model installed)\n");
+    return TOOL_EXIT_USAGE;
   }
 
   dsv4_model_params mp;

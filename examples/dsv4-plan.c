@@ -75,8 +75,10 @@ static void usage(FILE *f) {
           "  --no-dspark          leave out the DSpark draft head\n"
           "  --no-vision          leave out the vision tower\n"
           "  --json               JSON output\n"
+          "  --version            print the tool's and the library's version\n"
           "SIZE: a byte count with an optional suffix: K, M, G, T (powers of 1024; also\n"
-          "KiB, MiB, GiB, TiB) or KB, MB, GB, TB (powers of 1000).\n");
+          "KiB, MiB, GiB, TiB) or KB, MB, GB, TB (powers of 1000).\n"
+          "Exit status: 0 the plan fits, 1 an error, 2 bad usage, 3 the plan does not fit.\n");
 }
 
 static int parse_i64(const char *s, int64_t *out) {
@@ -410,7 +412,10 @@ int main(int argc, char **argv) {
     int ok = 1, takes = 1;
     if (!strcmp(o, "--help") || !strcmp(o, "-h")) {
       usage(stdout);
-      return 0;
+      return TOOL_EXIT_OK;
+    } else if (!strcmp(o, "--version")) {
+      tool_print_version("dsv4-plan");
+      return TOOL_EXIT_OK;
     } else if (!strcmp(o, "--json")) {
       json = 1;
       takes = 0;

@@ -8,6 +8,7 @@ cd "$(dirname "$0")/.."
 # One package a line (keeps concurrent additions from conflicting).
 pkgs="
 build-essential
+cmake
 gnuplot-nox
 libcmocka-dev
 libjansson-dev
