@@ -19,6 +19,8 @@ meson
 ninja-build
 pkg-config
 python3
+python3-numpy
+python3-venv
 valgrind
 "
 if command -v apt-get >/dev/null 2>&1; then

@@ -1,0 +1,204 @@
+"""ctypes mirror of include/dsv4/dsv4.h: the structs, the status codes and
+the function signatures. Layouts are checked against the C compiler by
+tests/test_layout.py. Internal: use the classes of the dsv4 package."""
+import ctypes
+import ctypes.util
+import os
+from ctypes import (CFUNCTYPE, POINTER, Structure, c_char_p, c_double, c_float, c_int32,
+                    c_int64, c_size_t, c_uint32, c_uint64, c_void_p)
+
+# ---- status codes (dsv4_status) -------------------------------------------
+STATUS = {
+    "DSV4_OK": 0, "DSV4_KV_FULL": 1, "DSV4_ABORTED": 2,
+    "DSV4_ERR_INVALID_ARG": -1, "DSV4_ERR_OUT_OF_MEMORY": -2, "DSV4_ERR_UNSUPPORTED": -3,
+    "DSV4_ERR_INTERNAL": -4, "DSV4_ERR_PARAMS_SIZE": -5,
+    "DSV4_ERR_IO": -10, "DSV4_ERR_NOT_FOUND": -11, "DSV4_ERR_JSON": -12,
+    "DSV4_ERR_ST_HEADER": -20, "DSV4_ERR_ST_TRUNCATED": -21, "DSV4_ERR_ST_DTYPE": -22,
+    "DSV4_ERR_ST_OFFSETS": -23, "DSV4_ERR_ST_OVERLAP": -24, "DSV4_ERR_ST_SIZE": -25,
+    "DSV4_ERR_ST_DUPLICATE": -26, "DSV4_ERR_INDEX": -27, "DSV4_ERR_MISSING_SHARD": -28,
+    "DSV4_ERR_INDEX_MISMATCH": -29,
+    "DSV4_ERR_CONFIG_KEY": -30, "DSV4_ERR_CONFIG_VALUE": -31, "DSV4_ERR_WEIGHTS": -32,
+    "DSV4_ERR_TOKENIZER": -40, "DSV4_ERR_INVALID_UTF8": -41,
+    "DSV4_ERR_UNKNOWN_SEQUENCE": -50, "DSV4_ERR_CONTEXT_OVERFLOW": -51,
+    "DSV4_ERR_INVALID_TOKEN": -52, "DSV4_ERR_DOES_NOT_FIT": -53,
+    "DSV4_ERR_NO_DEVICE": -70, "DSV4_ERR_DEVICE": -71, "DSV4_ERR_DEVICE_LOST": -72,
+}
+globals().update(STATUS)
+
+BACKEND_AUTO, BACKEND_CPU, BACKEND_CUDA = 0, 1, 2
+MODEL_F_CONFIG_ONLY = 1
+ENGINE_F_OP_TIMINGS = 1
+DECODE_F_SKIP_SPECIAL = 1
+TOKEN_BOS, TOKEN_EOS, TOKEN_PAD, TOKEN_IMAGE, TOKEN_DSPARK_NOISE = 0, 1, 2, 3, 4
+LOG_ERROR, LOG_WARN, LOG_INFO, LOG_DEBUG = 0, 1, 2, 3
+
+LOG_FN = CFUNCTYPE(None, c_int32, c_char_p, c_void_p)
+PROGRESS_FN = CFUNCTYPE(c_int32, c_char_p, c_int64, c_int64, c_void_p)
+
+
+class ModelParams(Structure):
+    _fields_ = [("struct_size", c_uint32), ("flags", c_uint32), ("log_fn", LOG_FN),
+                ("log_user_data", c_void_p), ("log_level", c_int32), ("reserved0", c_int32)]
+
+
+class ModelInfo(Structure):
+    _fields_ = [("struct_size", c_uint32)] + [(n, c_int32) for n in (
+        "vocab_size", "hidden_size", "n_layers", "n_mtp_layers", "n_heads", "head_dim",
+        "rope_head_dim", "n_routed_experts", "n_experts_per_tok", "sliding_window", "hc_mult",
+        "bos_token_id", "eos_token_id", "pad_token_id", "image_token_id",
+        "dspark_noise_token_id", "dspark_block_size", "reserved0")] + [
+        ("max_position_embeddings", c_int64), ("n_tensors", c_int64), ("payload_bytes", c_int64)]
+
+
+class LayerInfo(Structure):
+    _fields_ = [("struct_size", c_uint32), ("layer", c_int32), ("compress_ratio", c_int32),
+                ("roles", c_uint32)] + [(n, c_int32) for n in (
+        "kv_source", "index_source", "index_key_source", "candidate_source", "engram_slot",
+        "rope_yarn")]
+
+
+class TensorInfo(Structure):
+    _fields_ = [("struct_size", c_uint32), ("dtype", c_int32), ("ndim", c_int32),
+                ("component", c_int32), ("shard", c_int32), ("reserved0", c_int32),
+                ("shape", c_int64 * 4), ("nbytes", c_int64), ("name", c_char_p)]
+
+
+class EngineParams(Structure):
+    _fields_ = [("struct_size", c_uint32), ("flags", c_uint32), ("backend", c_int32),
+                ("device", c_int32), ("max_sequences", c_int32), ("n_threads", c_int32),
+                ("max_context", c_int64), ("kv_budget_bytes", c_int64),
+                ("prefill_chunk", c_int32), ("tp_size", c_int32), ("mpi_comm", c_void_p),
+                ("log_fn", LOG_FN), ("log_user_data", c_void_p), ("log_level", c_int32),
+                ("reserved0", c_int32), ("progress_fn", PROGRESS_FN),
+                ("progress_user_data", c_void_p)]
+
+
+class EngineInfo(Structure):
+    _fields_ = [("struct_size", c_uint32)] + [(n, c_int32) for n in (
+        "backend", "n_threads", "max_sequences", "prefill_chunk", "sequences_live")] + [
+        (n, c_int64) for n in (
+            "max_context", "kv_page_bytes", "kv_pages_total", "kv_pages_used",
+            "kv_pages_per_sequence", "kv_bytes", "kv_bytes_per_token", "workspace_bytes",
+            "prepared_weight_bytes", "mapped_bytes")]
+
+
+class SamplingParams(Structure):
+    _fields_ = [("struct_size", c_uint32), ("temperature", c_float), ("seed", c_uint64),
+                ("seeds", POINTER(c_uint64))]
+
+
+class EngineTimings(Structure):
+    _fields_ = [("struct_size", c_uint32), ("op_timings", c_uint32)] + [(n, c_int64) for n in (
+        "create_ns", "prefill_calls", "prefill_tokens", "prefill_ns", "last_prefill_ns",
+        "decode_steps", "decode_tokens", "decode_ns", "last_decode_ns", "embed_op_ns",
+        "engram_op_ns", "block_op_ns", "head_op_ns", "sample_op_ns", "read_op_ns", "host_op_ns",
+        "dspark_op_ns", "draft_calls", "draft_seqs", "draft_ns", "last_draft_ns",
+        "verify_calls", "verify_tokens", "verify_accepted", "verify_ns", "last_verify_ns")]
+
+
+STRUCTS = [ModelParams, ModelInfo, LayerInfo, TensorInfo, EngineParams, EngineInfo,
+           SamplingParams, EngineTimings]
+C_NAMES = {ModelParams: "dsv4_model_params", ModelInfo: "dsv4_model_info",
+           LayerInfo: "dsv4_layer_info", TensorInfo: "dsv4_tensor_info",
+           EngineParams: "dsv4_engine_params", EngineInfo: "dsv4_engine_info",
+           SamplingParams: "dsv4_sampling_params", EngineTimings: "dsv4_engine_timings"}
+
+# ---- functions: name -> (restype, argtypes) -------------------------------
+_st, _P = c_int32, POINTER
+_i32p, _i64p = _P(c_int32), _P(c_int64)
+_fp = _P(c_float)
+SIGNATURES = {
+    "dsv4_status_string": (c_char_p, [_st]),
+    "dsv4_last_error": (c_char_p, []),
+    "dsv4_version": (c_uint32, []),
+    "dsv4_version_string": (c_char_p, []),
+    "dsv4_build_info": (c_char_p, []),
+    "dsv4_free": (None, [c_void_p]),
+    "dsv4_backend_probe": (_st, [c_int32, c_int32]),
+    "dsv4_model_params_init": (_st, [_P(ModelParams), c_size_t]),
+    "dsv4_model_load": (_st, [c_char_p, _P(ModelParams), _P(c_void_p)]),
+    "dsv4_model_free": (None, [c_void_p]),
+    "dsv4_model_last_error": (c_char_p, [c_void_p]),
+    "dsv4_model_get_info": (_st, [c_void_p, _P(ModelInfo), c_size_t]),
+    "dsv4_model_get_layer": (_st, [c_void_p, c_int32, _P(LayerInfo), c_size_t]),
+    "dsv4_model_get_tensor": (_st, [c_void_p, c_int64, _P(TensorInfo), c_size_t]),
+    "dsv4_tokenizer_load": (_st, [c_char_p, _P(c_void_p)]),
+    "dsv4_tokenizer_free": (None, [c_void_p]),
+    "dsv4_tokenizer_last_error": (c_char_p, [c_void_p]),
+    "dsv4_tokenizer_vocab_size": (c_int32, [c_void_p]),
+    "dsv4_tokenizer_special_id": (c_int32, [c_void_p, c_int32]),
+    "dsv4_tokenizer_token_id": (c_int32, [c_void_p, c_char_p]),
+    "dsv4_tokenizer_token_text": (c_char_p, [c_void_p, c_int32]),
+    "dsv4_tokenizer_encode": (_st, [c_void_p, c_char_p, c_size_t, _i32p, c_size_t,
+                                    _P(c_size_t)]),
+    "dsv4_tokenizer_decode": (_st, [c_void_p, _i32p, c_size_t, c_uint32, c_void_p, c_size_t,
+                                    _P(c_size_t)]),
+    "dsv4_tokenizer_stream_create": (_st, [c_void_p, c_uint32, _P(c_void_p)]),
+    "dsv4_tokenizer_stream_free": (None, [c_void_p]),
+    "dsv4_tokenizer_stream_push": (_st, [c_void_p, c_int32, _P(c_void_p), _P(c_size_t)]),
+    "dsv4_tokenizer_stream_flush": (_st, [c_void_p, _P(c_void_p), _P(c_size_t)]),
+    "dsv4_engine_params_init": (_st, [_P(EngineParams), c_size_t]),
+    "dsv4_engine_create": (_st, [c_void_p, _P(EngineParams), _P(c_void_p)]),
+    "dsv4_engine_create_from_dir": (_st, [c_char_p, _P(EngineParams), _P(c_void_p)]),
+    "dsv4_engine_free": (None, [c_void_p]),
+    "dsv4_engine_last_error": (c_char_p, [c_void_p]),
+    "dsv4_engine_model": (c_void_p, [c_void_p]),
+    "dsv4_engine_get_info": (_st, [c_void_p, _P(EngineInfo), c_size_t]),
+    "dsv4_engine_seq_create": (_st, [c_void_p, _i64p]),
+    "dsv4_engine_seq_fork": (_st, [c_void_p, c_int64, _i64p]),
+    "dsv4_engine_seq_free": (_st, [c_void_p, c_int64]),
+    "dsv4_engine_seq_length": (_st, [c_void_p, c_int64, _i64p]),
+    "dsv4_sampling_params_init": (_st, [_P(SamplingParams), c_size_t]),
+    "dsv4_engine_prefill": (_st, [c_void_p, c_int64, _i32p, c_int64, _P(SamplingParams), _fp,
+                                  _i32p]),
+    "dsv4_engine_decode": (_st, [c_void_p, c_int32, _i64p, _i32p, _P(SamplingParams), _fp,
+                                 _i32p]),
+    "dsv4_engine_get_timings": (_st, [c_void_p, _P(EngineTimings), c_size_t]),
+    "dsv4_engine_get_layer_time": (_st, [c_void_p, c_int32, _i64p]),
+    "dsv4_engine_reset_timings": (None, [c_void_p]),
+    "dsv4_engine_draft": (_st, [c_void_p, c_int32, _i64p, _i32p, _P(SamplingParams), _i32p,
+                                _fp]),
+    "dsv4_engine_verify": (_st, [c_void_p, c_int32, _i64p, _i32p, _i32p, _i32p,
+                                 _P(SamplingParams), _i32p, _i32p]),
+    "dsv4_spec_draft_length": (c_int32, [_fp, c_int32, c_float]),
+}
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def _candidates():
+    env = os.environ.get("DSV4_LIBRARY")
+    if env:
+        yield env
+        return
+    # a checkout: python/dsv4 -> <checkout>/build/lib (the README's build dir)
+    yield os.path.join(_HERE, "..", "..", "build", "lib", "libdsv4.so.0")
+    found = ctypes.util.find_library("dsv4")
+    if found:
+        yield found
+    yield "libdsv4.so.0"   # LD_LIBRARY_PATH, the loader's default paths
+
+
+def load():
+    """The libdsv4 shared library with every signature set: $DSV4_LIBRARY, else the
+    checkout's build/lib, else the system's (ldconfig, LD_LIBRARY_PATH)."""
+    errors = []
+    for path in _candidates():
+        if os.sep in path and not os.path.exists(path):
+            errors.append(f"{path}: absent")
+            continue
+        try:
+            lib = ctypes.CDLL(path)
+        except OSError as e:
+            errors.append(str(e))
+            continue
+        for name, (res, args) in SIGNATURES.items():
+            f = getattr(lib, name)
+            f.restype, f.argtypes = res, args
+        lib.path = path
+        return lib
+    raise OSError("libdsv4 not found (set DSV4_LIBRARY to the path of libdsv4.so): "
+                  + "; ".join(errors))
+
+
+lib = load()
