@@ -4,7 +4,8 @@
 #   may depend on where it was installed): the installed tools run without
 #   LD_LIBRARY_PATH (rpath), find the default model and plot.gp, print --version;
 #   consumers: pkg-config shared, pkg-config --static (no libdsv4.so in the
-#   prefix), CMake find_package shared and static, Meson subproject (builds the
+#   prefix), CMake find_package shared and static (with the C++ example on the
+#   installed dsv4.hpp, -Wall -Wextra -pedantic -Werror), Meson subproject (builds the
 #   library only: no tools, bench or tests).
 # Every consumer generates from the installed default model; all must agree.
 # usage: consumer-builds.sh SOURCE_ROOT WORK_DIR
@@ -80,6 +81,10 @@ for kind in shared static; do
   if [ $kind = shared ]; then uses_so "$work/cmake-$kind/consumer" || exit 1
   else uses_so "$work/cmake-$kind/consumer" && exit 1; fi
   run cmake-$kind "$work/cmake-$kind/consumer"
+  # the C++ example on the installed wrapper prints the README's main-job line
+  out=$(LD_LIBRARY_PATH="$libdir" "$work/cmake-$kind/consumer_cpp" "$model")
+  say "cmake-$kind C++ example: [$out]"
+  grep -qxF -- "$out" "$src/README.md"
 done
 
 say "Meson subproject"
