@@ -7,6 +7,7 @@ cd "$(dirname "$0")/.."
 
 # One package a line (keeps concurrent additions from conflicting).
 pkgs="
+abigail-tools
 build-essential
 cmake
 gnuplot-nox
