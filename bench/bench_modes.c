@@ -1,4 +1,5 @@
 /* dsv4-bench: decode modes, plain and DSpark (draft + verify). */
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "bench.h"
@@ -8,7 +9,8 @@ static dsv4_status plain_step(bench *b, int32_t n, const int64_t *ids, const int
   (void)remaining;
   dsv4_status s = dsv4_engine_decode(b->eng, n, ids, tokens, &b->sp, NULL, so->out);
   dsv4_engine_timings et;
-  dsv4_engine_get_timings(b->eng, &et, sizeof et);
+  if (s == DSV4_OK) s = dsv4_engine_get_timings(b->eng, &et, sizeof et);
+  if (s) return s;
   so->step_ns = et.last_decode_ns;
   so->draft_ns = so->verify_ns = 0;
   for (int32_t i = 0; i < n; i++) so->k[i] = 1, so->nd[i] = so->acc[i] = 0;
@@ -34,7 +36,7 @@ static dsv4_status dspark_step(bench *b, int32_t n, const int64_t *ids, const in
   s = dsv4_engine_verify(b->eng, n, ids, tokens, so->nd, b->drafts, &b->sp, so->acc, b->next);
   if (s) return s;
   dsv4_engine_timings et;
-  dsv4_engine_get_timings(b->eng, &et, sizeof et);
+  if ((s = dsv4_engine_get_timings(b->eng, &et, sizeof et))) return s;
   so->draft_ns = et.last_draft_ns;
   so->verify_ns = et.last_verify_ns;
   so->step_ns = et.last_draft_ns + et.last_verify_ns;
@@ -68,8 +70,9 @@ const mode *dspark_probe(bench *b, const char **why) {
   dsv4_status s = dsv4_engine_seq_create(b->eng, &id);
   if (!s) s = dsv4_engine_prefill(b->eng, id, &bos, 1, NULL, NULL, &a);
   if (!s) s = dsv4_engine_draft(b->eng, 1, &id, &a, NULL, b->drafts, b->conf);
-  if (s) *why = dsv4_engine_last_error(b->eng);
-  if (id) dsv4_engine_seq_free(b->eng, id);
+  static char msg[1024]; /* the message outlives the seq_free call below */
+  if (s) snprintf(msg, sizeof msg, "%s", dsv4_last_error()), *why = msg;
+  if (id && dsv4_engine_seq_free(b->eng, id)) die("dsv4_engine_seq_free: %s", dsv4_last_error());
   if (s) return NULL;
   MODE_DSPARK.max_tokens_per_step = b->block + 1;
   return &MODE_DSPARK;

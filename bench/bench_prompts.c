@@ -33,7 +33,7 @@ void prompts_build(prompts *p, const opts *o, const dsv4_model_info *mi, dsv4_to
     if (!text) die("cannot read --prompt-file %s: %s", o->prompt_file, strerror(errno));
     int32_t *all = xcalloc(tl + 1, sizeof *all);
     dsv4_status s = dsv4_tokenizer_encode(tok, text, tl, all, tl + 1, &n_ids);
-    if (s) die("cannot encode %s: %s: %s", o->prompt_file, dsv4_status_string(s), dsv4_tokenizer_last_error(tok));
+    if (s) die("cannot encode %s: %s: %s", o->prompt_file, dsv4_status_string(s), dsv4_last_error());
     if (!n_ids) die("--prompt-file %s encodes to no tokens", o->prompt_file);
     p->source = "file";
     p->file_tokens = (int64_t)n_ids;

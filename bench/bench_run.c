@@ -20,7 +20,7 @@ static void fnv_token(uint64_t *h, int32_t tok) {
 }
 
 void fail_engine(bench *b, const char *what, dsv4_status s) {
-  die("%s: %s: %s", what, dsv4_status_string(s), dsv4_engine_last_error(b->eng));
+  die("%s: %s: %s", what, dsv4_status_string(s), dsv4_last_error());
 }
 
 static json_t *timings_json(bench *b) {
@@ -96,7 +96,7 @@ json_t *run_one(bench *b, const mode *md, int32_t C, int64_t out_len, int rep, i
       fail_engine(b, "dsv4_engine_prefill", s);
     const int64_t t = now_ns();
     dsv4_engine_timings et;
-    dsv4_engine_get_timings(b->eng, &et, sizeof et);
+    if ((s = dsv4_engine_get_timings(b->eng, &et, sizeof et))) fail_engine(b, "dsv4_engine_get_timings", s);
     sq[i].ttft_ns = t - t0;
     sq[i].hash = 0xCBF29CE484222325ull;
     fnv_token(&sq[i].hash, sq[i].next);

@@ -72,7 +72,7 @@ int main(int argc, char **argv) {
 
   /* engine */
   dsv4_engine_params ep;
-  dsv4_engine_params_init(&ep, sizeof ep);
+  if (dsv4_engine_params_init(&ep, sizeof ep)) die("dsv4_engine_params_init: %s", dsv4_last_error());
   ep.flags = o->op_timings ? DSV4_ENGINE_F_OP_TIMINGS : 0;
   ep.backend = o->backend;
   ep.device = o->device;
@@ -116,7 +116,8 @@ int main(int argc, char **argv) {
     die("cannot load %s/tokenizer.json: %s: %s", o->model, dsv4_status_string(s), dsv4_last_error());
   prompts_build(&b->pr, o, &b->mi, tok, b->max_c);
   dsv4_tokenizer_free(tok);
-  dsv4_sampling_params_init(&b->sp, sizeof b->sp);
+  if (dsv4_sampling_params_init(&b->sp, sizeof b->sp))
+    die("dsv4_sampling_params_init: %s", dsv4_last_error());
   b->sp.temperature = (float)o->temp;
   b->seeds = xcalloc((size_t)b->max_c, sizeof *b->seeds);
 

@@ -244,13 +244,13 @@ int main(int argc, char **argv) {
   if (!ids) goto out;
   ids[0] = mi.bos_token_id;
   if ((s = dsv4_tokenizer_encode(tok, o.prompt, plen, ids + 1, plen + 1, &n_ids))) {
-    rc = fail("cannot encode the prompt", s, dsv4_tokenizer_last_error(tok));
+    rc = fail("cannot encode the prompt", s, dsv4_last_error());
     goto out;
   }
   const size_t n_prompt = n_ids + 1;
 
   dsv4_engine_params ep;
-  dsv4_engine_params_init(&ep, sizeof ep);
+  if ((s = dsv4_engine_params_init(&ep, sizeof ep))) goto out_err;
   ep.max_sequences = 1;
   int64_t ctx = (int64_t)n_prompt + o.n + 1 + (o.spec ? mi.dspark_block_size : 0);
   ep.max_context = ctx < mi.max_position_embeddings ? ctx : mi.max_position_embeddings;
@@ -274,7 +274,7 @@ int main(int argc, char **argv) {
     goto out;
   }
   dsv4_sampling_params sp;
-  dsv4_sampling_params_init(&sp, sizeof sp);
+  if ((s = dsv4_sampling_params_init(&sp, sizeof sp))) goto out_err;
   sp.temperature = (float)o.temp;
   sp.seed = o.seed;
   int32_t next = -1;
@@ -313,10 +313,10 @@ int main(int argc, char **argv) {
   rc = 0;
   goto out;
 out_err:
-  rc = fail("generation failed", s, eng ? dsv4_engine_last_error(eng) : dsv4_last_error());
+  rc = fail("generation failed", s, dsv4_last_error());
   goto out;
 out_model:
-  rc = fail("model info", s, dsv4_model_last_error(model));
+  rc = fail("model info", s, dsv4_last_error());
 out:
   free(ids);
   dsv4_tokenizer_stream_free(st);

@@ -90,7 +90,7 @@ static int get_layer(const dsv4_model *m, int32_t l, dsv4_layer_info *li) {
   dsv4_status s = dsv4_model_get_layer(m, l, li, sizeof *li);
   if (s != DSV4_OK)
     fprintf(stderr, "dsv4-inspect: layer %d: %s\n  %s\n", (int)l, dsv4_status_string(s),
-            dsv4_model_last_error(m));
+            dsv4_last_error());
   return s != DSV4_OK;
 }
 
@@ -144,7 +144,7 @@ static int collect(const dsv4_model *m, const dsv4_model_info *mi, tallies *t) {
     dsv4_status s = dsv4_model_get_tensor(m, i, &ti, sizeof ti);
     if (s != DSV4_OK) {
       fprintf(stderr, "dsv4-inspect: tensor %" PRId64 ": %s\n  %s\n", i, dsv4_status_string(s),
-              dsv4_model_last_error(m));
+              dsv4_last_error());
       return 1;
     }
     int32_t c = ti.component >= 0 && ti.component < DSV4_COMP_COUNT_V0_1 ? ti.component
@@ -233,7 +233,7 @@ int main(int argc, char **argv) {
   s = dsv4_model_get_info(m, &mi, sizeof mi);
   if (s != DSV4_OK) {
     fprintf(stderr, "dsv4-inspect: %s: %s\n  %s\n", dir, dsv4_status_string(s),
-            dsv4_model_last_error(m));
+            dsv4_last_error());
     dsv4_model_free(m);
     return 1;
   }

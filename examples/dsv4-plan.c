@@ -485,16 +485,16 @@ int main(int argc, char **argv) {
   if (model_dir) {
     dsv4_model_params mp;
     dsv4_model *m = NULL;
-    dsv4_model_params_init(&mp, sizeof mp);
+    st = dsv4_model_params_init(&mp, sizeof mp);
     mp.flags = DSV4_MODEL_F_CONFIG_ONLY;
-    st = dsv4_model_load(model_dir, &mp, &m);
+    if (st == DSV4_OK) st = dsv4_model_load(model_dir, &mp, &m);
     if (st != DSV4_OK) {
       fprintf(stderr, "dsv4-plan: %s: %s\n", dsv4_status_string(st), dsv4_last_error());
       return 1;
     }
     snprintf(what, sizeof what, "%s/config.json", model_dir);
     st = dsv4_model_plan(m, &p, &plan, sizeof plan);
-    snprintf(msg, sizeof msg, "%s", dsv4_model_last_error(m));
+    snprintf(msg, sizeof msg, "%s", dsv4_last_error());
     dsv4_model_free(m);
   } else {
     snprintf(what, sizeof what, "%s", config ? config : "DeepSeek-V4.1-Flash (built-in release config)");

@@ -10,6 +10,7 @@ pkgs="
 abigail-tools
 build-essential
 cmake
+doxygen
 gnuplot-nox
 libcmocka-dev
 libjansson-dev

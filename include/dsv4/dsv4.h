@@ -1,8 +1,10 @@
-/*
+/**
+ * @file dsv4.h
  * libdsv4 — inference engine for DeepSeek-V4.1-Flash.
  *
- * The one stable public header. It compiles alone as C99, C11 and C++11 and
- * uses no vendor types: CUDA streams and MPI communicators cross as void *.
+ * The one stable public header. It compiles alone as C89 to C2x and C++11 to
+ * C++20 and uses no vendor types: CUDA streams and MPI communicators cross as
+ * void *. dsv4.hpp wraps it for C++17.
  *
  * Conventions used in every comment below:
  *  - Shapes are row-major [dim0][dim1] with named dims, then dtype and memory
@@ -10,11 +12,17 @@
  *  - Thread-safety classes: "thread-safe" (any thread, any time),
  *    "handle-exclusive" (one thread at a time per handle, may migrate),
  *    "global-init" (call before creating handles, not thread-safe).
- *  - Every fallible call returns dsv4_status; on an error, out-handles are set
- *    to NULL and the call says which state it leaves. The message of the last
- *    failed call is dsv4_last_error() (calls without a handle, thread-local)
- *    or dsv4_model_last_error() (calls on a model handle).
- *  - Numerics cite ../docs model-spec.md sections as "spec §N".
+ *  - Every fallible call returns dsv4_status (marked DSV4_NODISCARD); on an
+ *    error, out-handles are set to NULL and the call says which state it
+ *    leaves. The message of a failed call is dsv4_last_error(), on the thread
+ *    that made the call, until that thread's next libdsv4 call (api-guide §2).
+ *    The per-handle getters dsv4_model_last_error(), dsv4_tokenizer_last_error()
+ *    and dsv4_engine_last_error() are deprecated (kept for the ABI).
+ *  - Documents cited, in the repository's docs/ and installed with the library
+ *    in DATADIR/doc/libdsv4/: model-spec.md, the model's numerics, as
+ *    "spec §N"; design.md, the library's design, as "design §N"; api-guide.md
+ *    (conventions, errors, threads, versioning, bindings) as "api-guide §N";
+ *    planner.md, the memory planner's rules.
  */
 #ifndef DSV4_H
 #define DSV4_H
@@ -24,6 +32,7 @@
 
 #include "dsv4/dsv4_version.h"
 
+/** Marks the exported functions (default visibility; the version script abi/libdsv4.map fixes the set). */
 #if defined(_WIN32)
 #define DSV4_API
 #elif defined(__GNUC__) && __GNUC__ >= 4
@@ -32,10 +41,33 @@
 #define DSV4_API
 #endif
 
+/** Marks a declaration kept for the ABI whose use draws a compiler warning naming its replacement. */
 #if defined(__GNUC__)
 #define DSV4_DEPRECATED(msg) __attribute__((deprecated(msg)))
 #else
 #define DSV4_DEPRECATED(msg)
+#endif
+
+/**
+ * Marks the functions that return a dsv4_status: ignoring the status draws a
+ * compiler warning ([[nodiscard]] in C++17 and C2x, warn_unused_result with
+ * GCC and Clang otherwise; nothing elsewhere). @since 0.1
+ */
+#if defined(__cplusplus) && defined(__has_cpp_attribute)
+#if __has_cpp_attribute(nodiscard) >= 201603L && __cplusplus >= 201703L
+#define DSV4_NODISCARD [[nodiscard]]
+#endif
+#elif !defined(__cplusplus) && defined(__STDC_VERSION__) && __STDC_VERSION__ > 201710L && \
+    defined(__has_c_attribute)
+#if __has_c_attribute(nodiscard)
+#define DSV4_NODISCARD [[nodiscard]]
+#endif
+#endif
+#if !defined(DSV4_NODISCARD) && (defined(__GNUC__) || defined(__clang__))
+#define DSV4_NODISCARD __attribute__((warn_unused_result))
+#endif
+#ifndef DSV4_NODISCARD
+#define DSV4_NODISCARD
 #endif
 
 #ifdef __cplusplus
@@ -55,7 +87,7 @@ extern "C" {
 typedef int32_t dsv4_status;
 
 enum {
-  DSV4_OK = 0,
+  DSV4_OK = 0, /**< success */
 
   /* non-fatal outcomes (> 0) */
   DSV4_KV_FULL = 1, /**< the KV pools cannot hold the step; nothing changed */
@@ -114,10 +146,12 @@ enum {
 DSV4_API const char *dsv4_status_string(dsv4_status status);
 
 /**
- * Message of the last failed call made on this thread without a handle
- * (dsv4_model_load, dsv4_backend_probe, ...). Names the file, tensor or key
- * involved. Borrowed: valid until the next libdsv4 call on this thread.
- * "" when the last such call succeeded. Thread-safe (thread-local). @since 0.1
+ * Message of the last failed libdsv4 call made on this thread, with or
+ * without a handle: names the file, tensor, key, sequence or batch row
+ * involved. The one way to read an error message (api-guide §2): every call
+ * sets it when it fails; read it before the thread's next libdsv4 call.
+ * Borrowed: valid until the next libdsv4 call on this thread. "" when the
+ * last call succeeded. Thread-safe (thread-local). @since 0.1
  */
 DSV4_API const char *dsv4_last_error(void);
 
@@ -145,7 +179,12 @@ DSV4_API const char *dsv4_build_info(void);
 DSV4_API void dsv4_free(void *ptr);
 
 /** Log levels passed to dsv4_log_fn. @since 0.1 */
-enum { DSV4_LOG_ERROR = 0, DSV4_LOG_WARN = 1, DSV4_LOG_INFO = 2, DSV4_LOG_DEBUG = 3 };
+enum {
+  DSV4_LOG_ERROR = 0, /**< a call failed */
+  DSV4_LOG_WARN = 1,  /**< something the caller should know (the default sink's level) */
+  DSV4_LOG_INFO = 2,  /**< progress and choices made (plan, backend, threads) */
+  DSV4_LOG_DEBUG = 3  /**< detail for debugging */
+};
 
 /**
  * Log sink: level (DSV4_LOG_*), a NUL-terminated line without trailing
@@ -167,7 +206,11 @@ DSV4_API void dsv4_log_set(dsv4_log_fn fn, void *user_data, int32_t max_level);
 /* ------------------------------------------------------------------------ */
 
 /** Compute backends. Stored as int32_t in params structs. @since 0.1 */
-enum { DSV4_BACKEND_AUTO = 0, DSV4_BACKEND_CPU = 1, DSV4_BACKEND_CUDA = 2 };
+enum {
+  DSV4_BACKEND_AUTO = 0, /**< the best backend built in and usable here */
+  DSV4_BACKEND_CPU = 1,  /**< the CPU backend (the numerical oracle) */
+  DSV4_BACKEND_CUDA = 2  /**< NVIDIA GPUs, compute capability >= 8.0 (embedded PTX) */
+};
 
 /**
  * Check whether a backend can run here, without creating anything that
@@ -185,7 +228,7 @@ enum { DSV4_BACKEND_AUTO = 0, DSV4_BACKEND_CPU = 1, DSV4_BACKEND_CUDA = 2 };
  *         dsv4_last_error(). No state is kept in any case.
  * Thread-safe. @since 0.1
  */
-DSV4_API dsv4_status dsv4_backend_probe(int32_t backend, int32_t device);
+DSV4_NODISCARD DSV4_API dsv4_status dsv4_backend_probe(int32_t backend, int32_t device);
 
 /* ------------------------------------------------------------------------ */
 /* Model: an official-format checkpoint directory                           */
@@ -226,7 +269,7 @@ typedef struct dsv4_model_params {
  *         through log_level; reserved0 may be left out). No state change on failure.
  * Thread-safe. @since 0.1
  */
-DSV4_API dsv4_status dsv4_model_params_init(dsv4_model_params *params, size_t struct_size);
+DSV4_NODISCARD DSV4_API dsv4_status dsv4_model_params_init(dsv4_model_params *params, size_t struct_size);
 
 /**
  * Open a checkpoint directory in the official release format: config.json
@@ -249,7 +292,7 @@ DSV4_API dsv4_status dsv4_model_params_init(dsv4_model_params *params, size_t st
  *         On failure nothing stays allocated or mapped; message in dsv4_last_error().
  * Thread-safe (distinct calls share nothing). @since 0.1
  */
-DSV4_API dsv4_status dsv4_model_load(const char *dir, const dsv4_model_params *params,
+DSV4_NODISCARD DSV4_API dsv4_status dsv4_model_load(const char *dir, const dsv4_model_params *params,
                                      dsv4_model **out);
 
 /** Release a model and unmap its shards. NULL is a no-op. Handle-exclusive. @since 0.1 */
@@ -260,8 +303,10 @@ DSV4_API void dsv4_model_free(dsv4_model *model);
  * another call on it fails; successful calls leave it); "" if none failed or
  * model is NULL. The same text is in dsv4_last_error() right after the call.
  * Borrowed: valid until the next call on the handle. Handle-exclusive. @since 0.1
+ * @deprecated since 0.1: use dsv4_last_error() right after the failed call
+ *             (api-guide §2); kept for the ABI.
  */
-DSV4_API const char *dsv4_model_last_error(const dsv4_model *model);
+DSV4_DEPRECATED("use dsv4_last_error()") DSV4_API const char *dsv4_model_last_error(const dsv4_model *model);
 
 /**
  * Model facts. Size-prefixed output struct: set struct_size (or use
@@ -270,7 +315,7 @@ DSV4_API const char *dsv4_model_last_error(const dsv4_model *model);
  * @since 0.1
  */
 typedef struct dsv4_model_info {
-  uint32_t struct_size;
+  uint32_t struct_size;         /**< bytes filled (set by dsv4_model_get_info) */
   int32_t vocab_size;          /**< text_config.vocab_size */
   int32_t hidden_size;         /**< dim (5120 for the release) */
   int32_t n_layers;            /**< backbone blocks (40) */
@@ -282,23 +327,29 @@ typedef struct dsv4_model_info {
   int32_t n_experts_per_tok;   /**< backbone top-k (6) */
   int32_t sliding_window;      /**< window ring slots (128) */
   int32_t hc_mult;             /**< residual copies (4) */
-  int32_t bos_token_id, eos_token_id, pad_token_id;
-  int32_t image_token_id, dspark_noise_token_id;
-  int32_t dspark_block_size;
-  int32_t reserved0;
-  int64_t max_position_embeddings;
+  int32_t bos_token_id;        /**< begin-of-sentence id (config), the first token of a model input */
+  int32_t eos_token_id;        /**< end-of-sentence id (config) */
+  int32_t pad_token_id;        /**< padding id (config) */
+  int32_t image_token_id;      /**< image placeholder id (config) */
+  int32_t dspark_noise_token_id; /**< DSpark noise id that fills a draft block (spec §6.1) */
+  int32_t dspark_block_size;   /**< DSpark proposals per draft, B (0 without DSpark) */
+  int32_t reserved0;           /**< 0 */
+  int64_t max_position_embeddings; /**< longest context the config allows (positions) */
   int64_t n_tensors;           /**< tensors in the table (checkpoint, or contract with CONFIG_ONLY) */
   int64_t payload_bytes;       /**< sum of their byte sizes */
 } dsv4_model_info;
 
 /**
- * Fill *info. @param info [out] caller-owned; struct_size = sizeof as compiled
- * (at least the 0.1 size). Bytes past the library's size are zeroed and
- * info->struct_size is set to the number of bytes filled.
+ * Fill *info.
+ * @param model        [in] a loaded model.
+ * @param info         [out] caller-owned, at least struct_size bytes.
+ * @param struct_size  sizeof(dsv4_model_info) as the caller compiled it (at least
+ *                     the 0.1 size). Bytes past the library's size are zeroed and
+ *                     info->struct_size is set to the number of bytes filled.
  * @return DSV4_OK; DSV4_ERR_INVALID_ARG (NULL, or struct_size too small). No state change.
  * Handle-exclusive. @since 0.1
  */
-DSV4_API dsv4_status dsv4_model_get_info(const dsv4_model *model, dsv4_model_info *info,
+DSV4_NODISCARD DSV4_API dsv4_status dsv4_model_get_info(const dsv4_model *model, dsv4_model_info *info,
                                          size_t struct_size);
 
 /** Layer role flags (dsv4_layer_info.roles), spec §2.3. @since 0.1 */
@@ -319,8 +370,8 @@ enum {
  * @since 0.1
  */
 typedef struct dsv4_layer_info {
-  uint32_t struct_size;
-  int32_t layer;
+  uint32_t struct_size;         /**< bytes filled (set by dsv4_model_get_layer) */
+  int32_t layer;               /**< the row's layer index */
   int32_t compress_ratio;      /**< 0 window only, 1 or 2 */
   uint32_t roles;              /**< DSV4_ROLE_* bits */
   int32_t kv_source;           /**< ratio > 0: latest KV source at or before this layer (itself for one), whose compressed KV it reads; else -1 */
@@ -332,12 +383,15 @@ typedef struct dsv4_layer_info {
 } dsv4_layer_info;
 
 /**
- * Fill *info for one layer. @param layer 0 .. n_layers + n_mtp_layers - 1.
- * struct_size as for dsv4_model_get_info.
+ * Fill *info for one layer.
+ * @param model        [in] a loaded model.
+ * @param layer        0 .. n_layers + n_mtp_layers - 1.
+ * @param info         [out] caller-owned, at least struct_size bytes.
+ * @param struct_size  as for dsv4_model_get_info.
  * @return DSV4_OK; DSV4_ERR_INVALID_ARG (NULL, layer out of range, struct_size too small).
  * No state change. Handle-exclusive. @since 0.1
  */
-DSV4_API dsv4_status dsv4_model_get_layer(const dsv4_model *model, int32_t layer,
+DSV4_NODISCARD DSV4_API dsv4_status dsv4_model_get_layer(const dsv4_model *model, int32_t layer,
                                           dsv4_layer_info *info, size_t struct_size);
 
 /** Storage dtypes of checkpoint tensors (safetensors strings in comments). @since 0.1 */
@@ -368,12 +422,12 @@ enum {
 
 /** One tensor of the table. @since 0.1 */
 typedef struct dsv4_tensor_info {
-  uint32_t struct_size;
+  uint32_t struct_size;       /**< bytes filled (set by dsv4_model_get_tensor) */
   int32_t dtype;             /**< DSV4_DTYPE_* */
   int32_t ndim;              /**< 0..4 */
   int32_t component;         /**< DSV4_COMP_* */
   int32_t shard;             /**< 0-based shard index; -1 in a CONFIG_ONLY model */
-  int32_t reserved0;
+  int32_t reserved0;         /**< 0 */
   int64_t shape[4];          /**< first ndim entries valid */
   int64_t nbytes;            /**< payload bytes */
   const char *name;          /**< checkpoint name; borrowed, valid for the model's lifetime */
@@ -386,7 +440,7 @@ typedef struct dsv4_tensor_info {
  * @return DSV4_OK; DSV4_ERR_INVALID_ARG (NULL, i out of range, struct_size too small).
  * No state change. Handle-exclusive. @since 0.1
  */
-DSV4_API dsv4_status dsv4_model_get_tensor(const dsv4_model *model, int64_t i,
+DSV4_NODISCARD DSV4_API dsv4_status dsv4_model_get_tensor(const dsv4_model *model, int64_t i,
                                            dsv4_tensor_info *info, size_t struct_size);
 
 /* ------------------------------------------------------------------------ */
@@ -397,7 +451,7 @@ DSV4_API dsv4_status dsv4_model_get_tensor(const dsv4_model *model, int64_t i,
  * A loaded tokenizer.json (+ tokenizer_config.json). Opaque. Its ids equal
  * those of the Rust `tokenizers` library's encode(text,
  * add_special_tokens=False): added/special tokens are matched in the text
- * before pre-tokenization, so markers such as <｜User｜> never split. Nothing
+ * before pre-tokenization, so markers such as \<｜User｜\> never split. Nothing
  * is added around the text: a prompt that needs BOS gets it from the caller
  * (dsv4_tokenizer_special_id(tok, DSV4_TOKEN_BOS)).
  * After load the tokenizer itself never changes; only its last-error slot does.
@@ -407,11 +461,11 @@ typedef struct dsv4_tokenizer dsv4_tokenizer;
 
 /** Special-token kinds for dsv4_tokenizer_special_id(). @since 0.1 */
 enum {
-  DSV4_TOKEN_BOS = 0,         /**< tokenizer_config bos_token, else <｜begin▁of▁sentence｜> */
-  DSV4_TOKEN_EOS = 1,         /**< tokenizer_config eos_token, else <｜end▁of▁sentence｜> */
-  DSV4_TOKEN_PAD = 2,         /**< tokenizer_config pad_token, else <｜▁pad▁｜> */
-  DSV4_TOKEN_IMAGE = 3,       /**< tokenizer_config image_token, else <｜deepseek_image｜>, <｜image｜> or <image> */
-  DSV4_TOKEN_DSPARK_NOISE = 4 /**< tokenizer_config dspark_noise_token, else <｜dspark▁noise｜> */
+  DSV4_TOKEN_BOS = 0,         /**< tokenizer_config bos_token, else \<｜begin▁of▁sentence｜\> */
+  DSV4_TOKEN_EOS = 1,         /**< tokenizer_config eos_token, else \<｜end▁of▁sentence｜\> */
+  DSV4_TOKEN_PAD = 2,         /**< tokenizer_config pad_token, else \<｜▁pad▁｜\> */
+  DSV4_TOKEN_IMAGE = 3,       /**< tokenizer_config image_token, else \<｜deepseek_image｜\>, \<｜image｜\> or \<image\> */
+  DSV4_TOKEN_DSPARK_NOISE = 4 /**< tokenizer_config dspark_noise_token, else \<｜dspark▁noise｜\> */
 };
 
 /** Flags of dsv4_tokenizer_decode() and dsv4_tokenizer_stream_create(). @since 0.1 */
@@ -440,7 +494,7 @@ enum {
  *         dsv4_last_error().
  * Thread-safe (distinct calls share nothing). @since 0.1
  */
-DSV4_API dsv4_status dsv4_tokenizer_load(const char *dir, dsv4_tokenizer **out);
+DSV4_NODISCARD DSV4_API dsv4_status dsv4_tokenizer_load(const char *dir, dsv4_tokenizer **out);
 
 /** Release a tokenizer. NULL is a no-op. No stream of it may be used afterwards. Handle-exclusive. @since 0.1 */
 DSV4_API void dsv4_tokenizer_free(dsv4_tokenizer *tok);
@@ -448,8 +502,10 @@ DSV4_API void dsv4_tokenizer_free(dsv4_tokenizer *tok);
 /**
  * Message of the last failed call on this tokenizer; "" if none.
  * Borrowed: valid until the next call on the handle. Handle-exclusive. @since 0.1
+ * @deprecated since 0.1: use dsv4_last_error() right after the failed call
+ *             (api-guide §2); kept for the ABI.
  */
-DSV4_API const char *dsv4_tokenizer_last_error(const dsv4_tokenizer *tok);
+DSV4_DEPRECATED("use dsv4_last_error()") DSV4_API const char *dsv4_tokenizer_last_error(const dsv4_tokenizer *tok);
 
 /**
  * Number of ids: 1 + the largest id of the vocabulary and the added tokens
@@ -504,10 +560,10 @@ DSV4_API const char *dsv4_tokenizer_token_text(const dsv4_tokenizer *tok, int32_
  *         is not valid UTF-8 - overlong form, surrogate, truncated sequence, stray
  *         continuation byte, code point above U+10FFFF - or holds a NUL byte; the
  *         message gives the byte offset); DSV4_ERR_OUT_OF_MEMORY. On failure ids is
- *         untouched. Message in dsv4_tokenizer_last_error().
+ *         untouched. Message in dsv4_last_error().
  * @since 0.1
  */
-DSV4_API dsv4_status dsv4_tokenizer_encode(dsv4_tokenizer *tok, const char *text, size_t len,
+DSV4_NODISCARD DSV4_API dsv4_status dsv4_tokenizer_encode(dsv4_tokenizer *tok, const char *text, size_t len,
                                            int32_t *ids, size_t cap, size_t *n_ids);
 
 /**
@@ -524,15 +580,17 @@ DSV4_API dsv4_status dsv4_tokenizer_encode(dsv4_tokenizer *tok, const char *text
  *
  * @param tok    [in] Handle-exclusive.
  * @param ids    [in] int32[n_ids] (host); NULL allowed when n_ids is 0.
+ * @param n_ids  entries in ids.
  * @param flags  DSV4_DECODE_F_* bits.
  * @param text   [out] char[cap] (host), or NULL to measure.
+ * @param cap    bytes in text.
  * @param len    [out] bytes written or needed, terminator excluded.
  * @return DSV4_OK; DSV4_ERR_INVALID_ARG (NULL, unknown flags, cap too small);
  *         DSV4_ERR_INVALID_TOKEN (a negative id; nothing written);
- *         DSV4_ERR_OUT_OF_MEMORY. Message in dsv4_tokenizer_last_error().
+ *         DSV4_ERR_OUT_OF_MEMORY. Message in dsv4_last_error().
  * @since 0.1
  */
-DSV4_API dsv4_status dsv4_tokenizer_decode(dsv4_tokenizer *tok, const int32_t *ids, size_t n_ids,
+DSV4_NODISCARD DSV4_API dsv4_status dsv4_tokenizer_decode(dsv4_tokenizer *tok, const int32_t *ids, size_t n_ids,
                                            uint32_t flags, char *text, size_t cap, size_t *len);
 
 /**
@@ -552,7 +610,7 @@ typedef struct dsv4_tokenizer_stream dsv4_tokenizer_stream;
  * @return DSV4_OK; DSV4_ERR_INVALID_ARG (NULL, unknown flags); DSV4_ERR_OUT_OF_MEMORY.
  *         Message in dsv4_last_error(). Thread-safe. @since 0.1
  */
-DSV4_API dsv4_status dsv4_tokenizer_stream_create(const dsv4_tokenizer *tok, uint32_t flags,
+DSV4_NODISCARD DSV4_API dsv4_status dsv4_tokenizer_stream_create(const dsv4_tokenizer *tok, uint32_t flags,
                                                   dsv4_tokenizer_stream **out);
 
 /** Release a stream (held-back bytes are dropped). NULL is a no-op. Handle-exclusive. @since 0.1 */
@@ -561,6 +619,7 @@ DSV4_API void dsv4_tokenizer_stream_free(dsv4_tokenizer_stream *st);
 /**
  * Push one id.
  * @param st    [in,out] Handle-exclusive.
+ * @param id    a token id >= 0 (an id naming no token adds nothing).
  * @param text  [out] the newly completed text (maybe ""), NUL-terminated; borrowed,
  *              valid until the next call on st.
  * @param len   [out] its length in bytes (may include NUL bytes).
@@ -568,7 +627,7 @@ DSV4_API void dsv4_tokenizer_stream_free(dsv4_tokenizer_stream *st);
  *         no state change); DSV4_ERR_OUT_OF_MEMORY (the id's bytes may be lost).
  *         Message in dsv4_last_error(). @since 0.1
  */
-DSV4_API dsv4_status dsv4_tokenizer_stream_push(dsv4_tokenizer_stream *st, int32_t id,
+DSV4_NODISCARD DSV4_API dsv4_status dsv4_tokenizer_stream_push(dsv4_tokenizer_stream *st, int32_t id,
                                                 const char **text, size_t *len);
 
 /**
@@ -576,11 +635,11 @@ DSV4_API dsv4_status dsv4_tokenizer_stream_push(dsv4_tokenizer_stream *st, int32
  * after create. Outputs as for push. @return DSV4_OK; DSV4_ERR_INVALID_ARG;
  * DSV4_ERR_OUT_OF_MEMORY. Handle-exclusive. @since 0.1
  */
-DSV4_API dsv4_status dsv4_tokenizer_stream_flush(dsv4_tokenizer_stream *st, const char **text,
+DSV4_NODISCARD DSV4_API dsv4_status dsv4_tokenizer_stream_flush(dsv4_tokenizer_stream *st, const char **text,
                                                  size_t *len);
 
 /* ------------------------------------------------------------------------ */
-/* Engine: sequences, prefill, batched decode (design.md §3)                */
+/* Engine: sequences, prefill, batched decode (design §3, api-guide §4)     */
 /* ------------------------------------------------------------------------ */
 
 /**
@@ -631,7 +690,7 @@ typedef struct dsv4_engine_params {
   int32_t prefill_chunk;     /**< tokens per internal prefill step; default 256 */
   int32_t tp_size;           /**< tensor-parallel ranks per stage; default 1; must be 1 now */
   void *mpi_comm;            /**< an MPI_Comm * for a distributed engine; default NULL;
-                              *   must be NULL now (reserved for design.md §6) */
+                              *   must be NULL now (reserved for design §6) */
   dsv4_log_fn log_fn;        /**< per-engine log sink; NULL = the global one */
   void *log_user_data;       /**< passed to log_fn */
   int32_t log_level;         /**< DSV4_LOG_* maximum level for log_fn; default DSV4_LOG_WARN */
@@ -649,7 +708,7 @@ typedef struct dsv4_engine_params {
  *         (struct_size below the 0.1 size). No state change on failure.
  * Thread-safe. @since 0.1
  */
-DSV4_API dsv4_status dsv4_engine_params_init(dsv4_engine_params *params, size_t struct_size);
+DSV4_NODISCARD DSV4_API dsv4_status dsv4_engine_params_init(dsv4_engine_params *params, size_t struct_size);
 
 /**
  * Create an engine over a loaded model. Validates everything and computes
@@ -680,7 +739,7 @@ DSV4_API dsv4_status dsv4_engine_params_init(dsv4_engine_params *params, size_t 
  *         allocated; message in dsv4_last_error().
  * Thread-safe (distinct calls share nothing but the read-only model). @since 0.1
  */
-DSV4_API dsv4_status dsv4_engine_create(const dsv4_model *model, const dsv4_engine_params *params,
+DSV4_NODISCARD DSV4_API dsv4_status dsv4_engine_create(const dsv4_model *model, const dsv4_engine_params *params,
                                         dsv4_engine **out);
 
 /**
@@ -690,7 +749,7 @@ DSV4_API dsv4_status dsv4_engine_create(const dsv4_model *model, const dsv4_engi
  * @return the statuses of dsv4_model_load() and dsv4_engine_create().
  * Thread-safe. @since 0.1
  */
-DSV4_API dsv4_status dsv4_engine_create_from_dir(const char *dir, const dsv4_engine_params *params,
+DSV4_NODISCARD DSV4_API dsv4_status dsv4_engine_create_from_dir(const char *dir, const dsv4_engine_params *params,
                                                  dsv4_engine **out);
 
 /** Release an engine, its sequences and pools (and its model if it owns one). NULL is a no-op.
@@ -701,8 +760,10 @@ DSV4_API void dsv4_engine_free(dsv4_engine *engine);
  * Message of the most recent failed call on this engine ("" if none or
  * engine NULL); also in dsv4_last_error() right after the call. Borrowed:
  * valid until the next call on the handle. Handle-exclusive. @since 0.1
+ * @deprecated since 0.1: use dsv4_last_error() right after the failed call
+ *             (api-guide §2); kept for the ABI.
  */
-DSV4_API const char *dsv4_engine_last_error(const dsv4_engine *engine);
+DSV4_DEPRECATED("use dsv4_last_error()") DSV4_API const char *dsv4_engine_last_error(const dsv4_engine *engine);
 
 /**
  * The engine's model (for dsv4_model_get_info and friends). Borrowed: valid
@@ -716,13 +777,13 @@ DSV4_API const dsv4_model *dsv4_engine_model(const dsv4_engine *engine);
  * @since 0.1
  */
 typedef struct dsv4_engine_info {
-  uint32_t struct_size;
+  uint32_t struct_size;         /**< bytes filled (set by dsv4_engine_get_info) */
   int32_t backend;              /**< DSV4_BACKEND_* actually used */
   int32_t n_threads;            /**< host worker threads the backend uses */
-  int32_t max_sequences;
-  int32_t prefill_chunk;
+  int32_t max_sequences;        /**< live sequences at once, as created */
+  int32_t prefill_chunk;        /**< tokens per internal prefill step */
   int32_t sequences_live;       /**< sequences created and not freed */
-  int64_t max_context;
+  int64_t max_context;          /**< positions per sequence */
   int64_t kv_page_bytes;        /**< bytes of one pool page */
   int64_t kv_pages_total;       /**< pages in the pool */
   int64_t kv_pages_used;        /**< pages held by sequences now */
@@ -739,7 +800,7 @@ typedef struct dsv4_engine_info {
  * @return DSV4_OK; DSV4_ERR_INVALID_ARG (NULL, struct_size too small). No state change.
  * Handle-exclusive. @since 0.1
  */
-DSV4_API dsv4_status dsv4_engine_get_info(const dsv4_engine *engine, dsv4_engine_info *info,
+DSV4_NODISCARD DSV4_API dsv4_status dsv4_engine_get_info(const dsv4_engine *engine, dsv4_engine_info *info,
                                           size_t struct_size);
 
 /* ---- sequences ----------------------------------------------------------- */
@@ -747,18 +808,20 @@ DSV4_API dsv4_status dsv4_engine_get_info(const dsv4_engine *engine, dsv4_engine
 /**
  * Create an empty sequence. Its id is an opaque handle (never 0), valid
  * until dsv4_engine_seq_free(); a freed id is never reused.
+ * @param engine  [in,out] Handle-exclusive.
  * @param id  [out] the new sequence id (unchanged on failure).
  * @return DSV4_OK; DSV4_KV_FULL (positive: max_sequences are live; free one
  *         and retry; no state change); DSV4_ERR_INVALID_ARG (NULL);
  *         DSV4_ERR_OUT_OF_MEMORY. Handle-exclusive. @since 0.1
  */
-DSV4_API dsv4_status dsv4_engine_seq_create(dsv4_engine *engine, int64_t *id);
+DSV4_NODISCARD DSV4_API dsv4_status dsv4_engine_seq_create(dsv4_engine *engine, int64_t *id);
 
 /**
  * Fork a sequence: the child holds the parent's positions, KV caches,
  * Engram history and sampler state, so it produces exactly what the parent
  * would from here (for n > 1 sampling and speculation). Compressed caches
  * are shared copy-on-write; window rings are copied.
+ * @param engine  [in,out] Handle-exclusive.
  * @param parent  [in] a live sequence.
  * @param child   [out] the new id (unchanged on failure).
  * @return DSV4_OK; DSV4_KV_FULL (no free sequence slot or too few free pages;
@@ -766,21 +829,21 @@ DSV4_API dsv4_status dsv4_engine_seq_create(dsv4_engine *engine, int64_t *id);
  *         DSV4_ERR_INVALID_ARG (NULL; parent damaged, see prefill);
  *         DSV4_ERR_OUT_OF_MEMORY. Handle-exclusive. @since 0.1
  */
-DSV4_API dsv4_status dsv4_engine_seq_fork(dsv4_engine *engine, int64_t parent, int64_t *child);
+DSV4_NODISCARD DSV4_API dsv4_status dsv4_engine_seq_fork(dsv4_engine *engine, int64_t parent, int64_t *child);
 
 /**
  * Free a sequence and its cache pages (also a damaged one).
  * @return DSV4_OK; DSV4_ERR_UNKNOWN_SEQUENCE (unknown or already freed; no
  *         state change); DSV4_ERR_INVALID_ARG (engine NULL). Handle-exclusive. @since 0.1
  */
-DSV4_API dsv4_status dsv4_engine_seq_free(dsv4_engine *engine, int64_t id);
+DSV4_NODISCARD DSV4_API dsv4_status dsv4_engine_seq_free(dsv4_engine *engine, int64_t id);
 
 /**
  * Positions a sequence holds (prompt + generated tokens fed so far).
  * @return DSV4_OK; DSV4_ERR_UNKNOWN_SEQUENCE; DSV4_ERR_INVALID_ARG (NULL).
  * Handle-exclusive. @since 0.1
  */
-DSV4_API dsv4_status dsv4_engine_seq_length(const dsv4_engine *engine, int64_t id, int64_t *len);
+DSV4_NODISCARD DSV4_API dsv4_status dsv4_engine_seq_length(const dsv4_engine *engine, int64_t id, int64_t *len);
 
 /* ---- sampling, prefill, decode -------------------------------------------- */
 
@@ -808,7 +871,7 @@ typedef struct dsv4_sampling_params {
  * @return DSV4_OK; DSV4_ERR_INVALID_ARG (NULL); DSV4_ERR_PARAMS_SIZE.
  * Thread-safe. @since 0.1
  */
-DSV4_API dsv4_status dsv4_sampling_params_init(dsv4_sampling_params *params, size_t struct_size);
+DSV4_NODISCARD DSV4_API dsv4_status dsv4_sampling_params_init(dsv4_sampling_params *params, size_t struct_size);
 
 /**
  * Append prompt tokens to a sequence (prefill, spec §5.7): any number up to
@@ -834,9 +897,9 @@ DSV4_API dsv4_status dsv4_sampling_params_init(dsv4_sampling_params *params, siz
  *   sequence is rolled back to its previous length when its caches allow it,
  *   otherwise it is marked damaged (every later call on it but free fails
  *   with DSV4_ERR_INVALID_ARG); other sequences are unaffected.
- * Message in dsv4_engine_last_error(). @since 0.1
+ * Message in dsv4_last_error(). @since 0.1
  */
-DSV4_API dsv4_status dsv4_engine_prefill(dsv4_engine *engine, int64_t id, const int32_t *tokens,
+DSV4_NODISCARD DSV4_API dsv4_status dsv4_engine_prefill(dsv4_engine *engine, int64_t id, const int32_t *tokens,
                                          int64_t n_tokens, const dsv4_sampling_params *sampling,
                                          float *logits, int32_t *sampled);
 
@@ -864,7 +927,7 @@ DSV4_API dsv4_status dsv4_engine_prefill(dsv4_engine *engine, int64_t id, const 
  *   for prefill). The message names the batch row.
  * @since 0.1
  */
-DSV4_API dsv4_status dsv4_engine_decode(dsv4_engine *engine, int32_t n_seq, const int64_t *ids,
+DSV4_NODISCARD DSV4_API dsv4_status dsv4_engine_decode(dsv4_engine *engine, int32_t n_seq, const int64_t *ids,
                                         const int32_t *tokens, const dsv4_sampling_params *sampling,
                                         float *logits, int32_t *sampled);
 
@@ -877,31 +940,40 @@ DSV4_API dsv4_status dsv4_engine_decode(dsv4_engine *engine, int32_t n_seq, cons
  * @since 0.1
  */
 typedef struct dsv4_engine_timings {
-  uint32_t struct_size;
+  uint32_t struct_size;      /**< bytes filled (set by dsv4_engine_get_timings) */
   uint32_t op_timings;       /**< 1 when the per-op fields are measured */
   int64_t create_ns;         /**< dsv4_engine_create (model load excluded) */
-  int64_t prefill_calls, prefill_tokens, prefill_ns, last_prefill_ns;
+  int64_t prefill_calls;     /**< dsv4_engine_prefill calls */
+  int64_t prefill_tokens;    /**< prompt tokens prefilled, summed over the calls */
+  int64_t prefill_ns;        /**< time in dsv4_engine_prefill */
+  int64_t last_prefill_ns;   /**< time of the last dsv4_engine_prefill */
   int64_t decode_steps;      /**< dsv4_engine_decode calls */
   int64_t decode_tokens;     /**< sequences stepped, summed over the calls */
-  int64_t decode_ns, last_decode_ns;
-  int64_t embed_op_ns, engram_op_ns, block_op_ns, head_op_ns, sample_op_ns;
+  int64_t decode_ns;         /**< time in dsv4_engine_decode */
+  int64_t last_decode_ns;    /**< time of the last dsv4_engine_decode */
+  int64_t embed_op_ns;       /**< token embedding and HC expansion */
+  int64_t engram_op_ns;      /**< Engram lookups and gating */
+  int64_t block_op_ns;       /**< the blocks (dsv4_engine_get_layer_time per layer) */
+  int64_t head_op_ns;        /**< final norm and head */
+  int64_t sample_op_ns;      /**< sampling */
   int64_t read_op_ns;        /**< logits copied back to the caller */
   int64_t host_op_ns;        /**< engine work: checks, Engram hashing, batch assembly */
   int64_t dspark_op_ns;      /**< DSpark ring extension and drafts */
   int64_t draft_calls;       /**< successful dsv4_engine_draft calls */
   int64_t draft_seqs;        /**< sequences drafted, summed over the calls */
-  int64_t draft_ns, last_draft_ns;
+  int64_t draft_ns;          /**< time in dsv4_engine_draft */
+  int64_t last_draft_ns;     /**< time of the last dsv4_engine_draft */
   int64_t verify_calls;      /**< successful dsv4_engine_verify calls */
   int64_t verify_tokens;     /**< target positions run: 1 + n_drafts per sequence, summed */
   int64_t verify_accepted;   /**< drafts accepted, summed */
-  int64_t verify_ns, last_verify_ns;
-} dsv4_engine_timings;
+  int64_t verify_ns;         /**< time in dsv4_engine_verify */
+  int64_t last_verify_ns;    /**< time of the last dsv4_engine_verify */} dsv4_engine_timings;
 
 /**
  * Fill *timings (struct_size as for dsv4_model_get_info).
  * @return DSV4_OK; DSV4_ERR_INVALID_ARG. No state change. Handle-exclusive. @since 0.1
  */
-DSV4_API dsv4_status dsv4_engine_get_timings(const dsv4_engine *engine,
+DSV4_NODISCARD DSV4_API dsv4_status dsv4_engine_get_timings(const dsv4_engine *engine,
                                              dsv4_engine_timings *timings, size_t struct_size);
 
 /**
@@ -910,7 +982,7 @@ DSV4_API dsv4_status dsv4_engine_get_timings(const dsv4_engine *engine,
  * @return DSV4_OK; DSV4_ERR_INVALID_ARG (NULL, layer outside [0, n_layers)).
  * Handle-exclusive. @since 0.1
  */
-DSV4_API dsv4_status dsv4_engine_get_layer_time(const dsv4_engine *engine, int32_t layer,
+DSV4_NODISCARD DSV4_API dsv4_status dsv4_engine_get_layer_time(const dsv4_engine *engine, int32_t layer,
                                                 int64_t *ns);
 
 /** Zero every timing (create_ns kept). NULL is a no-op. Handle-exclusive. @since 0.1 */
@@ -918,7 +990,7 @@ DSV4_API void dsv4_engine_reset_timings(dsv4_engine *engine);
 
 /* ------------------------------------------------------------------------ */
 /* Memory plan: weights, Engram, workspace, KV pool per GPU and host         */
-/* (design.md §5, §6; docs/planner.md)                                       */
+/* (design §5, §6; planner.md)                                              */
 /* ------------------------------------------------------------------------ */
 
 /** KV window record formats (dsv4_plan_params.kv_format), spec §5.8. @since 0.1 */
@@ -941,8 +1013,8 @@ enum {
 };
 
 /** Capacities of the fixed arrays below. @since 0.1 */
-#define DSV4_PLAN_MAX_STAGES 16
-#define DSV4_PLAN_MAX_BUCKETS 32
+#define DSV4_PLAN_MAX_STAGES 16 /**< entries of dsv4_plan_params.stage_first_layer and dsv4_plan.stages */
+#define DSV4_PLAN_MAX_BUCKETS 32 /**< entries of dsv4_plan_params.buckets */
 #define DSV4_PLAN_COMPONENTS 16 /**< slots of the by-component arrays (DSV4_COMP_*; unused slots 0) */
 
 /**
@@ -991,7 +1063,7 @@ typedef struct dsv4_plan_params {
  *         (struct_size below the 0.1 size). No state change on failure.
  * Thread-safe. @since 0.1
  */
-DSV4_API dsv4_status dsv4_plan_params_init(dsv4_plan_params *params, size_t struct_size);
+DSV4_NODISCARD DSV4_API dsv4_status dsv4_plan_params_init(dsv4_plan_params *params, size_t struct_size);
 
 /** dsv4_plan_stage.holds bits. @since 0.1 */
 enum {
@@ -1010,13 +1082,13 @@ enum {
  */
 typedef struct dsv4_plan_stage {
   int32_t first_layer;         /**< backbone layers [first_layer, first_layer + n_layers) */
-  int32_t n_layers;
+  int32_t n_layers;            /**< backbone layers of the stage */
   int32_t first_node;          /**< nodes its ranks run on: [first_node, first_node + n_nodes) */
-  int32_t n_nodes;
+  int32_t n_nodes;             /**< nodes of the stage */
   uint32_t holds;              /**< DSV4_PLAN_HOLDS_* */
-  int32_t n_engram_layers;
+  int32_t n_engram_layers;     /**< Engram layers of the stage */
   int32_t n_kv_sources;        /**< KV-source layers (the only ones with per-token KV) */
-  int32_t reserved0;
+  int32_t reserved0;           /**< 0 */
   int64_t weights[DSV4_PLAN_COMPONENTS]; /**< one GPU, by DSV4_COMP_*, checkpoint form (Engram
                                 *   tables only when placed on the device) */
   int64_t replicated[DSV4_PLAN_COMPONENTS]; /**< of weights: held whole by every TP rank */
@@ -1045,8 +1117,7 @@ typedef struct dsv4_plan_stage {
                                 *   INT64_MAX without per-token KV */
   int64_t seqs_at_context;     /**< sequences at context the pool holds */
   int64_t seqs_at_max_context; /**< sequences at max_context the pool holds */
-  int64_t reserved1[8];
-} dsv4_plan_stage;
+  int64_t reserved1[8];        /**< 0 */} dsv4_plan_stage;
 
 /**
  * A memory plan. Output struct, size-prefixed: the library fills
@@ -1055,18 +1126,18 @@ typedef struct dsv4_plan_stage {
  */
 typedef struct dsv4_plan {
   uint32_t struct_size;        /**< set by the plan call from its argument */
-  int32_t n_stages;
-  int32_t tp;
+  int32_t n_stages;            /**< pipeline stages (entries of stages) */
+  int32_t tp;                  /**< tensor-parallel ranks per stage */
   int32_t n_gpus;              /**< tp x n_stages */
-  int32_t nodes;
-  int32_t gpus_per_node;
+  int32_t nodes;               /**< nodes, as planned */
+  int32_t gpus_per_node;       /**< GPUs per node, as planned */
   int32_t kv_format;           /**< DSV4_KV_FORMAT_* */
   int32_t engram_placement;    /**< DSV4_ENGRAM_* */
   uint32_t flags;              /**< DSV4_PLAN_F_* as planned */
-  int32_t reserved0;
-  int64_t gpu_mem_bytes;
-  int64_t host_mem_bytes;
-  int64_t max_context;
+  int32_t reserved0;           /**< 0 */
+  int64_t gpu_mem_bytes;       /**< memory of each GPU, as planned */
+  int64_t host_mem_bytes;      /**< usable host memory per node, as planned */
+  int64_t max_context;         /**< positions per sequence, as planned */
   int64_t context;             /**< as used (0 resolved to max_context) */
   int64_t n_tensors;           /**< tensors of the contract (spec §4.4: 96,085 for V4.1) */
   int64_t checkpoint_bytes;    /**< contract payload (510,286,023,000 for V4.1) */
@@ -1079,7 +1150,7 @@ typedef struct dsv4_plan {
   int64_t host_bytes_max;      /**< the node with the most planned host memory (Engram tables
                                 *   + pinned staging) */
   int32_t host_node_max;       /**< that node */
-  int32_t reserved1;
+  int32_t reserved1;           /**< 0 */
   int64_t token_capacity;      /**< min over stages of token_capacity */
   int64_t seqs_at_context;     /**< min over stages */
   int64_t seqs_at_max_context; /**< min over stages */
@@ -1111,10 +1182,10 @@ typedef struct dsv4_plan {
  *         hold its Engram tables: the message names each overflow; *plan is
  *         filled, so the figures can be shown; only struct_size is set when a
  *         byte count would pass 2^63); DSV4_ERR_OUT_OF_MEMORY.
- *         Message in dsv4_model_last_error() and dsv4_last_error().
+ *         Message in dsv4_last_error().
  * @since 0.1
  */
-DSV4_API dsv4_status dsv4_model_plan(const dsv4_model *model, const dsv4_plan_params *params,
+DSV4_NODISCARD DSV4_API dsv4_status dsv4_model_plan(const dsv4_model *model, const dsv4_plan_params *params,
                                      dsv4_plan *plan, size_t struct_size);
 
 /**
@@ -1126,11 +1197,11 @@ DSV4_API dsv4_status dsv4_model_plan(const dsv4_model *model, const dsv4_plan_pa
  *         DSV4_ERR_CONFIG_KEY, DSV4_ERR_CONFIG_VALUE). Message in dsv4_last_error().
  * Thread-safe. @since 0.1
  */
-DSV4_API dsv4_status dsv4_plan_config(const char *config_path, const dsv4_plan_params *params,
+DSV4_NODISCARD DSV4_API dsv4_status dsv4_plan_config(const char *config_path, const dsv4_plan_params *params,
                                       dsv4_plan *plan, size_t struct_size);
 
 /* ------------------------------------------------------------------------ */
-/* Speculative decoding (DSpark): draft and verify (design.md §3, spec §6)   */
+/* Speculative decoding (DSpark): draft and verify (design §3, spec §6)     */
 /* ------------------------------------------------------------------------ */
 
 /*
@@ -1184,7 +1255,7 @@ DSV4_API dsv4_status dsv4_plan_config(const char *config_path, const dsv4_plan_p
  *         sequence's positions or caches.
  * @since 0.1
  */
-DSV4_API dsv4_status dsv4_engine_draft(dsv4_engine *engine, int32_t n_seq, const int64_t *ids,
+DSV4_NODISCARD DSV4_API dsv4_status dsv4_engine_draft(dsv4_engine *engine, int32_t n_seq, const int64_t *ids,
                                        const int32_t *anchors,
                                        const dsv4_sampling_params *sampling, int32_t *drafts,
                                        float *confidence);
@@ -1228,7 +1299,7 @@ DSV4_API dsv4_status dsv4_engine_draft(dsv4_engine *engine, int32_t n_seq, const
  *   damaged, as for dsv4_engine_prefill()).
  * @since 0.1
  */
-DSV4_API dsv4_status dsv4_engine_verify(dsv4_engine *engine, int32_t n_seq, const int64_t *ids,
+DSV4_NODISCARD DSV4_API dsv4_status dsv4_engine_verify(dsv4_engine *engine, int32_t n_seq, const int64_t *ids,
                                         const int32_t *anchors, const int32_t *n_drafts,
                                         const int32_t *drafts,
                                         const dsv4_sampling_params *sampling,

@@ -136,14 +136,14 @@ class model {
   [[nodiscard]] dsv4_model_info info() const {
     dsv4_model_info i{};
     detail::check(dsv4_model_get_info(h_.p, &i, sizeof i), "dsv4_model_get_info",
-                  dsv4_model_last_error(h_.p));
+                  dsv4_last_error());
     return i;
   }
   /** One row of the layer-role table. */
   [[nodiscard]] dsv4_layer_info layer(int32_t index) const {
     dsv4_layer_info i{};
     detail::check(dsv4_model_get_layer(h_.p, index, &i, sizeof i), "dsv4_model_get_layer",
-                  dsv4_model_last_error(h_.p));
+                  dsv4_last_error());
     return i;
   }
   /** The C handle (borrowed). */
@@ -171,7 +171,7 @@ class tokenizer {
       ids.resize(n);
       s = dsv4_tokenizer_encode(h_.p, text.data(), text.size(), ids.data(), ids.size(), &n);
     }
-    detail::check(s, "dsv4_tokenizer_encode", dsv4_tokenizer_last_error(h_.p));
+    detail::check(s, "dsv4_tokenizer_encode", dsv4_last_error());
     ids.resize(n);
     return ids;
   }
@@ -180,10 +180,10 @@ class tokenizer {
     const uint32_t flags = detail::decode_flags(skip_special);
     size_t n = 0;
     detail::check(dsv4_tokenizer_decode(h_.p, ids.data(), ids.size(), flags, nullptr, 0, &n),
-                  "dsv4_tokenizer_decode", dsv4_tokenizer_last_error(h_.p));
+                  "dsv4_tokenizer_decode", dsv4_last_error());
     std::string text(n + 1, '\0');
     detail::check(dsv4_tokenizer_decode(h_.p, ids.data(), ids.size(), flags, &text[0], n + 1, &n),
-                  "dsv4_tokenizer_decode", dsv4_tokenizer_last_error(h_.p));
+                  "dsv4_tokenizer_decode", dsv4_last_error());
     text.resize(n);
     return text;
   }
@@ -240,7 +240,9 @@ class engine;
 /** A sequence of an engine; freed by the destructor. Must not outlive its engine. @since 0.1 */
 class sequence {
  public:
+  /** Take over o's sequence (o is left empty). */
   sequence(sequence &&o) noexcept : e_(std::exchange(o.e_, nullptr)), id_(std::exchange(o.id_, 0)) {}
+  /** Free this sequence, then take over o's. */
   sequence &operator=(sequence &&o) noexcept {
     if (this != &o) {
       release();
@@ -251,6 +253,7 @@ class sequence {
   }
   sequence(const sequence &) = delete;
   sequence &operator=(const sequence &) = delete;
+  /** Free the sequence (dsv4_engine_seq_free; its status is ignored). */
   ~sequence() { release(); }
 
   /** The library's sequence id. */
@@ -258,7 +261,7 @@ class sequence {
   /** Positions held. */
   [[nodiscard]] int64_t length() const {
     int64_t n = 0;
-    detail::check(dsv4_engine_seq_length(e_, id_, &n), "dsv4_engine_seq_length", dsv4_engine_last_error(e_));
+    detail::check(dsv4_engine_seq_length(e_, id_, &n), "dsv4_engine_seq_length", dsv4_last_error());
     return n;
   }
   /** Append prompt tokens; returns the token sampled after them. logits: float[vocab] or empty. */
@@ -267,20 +270,20 @@ class sequence {
     int32_t next = -1;
     detail::check(dsv4_engine_prefill(e_, id_, tokens.data(), static_cast<int64_t>(tokens.size()),
                                       sampling, logits.data(), &next),
-                  "dsv4_engine_prefill", dsv4_engine_last_error(e_));
+                  "dsv4_engine_prefill", dsv4_last_error());
     return next;
   }
   /** Feed one token; returns the next. logits: float[vocab] or empty. */
   int32_t decode(int32_t token, span<float> logits = {}, const dsv4_sampling_params *sampling = nullptr) {
     int32_t next = -1;
     detail::check(dsv4_engine_decode(e_, 1, &id_, &token, sampling, logits.data(), &next),
-                  "dsv4_engine_decode", dsv4_engine_last_error(e_));
+                  "dsv4_engine_decode", dsv4_last_error());
     return next;
   }
   /** A new sequence holding this one's positions, caches and sampler state. */
   [[nodiscard]] sequence fork() const {
     int64_t child = 0;
-    detail::check(dsv4_engine_seq_fork(e_, id_, &child), "dsv4_engine_seq_fork", dsv4_engine_last_error(e_));
+    detail::check(dsv4_engine_seq_fork(e_, id_, &child), "dsv4_engine_seq_fork", dsv4_last_error());
     return sequence(e_, child);
   }
 
@@ -315,20 +318,20 @@ class engine {
   /** Memory plan and use. */
   [[nodiscard]] dsv4_engine_info info() const {
     dsv4_engine_info i{};
-    detail::check(dsv4_engine_get_info(h_.p, &i, sizeof i), "dsv4_engine_get_info", dsv4_engine_last_error(h_.p));
+    detail::check(dsv4_engine_get_info(h_.p, &i, sizeof i), "dsv4_engine_get_info", dsv4_last_error());
     return i;
   }
   /** The model's facts. */
   [[nodiscard]] dsv4_model_info model_info() const {
     dsv4_model_info i{};
     detail::check(dsv4_model_get_info(dsv4_engine_model(h_.p), &i, sizeof i), "dsv4_model_get_info",
-                  dsv4_engine_last_error(h_.p));
+                  dsv4_last_error());
     return i;
   }
   /** A new empty sequence. */
   [[nodiscard]] sequence new_sequence() {
     int64_t id = 0;
-    detail::check(dsv4_engine_seq_create(h_.p, &id), "dsv4_engine_seq_create", dsv4_engine_last_error(h_.p));
+    detail::check(dsv4_engine_seq_create(h_.p, &id), "dsv4_engine_seq_create", dsv4_last_error());
     return sequence(h_.p, id);
   }
   /**
@@ -341,7 +344,7 @@ class engine {
       throw error(DSV4_ERR_INVALID_ARG, "dsv4_engine_decode", "ids, tokens and sampled differ in size");
     detail::check(dsv4_engine_decode(h_.p, static_cast<int32_t>(ids.size()), ids.data(), tokens.data(),
                                      sampling, logits.data(), sampled.data()),
-                  "dsv4_engine_decode", dsv4_engine_last_error(h_.p));
+                  "dsv4_engine_decode", dsv4_last_error());
   }
   /** The C handle (borrowed). */
   [[nodiscard]] dsv4_engine *get() const noexcept { return h_.p; }

@@ -96,7 +96,7 @@ class Engine(Handle):
             self._model._ptr = None   # the engine's own model went with it
 
     def _check(self, status, call):
-        return check(status, call, lambda: _lib.dsv4_engine_last_error(self._ptr))
+        return check(status, call, _lib.dsv4_last_error)
 
     @property
     def model(self):

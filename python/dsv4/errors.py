@@ -1,8 +1,8 @@
 """libdsv4 statuses as Python exceptions.
 
 Every failed call raises Error (or a subclass) carrying the status code, its
-name and the library's message for that call (the handle's last error, or
-dsv4_last_error() for calls without a handle)."""
+name and the library's message for that call (dsv4_last_error(), read right
+after the call on the same thread)."""
 from . import _ffi
 
 _NAMES = {v: k for k, v in _ffi.STATUS.items()}

@@ -40,7 +40,7 @@ class Model(Handle):
             _lib.dsv4_model_free(ptr)
 
     def _check(self, status, call):
-        return check(status, call, lambda: _lib.dsv4_model_last_error(self._ptr))
+        return check(status, call, _lib.dsv4_last_error)
 
     @property
     def info(self):

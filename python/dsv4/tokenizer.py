@@ -28,7 +28,7 @@ class Tokenizer(Handle):
         _lib.dsv4_tokenizer_free(ptr)
 
     def _check(self, status, call):
-        return check(status, call, lambda: _lib.dsv4_tokenizer_last_error(self._ptr))
+        return check(status, call, _lib.dsv4_last_error)
 
     @property
     def vocab_size(self):

@@ -16,7 +16,7 @@ def header_since(path):
         end = before.rfind("*/")
         start = before.rfind("/**", 0, end)
         gap = before[end + 2:] if end >= 0 else before
-        if start < 0 or end < 0 or not re.fullmatch(r"\s*(DSV4_\w+(\([^)]*\))?\s*)*", gap):
+        if start < 0 or end < 0 or not re.fullmatch(r"\s*(DSV4_\w+(\(\"[^\"]*\"\))?\s*)*", gap):
             errors.append(f"{name}: no doc comment right before its declaration")
             continue
         since = re.findall(r"@since\s+(\d+\.\d+)", before[start:end])

@@ -104,7 +104,7 @@ static void params_and_create_errors(void **st) {
   assert_int_equal(dsv4_engine_create(NULL, NULL, &e), DSV4_ERR_INVALID_ARG);
   assert_null(e);
   dsv4_model_params mp;
-  dsv4_model_params_init(&mp, sizeof mp);
+  assert_int_equal(dsv4_model_params_init(&mp, sizeof mp), DSV4_OK);
   mp.flags = DSV4_MODEL_F_CONFIG_ONLY;
   dsv4_model *cm = NULL;
   assert_int_equal(dsv4_model_load(dir, &mp, &cm), DSV4_OK);
@@ -116,36 +116,36 @@ static void params_and_create_errors(void **st) {
   ep.backend = DSV4_BACKEND_CUDA;
   assert_int_equal(dsv4_engine_create(m, &ep, &e), DSV4_ERR_UNSUPPORTED);
   assert_non_null(strstr(dsv4_last_error(), "cuda"));
-  dsv4_engine_params_init(&ep, sizeof ep);
+  assert_int_equal(dsv4_engine_params_init(&ep, sizeof ep), DSV4_OK);
   ep.backend = 7;
   assert_int_equal(dsv4_engine_create(m, &ep, &e), DSV4_ERR_INVALID_ARG);
-  dsv4_engine_params_init(&ep, sizeof ep);
+  assert_int_equal(dsv4_engine_params_init(&ep, sizeof ep), DSV4_OK);
   ep.flags = 1u << 30;
   assert_int_equal(dsv4_engine_create(m, &ep, &e), DSV4_ERR_INVALID_ARG);
-  dsv4_engine_params_init(&ep, sizeof ep);
+  assert_int_equal(dsv4_engine_params_init(&ep, sizeof ep), DSV4_OK);
   ep.tp_size = 2;
   assert_int_equal(dsv4_engine_create(m, &ep, &e), DSV4_ERR_INVALID_ARG);
   /* a thread count OpenMP cannot allocate is refused (it used to abort the process) */
-  dsv4_engine_params_init(&ep, sizeof ep);
+  assert_int_equal(dsv4_engine_params_init(&ep, sizeof ep), DSV4_OK);
   ep.n_threads = INT32_MAX;
   assert_int_equal(dsv4_engine_create(m, &ep, &e), DSV4_ERR_INVALID_ARG);
   assert_non_null(strstr(dsv4_last_error(), "n_threads"));
   assert_null(e);
-  dsv4_engine_params_init(&ep, sizeof ep);
+  assert_int_equal(dsv4_engine_params_init(&ep, sizeof ep), DSV4_OK);
   ep.max_context = INT64_C(1) << 40;
   assert_int_equal(dsv4_engine_create(m, &ep, &e), DSV4_ERR_INVALID_ARG);
-  dsv4_engine_params_init(&ep, sizeof ep);
+  assert_int_equal(dsv4_engine_params_init(&ep, sizeof ep), DSV4_OK);
   ep.kv_budget_bytes = 1000; /* cannot hold one sequence */
   assert_int_equal(dsv4_engine_create(m, &ep, &e), DSV4_ERR_DOES_NOT_FIT);
   assert_null(e);
-  dsv4_engine_params_init(&ep, sizeof ep);
+  assert_int_equal(dsv4_engine_params_init(&ep, sizeof ep), DSV4_OK);
   ep.max_sequences = 65535;
   ep.max_context = 1 << 20; /* 65535 sequences at 1M positions: more than this machine */
   assert_int_equal(dsv4_engine_create(m, &ep, &e), DSV4_ERR_DOES_NOT_FIT);
   printf("does-not-fit message: %s\n", dsv4_last_error());
   /* prefill_chunk is capped at max_context before the workspace is sized (INT32_MAX tokens
    * per step used to plan terabytes) */
-  dsv4_engine_params_init(&ep, sizeof ep);
+  assert_int_equal(dsv4_engine_params_init(&ep, sizeof ep), DSV4_OK);
   ep.max_context = 512;
   ep.prefill_chunk = INT32_MAX;
   assert_int_equal(dsv4_engine_create(m, &ep, &e), DSV4_OK);
@@ -445,7 +445,7 @@ static void sampling_deterministic(void **st) {
   prompt(t, 24, 5);
   dsv4_engine *e = mk(4, 64, 16, 0, DSV4_ENGINE_F_OP_TIMINGS);
   dsv4_sampling_params sp;
-  dsv4_sampling_params_init(&sp, sizeof sp);
+  assert_int_equal(dsv4_sampling_params_init(&sp, sizeof sp), DSV4_OK);
   sp.temperature = 1.5f;
   sp.seed = 42;
   int32_t runs[3][12];

@@ -162,7 +162,7 @@ static void load_logs_to_handle_sink(void **state) {
   char *dir = strdup(tu_fixture_or_skip("tiny-v41-a"));
   log_seen seen = {0};
   dsv4_model_params p;
-  dsv4_model_params_init(&p, sizeof p);
+  assert_int_equal(dsv4_model_params_init(&p, sizeof p), DSV4_OK);
   p.log_fn = on_log;
   p.log_user_data = &seen;
   p.log_level = DSV4_LOG_INFO;
@@ -224,7 +224,7 @@ static void load_checks_args(void **state) {
   assert_null(m);
   expect_in(dsv4_last_error(), "empty string");
   dsv4_model_params p;
-  dsv4_model_params_init(&p, sizeof p);
+  assert_int_equal(dsv4_model_params_init(&p, sizeof p), DSV4_OK);
   p.struct_size = 4;
   assert_int_equal(dsv4_model_load(dir, &p, &m), DSV4_ERR_PARAMS_SIZE);
   assert_null(m);
@@ -233,7 +233,7 @@ static void load_checks_args(void **state) {
   assert_int_equal(dsv4_model_load(dir, &p, &m), DSV4_ERR_INVALID_ARG);
   expect_in(dsv4_last_error(), "unknown flags");
   /* smaller but valid params: fields past struct_size keep their defaults */
-  dsv4_model_params_init(&p, offsetof(dsv4_model_params, log_level) + sizeof(int32_t));
+  assert_int_equal(dsv4_model_params_init(&p, offsetof(dsv4_model_params, log_level) + sizeof(int32_t)), DSV4_OK);
   p.flags = DSV4_MODEL_F_CONFIG_ONLY;
   p.reserved0 = 12345; /* past struct_size: never read */
   assert_int_equal(dsv4_model_load(dir, &p, &m), DSV4_OK);
@@ -388,7 +388,7 @@ static void misaligned_shard(void **state) {
   expect_in(dsv4_last_error(), "not a multiple of its");
   /* config-only loads never look at the shards */
   dsv4_model_params p;
-  dsv4_model_params_init(&p, sizeof p);
+  assert_int_equal(dsv4_model_params_init(&p, sizeof p), DSV4_OK);
   p.flags = DSV4_MODEL_F_CONFIG_ONLY;
   assert_int_equal(dsv4_model_load(tmp, &p, &m), DSV4_OK);
   dsv4_model_free(m);

@@ -100,11 +100,11 @@ static void statuses(void **state) {
   (void)state;
   dsv4_plan_params p;
   dsv4_plan pl;
-  dsv4_plan_params_init(&p, sizeof p);
+  assert_int_equal(dsv4_plan_params_init(&p, sizeof p), DSV4_OK);
   p.stage_first_layer[1] = 10;
   assert_int_equal(dsv4_plan_config(NULL, &p, &pl, sizeof pl), DSV4_ERR_UNSUPPORTED);
   assert_non_null(strstr(dsv4_last_error(), "cannot start at layer 10"));
-  dsv4_plan_params_init(&p, sizeof p);
+  assert_int_equal(dsv4_plan_params_init(&p, sizeof p), DSV4_OK);
   p.nodes = 1;
   p.pp = 1;
   memset(&pl, 0, sizeof pl);
@@ -123,12 +123,12 @@ static void model_plan(void **state) {
   (void)state;
   const char *dir = tu_fixture_or_skip("tiny-v41-a");
   dsv4_model_params mp;
-  dsv4_model_params_init(&mp, sizeof mp);
+  assert_int_equal(dsv4_model_params_init(&mp, sizeof mp), DSV4_OK);
   mp.flags = DSV4_MODEL_F_CONFIG_ONLY;
   dsv4_model *m = NULL;
   assert_int_equal(dsv4_model_load(dir, &mp, &m), DSV4_OK);
   dsv4_plan_params p;
-  dsv4_plan_params_init(&p, sizeof p);
+  assert_int_equal(dsv4_plan_params_init(&p, sizeof p), DSV4_OK);
   p.nodes = 1;
   p.gpus_per_node = 2;
   p.tp = 2;
