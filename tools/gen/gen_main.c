@@ -31,6 +31,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "dsv4/dsv4.h"
 #include "gen_config.h"
 #include "gen_files.h"
 #include "gen_plant.h"
@@ -76,7 +77,9 @@ static void usage(FILE *f) {
         "  --scale-cache-bytes N  keep scale tensors up to N bytes between a weight and its\n"
         "                      .scale, recompute larger ones (default 64 MiB; same output)\n"
         "  --group-values N    values generated per row group (default 4194304; same output)\n"
-        "  --quiet             no progress on stderr\n",
+        "  --quiet             no progress on stderr\n"
+        "  --version           print the version\n"
+        "Exit status: 0 written, 1 failed, 2 bad usage.\n",
         f);
 }
 
@@ -120,6 +123,9 @@ static int parse_args(int argc, char **argv, opts *o) {
     uint64_t u;
     if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
       usage(stdout);
+      exit(0);
+    } else if (!strcmp(a, "--version")) {
+      printf("dsv4-gen-checkpoint (libdsv4) %s\n", DSV4_VERSION_STRING);
       exit(0);
     } else if (!strcmp(a, "--tiny")) o->shape.real_dims = 0;
     else if (!strcmp(a, "--real-dims")) o->shape.real_dims = 1;
