@@ -2,6 +2,7 @@
 """The version script and the header agree: every function the header
 declares (DSV4_API) is in abi/libdsv4.map and vice versa, and each sits in the
 map node of the release its doc comment's @since names (DSV4_0.1 <-> @since 0.1).
+Also: every function returning a dsv4_status is marked DSV4_NODISCARD.
 usage: check-since.py HEADER MAP"""
 import re
 import sys
@@ -27,6 +28,13 @@ def header_since(path):
     return out, errors
 
 
+def unmarked_status_returns(path):
+    """Functions declared to return dsv4_status without DSV4_NODISCARD on their line."""
+    pat = r"(?m)^([^\n]*?)DSV4_API\s+dsv4_status\s+(dsv4_\w+)"
+    return [m.group(2) for m in re.finditer(pat, open(path).read())
+            if "DSV4_NODISCARD" not in m.group(1)]
+
+
 def map_versions(path):
     text = re.sub(r"/\*.*?\*/", "", open(path).read(), flags=re.S)
     out = {}
@@ -47,6 +55,8 @@ def main():
     for name in sorted(set(hdr) & set(mp)):
         if hdr[name] != mp[name]:
             errors.append(f"{name}: @since {hdr[name]} but in map node DSV4_{mp[name]}")
+    for name in unmarked_status_returns(sys.argv[1]):
+        errors.append(f"{name}: returns dsv4_status without DSV4_NODISCARD")
     for e in errors:
         print(e)
     print(f"{len(hdr)} declarations, {len(mp)} mapped symbols, {len(errors)} disagreements")
