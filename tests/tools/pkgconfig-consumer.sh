@@ -13,8 +13,10 @@ export PKG_CONFIG_PATH="$pcdir"
 # a fresh build's dsv4.pc is relocatable (prefix from ${pcfiledir}); a build
 # directory configured before that option needs the sysroot
 grep -q pcfiledir "$pcdir/dsv4.pc" || export PKG_CONFIG_SYSROOT_DIR="$dest"
-flags=$(pkg-config --cflags --libs dsv4)
-echo "pkg-config --cflags --libs dsv4: $flags"
+static=
+[ -n "$(find "$dest" -name 'libdsv4.so*' | head -n 1)" ] || static=--static   # default_library=static
+flags=$(pkg-config $static --cflags --libs dsv4)
+echo "pkg-config $static --cflags --libs dsv4: $flags"
 ${CC:-cc} -std=c99 -o "$dest/consumer" "$src" $flags
 libdir=$(pkg-config --variable=libdir dsv4)
 LD_LIBRARY_PATH="$libdir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$dest/consumer"
