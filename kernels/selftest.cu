@@ -4,7 +4,7 @@
  * every fp8 kernel builds on (e4m3 value times its block's UE8M0 scale).
  * Host side: dsv4i_cuda_selftest (lib/gpu/cuda_probe.c).
  */
-#include "formats.cuh"
+#include "model/format_codes.h"
 
 namespace {
 
@@ -19,7 +19,7 @@ __device__ void selftest_dequant_body(const unsigned char *__restrict__ codes,
   const unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;
   for (unsigned long long i = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x; i < n;
        i += stride)
-    out[i] = (Out)(dsv4_e4m3_to_f32(codes[i]) * dsv4_ue8m0_to_f32(scales[i >> 5]));
+    out[i] = (Out)(dsv4i_e4m3_to_f32(codes[i]) * dsv4i_e8m0_to_f32(scales[i >> 5]));
 }
 
 }  // namespace

@@ -9,19 +9,26 @@
 
 #include "gpu/ptx.h"
 
-/* Indexed by dsv4i_kernel_id. A new kernel adds an id, a row here and its
- * entry in kernels/<module>.cu; dsv4i_kreg_check_tables() (run by the gpu
- * test, no device needed) fails when the two disagree. */
+/* Indexed by dsv4i_kernel_id, generated from gpu/kernel_list.h. A new
+ * kernel adds a row there and its entry in kernels/<module>.cu;
+ * dsv4i_kreg_check_tables() (unit suite, no device needed) fails when the
+ * two disagree. */
 static const dsv4i_kernel_desc k_table[DSV4I_K_COUNT] = {
-  [DSV4I_K_SELFTEST_E4M3_UE8M0] = {DSV4I_KOP_SELFTEST, DSV4I_KFMT_E4M3_UE8M0, DSV4I_KSHAPE_ANY,
-                                   80, "selftest", "dsv4_k_selftest_e4m3_ue8m0", 256},
+#define DSV4I_K_ROW(id, op, fmt, shape, min_sm, module, entry, block)                      \
+  [DSV4I_K_##id] = {DSV4I_KOP_##op, DSV4I_KFMT_##fmt, DSV4I_KSHAPE_##shape, min_sm, #module, \
+                    #entry, block},
+  DSV4I_KERNELS(DSV4I_K_ROW)
+#undef DSV4I_K_ROW
 };
 
 const dsv4i_kernel_desc *dsv4i_kernel_desc_get(dsv4i_kernel_id id) { return &k_table[id]; }
 
 const char *dsv4i_kop_name(dsv4i_kop op) {
   switch (op) {
-  case DSV4I_KOP_SELFTEST: return "selftest";
+#define DSV4I_KOP_NAME(o, name)                                                                  \
+  case DSV4I_KOP_##o: return name;
+    DSV4I_KOPS(DSV4I_KOP_NAME)
+#undef DSV4I_KOP_NAME
   default: return "unknown-op";
   }
 }

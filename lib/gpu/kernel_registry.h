@@ -15,10 +15,13 @@
 #define DSV4I_KERNEL_REGISTRY_H
 
 #include "gpu/cuda_device.h"
+#include "gpu/kernel_list.h"
 
 /** Operation a kernel implements. */
 typedef enum dsv4i_kop {
-  DSV4I_KOP_SELFTEST = 0, /**< pipeline self-test: dequantise e4m3 codes with UE8M0 scales */
+#define DSV4I_KOP_ENUM(op, name) DSV4I_KOP_##op,
+  DSV4I_KOPS(DSV4I_KOP_ENUM)
+#undef DSV4I_KOP_ENUM
   DSV4I_KOP_COUNT_
 } dsv4i_kop;
 
@@ -38,9 +41,11 @@ typedef enum dsv4i_kshape {
   DSV4I_KSHAPE_COUNT_
 } dsv4i_kshape;
 
-/** Row of the kernel table; the value is the row index. */
+/** Row of the kernel table (gpu/kernel_list.h); the value is the row index. */
 typedef enum dsv4i_kernel_id {
-  DSV4I_K_SELFTEST_E4M3_UE8M0 = 0, /**< dsv4_k_selftest_e4m3_ue8m0 */
+#define DSV4I_K_ENUM(id, op, fmt, shape, min_sm, module, entry, block) DSV4I_K_##id,
+  DSV4I_KERNELS(DSV4I_K_ENUM)
+#undef DSV4I_K_ENUM
   DSV4I_K_COUNT
 } dsv4i_kernel_id;
 

@@ -335,6 +335,23 @@ static void e2m1_decode_and_pack(void **state) {
     }
 }
 
+/* The CPU's lookup tables are the shared decoders (model/format_codes.h)
+ * evaluated, bit for bit: one definition for the CPU and the kernels. */
+static void decode_tables_equal_shared_decoders(void **state) {
+  (void)state;
+  for (unsigned b = 0; b < 256; b++) {
+    float t = dsv4i_e4m3_table[b], f = dsv4i_e4m3_to_f32((uint8_t)b);
+    assert_memory_equal(&t, &f, sizeof t);
+  }
+  for (unsigned c = 0; c < 16; c++) {
+    float t = dsv4i_e2m1_table[c], f = dsv4i_e2m1_to_f32((uint8_t)c);
+    assert_memory_equal(&t, &f, sizeof t);
+  }
+  /* NaN codes keep their sign */
+  assert_true(isnan(dsv4i_e4m3_to_f32(0xFF)) && signbit(dsv4i_e4m3_to_f32(0xFF)));
+  assert_true(isnan(dsv4i_e4m3_to_f32(0x7F)) && !signbit(dsv4i_e4m3_to_f32(0x7F)));
+}
+
 static void e2m1_tie_table(void **state) {
   (void)state;
   /* spec §8.1: ties go to the even code */
@@ -387,6 +404,7 @@ int tu_run_suite(void) {
     cmocka_unit_test(e8m0_encode_decode),
     cmocka_unit_test(e2m1_decode_and_pack),
     cmocka_unit_test(e2m1_tie_table),
+    cmocka_unit_test(decode_tables_equal_shared_decoders),
     cmocka_unit_test(e2m1_encode_matches_reference),
   };
   return cmocka_run_group_tests_name("formats", tests, setup, NULL);
