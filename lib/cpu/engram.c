@@ -19,6 +19,7 @@
 #include "io/safetensors.h"
 #include "model/config.h"
 #include "model/formats.h"
+#include "model/ref_math.h"
 
 /* Text tokens per chunk of dsv4i_cpu_engram. */
 #define ENGRAM_CHUNK 64
@@ -99,33 +100,7 @@ float dsv4i_cpu_sum_torch(const float *a, int64_t n) {
 
 /* ---- torch's CPU exp ------------------------------------------------------ */
 
-/* 2^q for q in [-126, 127], from the bits. */
-static float pow2i(int32_t q) {
-  return dsv4i_f32_from_bits((uint32_t)(q + 127) << 23);
-}
-
-float dsv4i_cpu_expf_vec(float d) {
-  if (isnan(d)) return d;
-  if (d < -104.0f) return 0.0f;
-  if (d > 100.0f) return INFINITY;
-  /* d = q·ln2 + s, |s| <= ln2/2: q = rint(d·(1/ln2)); ln2 in two parts */
-  const float inv_ln2 = 1.442695040888963407359924681001892137426645954152985934135449406931f;
-  const int32_t q = (int32_t)nearbyintf(d * inv_ln2);
-  const float qf = (float)q;
-  float s = fmaf(qf, -0.693145751953125f, d);
-  s = fmaf(qf, -1.428606765330187045e-06f, s);
-  /* e^s = 1 + s + s²·P(s), P of degree 5 by Horner with fused steps */
-  float u = 0.000198527617612853646278381f;
-  u = fmaf(u, s, 0.00139304355252534151077271f);
-  u = fmaf(u, s, 0.00833336077630519866943359f);
-  u = fmaf(u, s, 0.0416664853692054748535156f);
-  u = fmaf(u, s, 0.166666671633720397949219f);
-  u = fmaf(u, s, 0.5f);
-  u = 1.0f + fmaf(s * s, u, s);
-  /* · 2^q in two steps (q in [-150, 144]; the first is exact) */
-  const int32_t h = (q - (q < 0)) / 2; /* floor(q / 2) */
-  return (u * pow2i(h)) * pow2i(q - h);
-}
+float dsv4i_cpu_expf_vec(float d) { return dsv4i_expf_torch(d); }
 
 /* ---- weights -------------------------------------------------------------- */
 

@@ -8,6 +8,7 @@
 
 #include "cpu/cpu_impl.h"
 #include "model/formats.h"
+#include "model/ref_math.h"
 
 dsv4_status dsv4i_cpu_head(int64_t n_tok, int32_t hc, int32_t dim, const uint16_t *h,
                            const float *pre, const uint16_t *norm_w, float eps,
@@ -38,22 +39,8 @@ int32_t dsv4i_cpu_argmax(const float *x, int64_t n) {
   return best < 0 ? 0 : (int32_t)best;
 }
 
-/* SplitMix64: the golden-ratio increment, then the output mix. */
-static inline uint64_t mix64(uint64_t z) {
-  z += UINT64_C(0x9E3779B97F4A7C15);
-  z = (z ^ (z >> 30)) * UINT64_C(0xBF58476D1CE4E5B9);
-  z = (z ^ (z >> 27)) * UINT64_C(0x94D049BB133111EB);
-  return z ^ (z >> 31);
-}
-
 float dsv4i_sample_noise(uint64_t seed, uint64_t counter, int64_t i) {
-  /* r = mix(mix(mix(seed) ^ counter) ^ i); u = (top 53 bits of r + 0.5) · 2^-53,
-   * strictly inside (0, 1): u = 1 would give q = 0 and make its token win
-   * whatever its probability (with 24 bits that was 1 draw in 2^24 per
-   * element, ~0.8% of draws over a 129,280-token vocabulary). */
-  const uint64_t r = mix64(mix64(mix64(seed) ^ counter) ^ (uint64_t)i);
-  const double u = ((double)(r >> 11) + 0.5) * 0x1p-53;
-  return (float)-log(u);
+  return dsv4i_sample_noise_at(seed, counter, i); /* model/ref_math.h: shared with the kernels */
 }
 
 int32_t dsv4i_cpu_sample(const float *logits, int32_t vocab, float temperature, uint64_t seed,

@@ -14,6 +14,7 @@
 #include "cpu/cpu_impl.h"
 #include "cpu/engram.h" /* dsv4i_cpu_sum_torch, dsv4i_cpu_expf_vec */
 #include "model/formats.h"
+#include "model/ref_math.h"
 
 #define LANES 8
 #define ROWS 64 /* rows per scratch chunk */
@@ -95,49 +96,17 @@ dsv4_status dsv4i_cpu_hc_mixes(int64_t n_tok, int32_t hc, int32_t dim, const uin
   return DSV4_OK;
 }
 
-/* torch's sigmoid: 1 / (1 + exp(0 - z)), with its vectorised exp */
-static inline float sigmoidf_ref(float z) { return 1.0f / (1.0f + dsv4i_cpu_expf_vec(-z)); }
-
 dsv4_status dsv4i_cpu_hc_split_sinkhorn(int64_t n_tok, int32_t hc, const float *mixes,
                                         const float *scale, const float *base, int32_t iters,
                                         float hc_eps, float *pre, float *post, float *comb) {
-  if (n_tok < 0 || hc <= 0 || hc > 16 || iters < 1 ||
+  if (n_tok < 0 || hc <= 0 || hc > DSV4I_HC_MAX || iters < 1 ||
       (n_tok > 0 && (!mixes || !scale || !base || !pre || !post || !comb)))
     return dsv4i_error(DSV4_ERR_INVALID_ARG, "hc_split_sinkhorn: n %lld, hc %d, iters %d",
                        (long long)n_tok, (int)hc, (int)iters);
   const int32_t nm = (2 + hc) * hc;
-  for (int64_t t = 0; t < n_tok; t++) {
-    const float *m = mixes + t * nm;
-    float *pr = pre + t * hc, *po = post + t * hc, *c = comb + t * hc * hc;
-    for (int32_t i = 0; i < hc; i++) {
-      pr[i] = sigmoidf_ref(m[i] * scale[0] + base[i]) + hc_eps;
-      po[i] = 2.0f * sigmoidf_ref(m[hc + i] * scale[1] + base[hc + i]);
-    }
-    for (int32_t k = 0; k < hc * hc; k++) c[k] = m[2 * hc + k] * scale[2] + base[2 * hc + k];
-    /* softmax over j (the last dim) + eps */
-    for (int32_t i = 0; i < hc; i++) {
-      float *row = c + i * hc, mx = row[0], s = 0.0f;
-      for (int32_t j = 1; j < hc; j++) mx = row[j] > mx ? row[j] : mx;
-      for (int32_t j = 0; j < hc; j++) row[j] = dsv4i_cpu_expf_vec(row[j] - mx);
-      for (int32_t j = 0; j < hc; j++) s += row[j];
-      for (int32_t j = 0; j < hc; j++) row[j] = row[j] / s + hc_eps;
-    }
-    for (int32_t it = 0; it < iters; it++) {
-      if (it > 0) /* row normalisation: all rounds but the first */
-        for (int32_t i = 0; i < hc; i++) {
-          float s = 0.0f;
-          for (int32_t j = 0; j < hc; j++) s += c[i * hc + j];
-          s += hc_eps;
-          for (int32_t j = 0; j < hc; j++) c[i * hc + j] /= s;
-        }
-      for (int32_t j = 0; j < hc; j++) { /* column normalisation */
-        float s = 0.0f;
-        for (int32_t i = 0; i < hc; i++) s += c[i * hc + j];
-        s += hc_eps;
-        for (int32_t i = 0; i < hc; i++) c[i * hc + j] /= s;
-      }
-    }
-  }
+  for (int64_t t = 0; t < n_tok; t++) /* model/ref_math.h: shared with the kernels */
+    dsv4i_hc_sinkhorn_token(hc, mixes + t * nm, scale, base, iters, hc_eps, pre + t * hc,
+                            post + t * hc, comb + t * hc * hc);
   return DSV4_OK;
 }
 

@@ -41,6 +41,12 @@ typedef CUstream dsv4i_custream;
 typedef CUdeviceptr dsv4i_cuptr;
 typedef CUdevice_attribute dsv4i_cuattr;
 typedef CUjit_option dsv4i_cujit;
+typedef CUevent dsv4i_cuevent;
+typedef CUgraph dsv4i_cugraph;
+typedef CUgraphExec dsv4i_cugraphexec;
+typedef CUstreamCaptureMode dsv4i_cucapmode;
+typedef CUstreamCaptureStatus dsv4i_cucapstatus;
+typedef CUfunction_attribute dsv4i_cufnattr;
 #else
 typedef int dsv4i_cures;                     /**< CUresult (an enum: int-sized) */
 typedef int dsv4i_cudev;                     /**< CUdevice (an ordinal handle) */
@@ -51,6 +57,12 @@ typedef struct dsv4i_custream_s *dsv4i_custream; /**< CUstream; NULL = legacy de
 typedef unsigned long long dsv4i_cuptr;      /**< CUdeviceptr (64-bit device address) */
 typedef int dsv4i_cuattr;                    /**< CUdevice_attribute */
 typedef int dsv4i_cujit;                     /**< CUjit_option */
+typedef struct dsv4i_cuevent_s *dsv4i_cuevent;         /**< CUevent */
+typedef struct dsv4i_cugraph_s *dsv4i_cugraph;         /**< CUgraph */
+typedef struct dsv4i_cugraphexec_s *dsv4i_cugraphexec; /**< CUgraphExec */
+typedef int dsv4i_cucapmode;                 /**< CUstreamCaptureMode */
+typedef int dsv4i_cucapstatus;               /**< CUstreamCaptureStatus */
+typedef int dsv4i_cufnattr;                  /**< CUfunction_attribute */
 #endif
 
 /* ---- constants (values pinned by the driver ABI) ------------------------- */
@@ -63,6 +75,9 @@ typedef int dsv4i_cujit;                     /**< CUjit_option */
 #define DSV4I_CUDA_ERROR_INVALID_PTX 218
 #define DSV4I_CUDA_ERROR_UNSUPPORTED_PTX_VERSION 222
 #define DSV4I_CUDA_ERROR_NOT_FOUND 500
+#define DSV4I_CUDA_ERROR_NOT_READY 600
+#define DSV4I_CUDA_ERROR_STREAM_CAPTURE_INVALIDATED 901
+#define DSV4I_CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED 900
 /* errors after which the context is unusable (sticky): DSV4_ERR_DEVICE_LOST */
 #define DSV4I_CUDA_ERROR_ILLEGAL_ADDRESS 700
 #define DSV4I_CUDA_ERROR_ASSERT 710
@@ -76,6 +91,15 @@ typedef int dsv4i_cujit;                     /**< CUjit_option */
 #define DSV4I_CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT 16
 #define DSV4I_CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR 75
 #define DSV4I_CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR 76
+
+#define DSV4I_CU_STREAM_NON_BLOCKING 1
+#define DSV4I_CU_EVENT_DEFAULT 0
+#define DSV4I_CU_EVENT_DISABLE_TIMING 2
+#define DSV4I_CU_MEMHOSTALLOC_PORTABLE 1
+#define DSV4I_CU_MEMHOSTALLOC_DEVICEMAP 2
+#define DSV4I_CU_STREAM_CAPTURE_MODE_THREAD_LOCAL 1
+#define DSV4I_CU_STREAM_CAPTURE_STATUS_NONE 0
+#define DSV4I_CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES 8
 
 #define DSV4I_CU_JIT_WALL_TIME 2
 #define DSV4I_CU_JIT_INFO_LOG_BUFFER 3
@@ -117,6 +141,34 @@ typedef int dsv4i_cujit;                     /**< CUjit_option */
   X(MemFree, 3020, (dsv4i_cuptr dptr))                                                       \
   X(MemcpyHtoD, 3020, (dsv4i_cuptr dst, const void *src, size_t bytes))                      \
   X(MemcpyDtoH, 3020, (void *dst, dsv4i_cuptr src, size_t bytes))                            \
+  X(MemGetInfo, 3020, (size_t *free_bytes, size_t *total_bytes))                           \
+  X(MemHostAlloc, 2020, (void **pp, size_t bytesize, unsigned int flags))                    \
+  X(MemFreeHost, 2000, (void *p))                                                            \
+  X(MemHostGetDevicePointer, 3020, (dsv4i_cuptr *pdptr, void *p, unsigned int flags))        \
+  X(MemcpyHtoDAsync, 3020, (dsv4i_cuptr dst, const void *src, size_t bytes,                  \
+                            dsv4i_custream stream))                                          \
+  X(MemcpyDtoHAsync, 3020, (void *dst, dsv4i_cuptr src, size_t bytes, dsv4i_custream stream))\
+  X(MemcpyDtoDAsync, 3020, (dsv4i_cuptr dst, dsv4i_cuptr src, size_t bytes,                  \
+                            dsv4i_custream stream))                                          \
+  X(MemsetD8Async, 3020, (dsv4i_cuptr dst, unsigned char value, size_t n,                    \
+                          dsv4i_custream stream))                                            \
+  X(StreamCreate, 2000, (dsv4i_custream *stream, unsigned int flags))                        \
+  X(StreamDestroy, 4000, (dsv4i_custream stream))                                            \
+  X(StreamSynchronize, 2000, (dsv4i_custream stream))                                        \
+  X(StreamIsCapturing, 10000, (dsv4i_custream stream, dsv4i_cucapstatus *status))            \
+  X(StreamBeginCapture, 10010, (dsv4i_custream stream, dsv4i_cucapmode mode))                \
+  X(StreamEndCapture, 10000, (dsv4i_custream stream, dsv4i_cugraph *graph))                  \
+  X(GraphInstantiateWithFlags, 11040, (dsv4i_cugraphexec *exec, dsv4i_cugraph graph,         \
+                                       unsigned long long flags))                            \
+  X(GraphLaunch, 10000, (dsv4i_cugraphexec exec, dsv4i_custream stream))                     \
+  X(GraphExecDestroy, 10000, (dsv4i_cugraphexec exec))                                       \
+  X(GraphDestroy, 10000, (dsv4i_cugraph graph))                                              \
+  X(EventCreate, 2000, (dsv4i_cuevent *event, unsigned int flags))                           \
+  X(EventDestroy, 4000, (dsv4i_cuevent event))                                               \
+  X(EventRecord, 2000, (dsv4i_cuevent event, dsv4i_custream stream))                         \
+  X(EventSynchronize, 2000, (dsv4i_cuevent event))                                           \
+  X(EventElapsedTime, 2000, (float *ms, dsv4i_cuevent start, dsv4i_cuevent end))             \
+  X(FuncSetAttribute, 9000, (dsv4i_cufn f, dsv4i_cufnattr attrib, int value))                \
   X(LaunchKernel, 4000, (dsv4i_cufn f, unsigned int grid_x, unsigned int grid_y,             \
                          unsigned int grid_z, unsigned int block_x, unsigned int block_y,    \
                          unsigned int block_z, unsigned int shared_bytes,                    \

@@ -20,10 +20,39 @@
 
 /* Operations: X(OP, "printable name") */
 #define DSV4I_KOPS(X)                                                                            \
-  X(SELFTEST, "selftest")
+  X(SELFTEST, "selftest")                                                                        \
+  X(RMSNORM, "rmsnorm")                                                                          \
+  X(EMBED_HC, "embed+hc")                                                                        \
+  X(HC_MIXES, "hc_mixes")                                                                        \
+  X(HC_SINKHORN, "hc_sinkhorn")                                                                  \
+  X(HC_PRE, "hc_pre")                                                                            \
+  X(HC_POST, "hc_post")                                                                          \
+  X(ACT_QUANT, "act_quant")                                                                      \
+  X(LINEAR, "linear")                                                                            \
+  X(LINEAR_F32OUT, "linear_f32out")                                                              \
+  X(ROPE, "rope")                                                                                \
+  X(ARGMAX, "argmax")                                                                            \
+  X(SAMPLE, "sample")                                                                            \
+  X(ROUTER, "router")
 
 /* Kernels (see above). One row per line: kernels/meson.build parses them. */
 #define DSV4I_KERNELS(X)                                                                         \
-  X(SELFTEST_E4M3_UE8M0, SELFTEST, E4M3_UE8M0, ANY, 80, selftest, dsv4_k_selftest_e4m3_ue8m0, 256)
+  X(SELFTEST_E4M3_UE8M0, SELFTEST, E4M3_UE8M0, ANY, 80, selftest, dsv4_k_selftest_e4m3_ue8m0, 256) \
+  X(RMSNORM_BF16, RMSNORM, BF16, ANY, 80, norm, dsv4_k_rmsnorm_bf16, 128)                         \
+  X(EMBED_HC_BF16, EMBED_HC, BF16, ANY, 80, hc, dsv4_k_embed_hc_bf16, 256)                        \
+  X(HC_MIXES_F32, HC_MIXES, F32, ANY, 80, hc, dsv4_k_hc_mixes_f32, 256)                           \
+  X(HC_SINKHORN_F32, HC_SINKHORN, F32, ANY, 80, hc, dsv4_k_hc_sinkhorn_f32, 128)                  \
+  X(HC_PRE_BF16, HC_PRE, BF16, ANY, 80, hc, dsv4_k_hc_pre_bf16, 256)                              \
+  X(HC_POST_BF16, HC_POST, BF16, ANY, 80, hc, dsv4_k_hc_post_bf16, 256)                           \
+  X(ACT_QUANT_E4M3, ACT_QUANT, E4M3_UE8M0, ANY, 80, linear, dsv4_k_act_quant_e4m3, 256)           \
+  X(LINEAR_E4M3, LINEAR, E4M3_UE8M0, DECODE, 80, linear, dsv4_k_linear_e4m3_ue8m0, 128)           \
+  X(LINEAR_E2M1, LINEAR, E2M1_UE8M0, DECODE, 80, linear, dsv4_k_linear_e2m1_ue8m0, 128)           \
+  X(LINEAR_BF16, LINEAR, BF16, DECODE, 80, linear, dsv4_k_linear_bf16, 128)                       \
+  X(LINEAR_BF16_F32OUT, LINEAR_F32OUT, BF16, DECODE, 80, linear, dsv4_k_linear_bf16_f32out, 128)  \
+  X(LINEAR_F32_F32OUT, LINEAR_F32OUT, F32, DECODE, 80, linear, dsv4_k_linear_f32_f32out, 128)     \
+  X(ROPE_BF16, ROPE, BF16, ANY, 80, rope, dsv4_k_rope_bf16, 256)                                  \
+  X(ARGMAX_F32, ARGMAX, F32, ANY, 80, sample, dsv4_k_argmax_f32, 1024)                            \
+  X(SAMPLE_F32, SAMPLE, F32, ANY, 80, sample, dsv4_k_sample_f32, 1024)                            \
+  X(ROUTER_F32, ROUTER, F32, ANY, 80, router, dsv4_k_router_topk_f32, 128)
 
 #endif /* DSV4I_KERNEL_LIST_H */

@@ -46,6 +46,7 @@ const char *dsv4i_kfmt_name(dsv4i_kfmt fmt) {
 const char *dsv4i_kshape_name(dsv4i_kshape shape) {
   switch (shape) {
   case DSV4I_KSHAPE_ANY: return "any";
+  case DSV4I_KSHAPE_DECODE: return "decode";
   default: return "unknown-shape";
   }
 }
@@ -217,13 +218,20 @@ dsv4_status dsv4i_kreg_select(const dsv4i_kreg *kr, dsv4i_kop op, dsv4i_kfmt fmt
   return DSV4_OK;
 }
 
+dsv4_status dsv4i_kreg_launch_grid(const dsv4i_kreg *kr, dsv4i_kernel_id id, uint32_t grid_x,
+                                   uint32_t grid_y, uint32_t grid_z, uint32_t shared_bytes,
+                                   dsv4i_custream stream, void **params) {
+  const dsv4i_kernel_desc *k = &k_table[id];
+  dsv4i_cures r = kr->dev->cu->LaunchKernel(kr->fn[id], grid_x, grid_y, grid_z, k->block, 1, 1,
+                                            shared_bytes, stream, params, NULL);
+  if (r != DSV4I_CUDA_SUCCESS)
+    return dsv4i_cu_fail(kr->dev->cu, r, "cuLaunchKernel(%s, grid %u x %u x %u, %u threads)",
+                         k->entry, (unsigned)grid_x, (unsigned)grid_y, (unsigned)grid_z,
+                         (unsigned)k->block);
+  return DSV4_OK;
+}
+
 dsv4_status dsv4i_kreg_launch(const dsv4i_kreg *kr, dsv4i_kernel_id id, uint32_t grid_x,
                               uint32_t shared_bytes, dsv4i_custream stream, void **params) {
-  const dsv4i_kernel_desc *k = &k_table[id];
-  dsv4i_cures r = kr->dev->cu->LaunchKernel(kr->fn[id], grid_x, 1, 1, k->block, 1, 1, shared_bytes,
-                                            stream, params, NULL);
-  if (r != DSV4I_CUDA_SUCCESS)
-    return dsv4i_cu_fail(kr->dev->cu, r, "cuLaunchKernel(%s, grid %u x %u threads)", k->entry,
-                         (unsigned)grid_x, (unsigned)k->block);
-  return DSV4_OK;
+  return dsv4i_kreg_launch_grid(kr, id, grid_x, 1, 1, shared_bytes, stream, params);
 }

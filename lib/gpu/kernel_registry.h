@@ -38,6 +38,7 @@ typedef enum dsv4i_kfmt {
  * that need them (e.g. small-batch decode vs. prefill). */
 typedef enum dsv4i_kshape {
   DSV4I_KSHAPE_ANY = 0, /**< no shape specialisation */
+  DSV4I_KSHAPE_DECODE,  /**< small M (decode, a few dozen tokens): one thread per output row */
   DSV4I_KSHAPE_COUNT_
 } dsv4i_kshape;
 
@@ -123,5 +124,14 @@ dsv4_status dsv4i_kreg_select(const dsv4i_kreg *kr, dsv4i_kop op, dsv4i_kfmt fmt
  */
 dsv4_status dsv4i_kreg_launch(const dsv4i_kreg *kr, dsv4i_kernel_id id, uint32_t grid_x,
                               uint32_t shared_bytes, dsv4i_custream stream, void **params);
+
+/**
+ * dsv4i_kreg_launch on a 3-D grid (grid_x, grid_y, grid_z) of desc->block
+ * threads each: what launchers with a token or head axis use. Capture-safe
+ * (no host synchronisation). Same statuses.
+ */
+dsv4_status dsv4i_kreg_launch_grid(const dsv4i_kreg *kr, dsv4i_kernel_id id, uint32_t grid_x,
+                                   uint32_t grid_y, uint32_t grid_z, uint32_t shared_bytes,
+                                   dsv4i_custream stream, void **params);
 
 #endif /* DSV4I_KERNEL_REGISTRY_H */

@@ -153,6 +153,41 @@ DSV4I_HD int32_t dsv4i_ceil_log2_bits(float t) {
   return (int32_t)((u >> 23) & 0xFFu) - 127 + ((u & 0x7FFFFFu) != 0u);
 }
 
+/* ---- act_quant (spec §8.1): fp8 codes, UE8M0 scale per block of 32 ------ */
+
+/** |x| of a bf16 value as ordered bits (sign dropped); >= 0x7F80: inf or NaN.
+ * A block's amax is the largest of these. */
+DSV4I_HD uint32_t dsv4i_bf16_abs_bits(uint16_t x) { return (uint32_t)x & 0x7FFFu; }
+
+/** Marks a non-finite act_quant block (dsv4i_act_quant_exp). */
+#define DSV4I_ACT_QUANT_NONFINITE (-2147483647 - 1)
+
+/**
+ * act_quant scale exponent of a block from its amax bits (the largest
+ * dsv4i_bf16_abs_bits of the block): a = max(amax, fp32(1e-4)),
+ * e = ceil_log2_bits(a · fp32(1/448)), s = 2^e; e in [-22, 120] for finite
+ * bf16 input. DSV4I_ACT_QUANT_NONFINITE when the block holds an inf or NaN.
+ */
+DSV4I_HD int32_t dsv4i_act_quant_exp(uint32_t amax_bits) {
+  if (amax_bits >= 0x7F80u) return DSV4I_ACT_QUANT_NONFINITE;
+  float a = dsv4i_bf16_to_f32((uint16_t)amax_bits);
+  a = a > 1e-4f ? a : 1e-4f;
+  return dsv4i_ceil_log2_bits(a * (1.0f / 448.0f));
+}
+
+/** E4M3 code of x in a block of exponent e (dsv4i_act_quant_exp):
+ * RNE_e4m3(x · 2^-e), exact division by the power of two; a non-finite
+ * block gives NaN codes carrying x's sign. */
+DSV4I_HD uint8_t dsv4i_act_quant_code(uint16_t x, int32_t e) {
+  if (e == DSV4I_ACT_QUANT_NONFINITE) return (uint8_t)(((x >> 8) & 0x80u) | DSV4I_E4M3_NAN);
+  return dsv4i_f32_to_e4m3(dsv4i_bf16_to_f32(x) * dsv4i_f32_from_bits((uint32_t)(127 - e) << 23));
+}
+
+/** UE8M0 byte of an act_quant block exponent (NaN byte for a non-finite block). */
+DSV4I_HD uint8_t dsv4i_act_quant_scale(int32_t e) {
+  return e == DSV4I_ACT_QUANT_NONFINITE ? (uint8_t)DSV4I_E8M0_NAN : dsv4i_e8m0_from_exp(e);
+}
+
 /* ---- E2M1 (fp4, spec §3.1) -----------------------------------------------
  * 4-bit code, bit 3 the sign; magnitudes by 3-bit code
  * {0, 0.5, 1, 1.5, 2, 3, 4, 6}; code 8 is -0. Two codes per byte: even

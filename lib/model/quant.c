@@ -53,19 +53,9 @@ static dsv4_status check_args(const char *fn, size_t n, size_t block, const void
 /* Codes of one block into q[32]; returns the scale exponent e (s = 2^e), or
  * INT32_MIN for a non-finite block (codes then carry only the signs). */
 static inline int32_t act_block(const uint16_t *x, uint8_t *q) {
-  uint32_t m = block_amax_bits(x, ACT_BS);
-  if (m >= 0x7F80u) {
-    for (size_t j = 0; j < ACT_BS; j++)
-      q[j] = (uint8_t)(((x[j] >> 8) & 0x80u) | DSV4I_E4M3_NAN);
-    return INT32_MIN;
-  }
-  float a = dsv4i_bf16_to_f32((uint16_t)m);
-  a = a > 1e-4f ? a : 1e-4f;
-  /* e in [-22, 120] for finite bf16 input */
-  int32_t e = dsv4i_ceil_log2_bits(a * (1.0f / 448.0f));
-  float inv = pow2f(-e);
-  for (size_t j = 0; j < ACT_BS; j++) q[j] = dsv4i_f32_to_e4m3(dsv4i_bf16_to_f32(x[j]) * inv);
-  return e;
+  const int32_t e = dsv4i_act_quant_exp(block_amax_bits(x, ACT_BS));
+  for (size_t j = 0; j < ACT_BS; j++) q[j] = dsv4i_act_quant_code(x[j], e);
+  return e == DSV4I_ACT_QUANT_NONFINITE ? INT32_MIN : e;
 }
 
 dsv4_status dsv4i_act_quant(const uint16_t *x, size_t n, uint8_t *q, uint8_t *scale) {

@@ -1,0 +1,163 @@
+/*
+ * Linear layers reading the checkpoint's bytes directly (spec §3.3; CPU
+ * oracle lib/cpu/linear.c): fp8 (E4M3 + UE8M0 32x32 blocks) and MXFP4
+ * (E2M1 + UE8M0 per row and 32 columns) weights on act_quant'ed
+ * activations, bf16 weights with a bf16 or fp32 result (wo_a; the upcast
+ * head / router gate), fp32 weights with an fp32 result.
+ *
+ * Small-M GEMV shape (decode, M <= a few dozen tokens): one thread per
+ * output row, 128 rows per block, a chunk of TM tokens per block row of
+ * the grid. The thread decodes its row's 32-column block in registers
+ * (fp8/fp4 never leave the SM as anything but bytes) and runs the dot
+ * products sequentially in k, the activation tile staged in shared memory.
+ * That is the CPU oracle's order exactly, so results are bit-equal:
+ *   fp8/fp4: p = Σ_{k in block} xq·wq (fp32, increasing k, from 0);
+ *            acc += (p · sx[t][kb]) · sw;  y = bf16(acc)
+ *   bf16/f32: acc = Σ_k x·w over all of K, increasing k, from 0.
+ * Weight rows are read as whole 32-byte sectors (16 B for fp4); K must be
+ * a multiple of 32 and the weight rows 16-byte aligned (the launcher checks).
+ */
+#include "model/format_codes.h"
+
+#define TM 8     /* tokens per block (grid.y walks the token chunks) */
+#define ROWS 128 /* output rows per block, one per thread */
+
+/* act_quant of bf16 rows in blocks of 32 (spec §8.1), decoded for the GEMV:
+ * xq[t][i] = e4m3 value (unscaled), sx[t][b] = 2^e. One warp per block of
+ * 32, lane = element. Grid: ceil(n_tok·k/32 / 8) blocks of 256 threads. */
+extern "C" __global__ void __launch_bounds__(256)
+dsv4_k_act_quant_e4m3(int n_tok, int k, const uint16_t *x, long long ldx, float *xq, float *sx) {
+  const long long blk = (long long)blockIdx.x * 8 + (threadIdx.x >> 5);
+  const int lane = threadIdx.x & 31, nkb = k / 32;
+  if (blk >= (long long)n_tok * nkb) return;
+  const long long t = blk / nkb;
+  const int b = (int)(blk % nkb);
+  const uint16_t v = x[t * ldx + b * 32 + lane];
+  const uint32_t amax = __reduce_max_sync(0xFFFFFFFFu, dsv4i_bf16_abs_bits(v));
+  const int32_t e = dsv4i_act_quant_exp(amax);
+  xq[t * k + b * 32 + lane] = dsv4i_e4m3_to_f32(dsv4i_act_quant_code(v, e));
+  if (lane == 0) sx[t * nkb + b] = dsv4i_e8m0_to_f32(dsv4i_act_quant_scale(e));
+}
+
+enum { W_E4M3 = 0, W_E2M1 = 1, W_BF16 = 2, W_F32 = 3 };
+
+/* Row o's 32 weights of column block kb, decoded to fp32; the block scale
+ * in *sw (1 for unscaled formats). */
+template <int FMT>
+__device__ __forceinline__ void load_block(const unsigned char *w, long long ld, const unsigned char *scale,
+                                           long long scale_ld, int o, int kb, float *wv, float *sw) {
+  if (FMT == W_E4M3) {
+    const uint4 *p = reinterpret_cast<const uint4 *>(w + o * ld + kb * 32);
+    const uint4 a = p[0], b = p[1];
+    const uint32_t words[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+#pragma unroll
+    for (int i = 0; i < 32; i++) wv[i] = dsv4i_e4m3_to_f32((uint8_t)(words[i >> 2] >> (8 * (i & 3))));
+    *sw = dsv4i_e8m0_to_f32(scale[(long long)(o >> 5) * scale_ld + kb]);
+  } else if (FMT == W_E2M1) {
+    const uint4 a = *reinterpret_cast<const uint4 *>(w + o * ld + kb * 16);
+    const uint32_t words[4] = {a.x, a.y, a.z, a.w};
+#pragma unroll
+    for (int i = 0; i < 32; i++) wv[i] = dsv4i_e2m1_to_f32((uint8_t)(words[i >> 3] >> (4 * (i & 7))));
+    *sw = dsv4i_e8m0_to_f32(scale[(long long)o * scale_ld + kb]);
+  } else if (FMT == W_BF16) {
+    const uint4 *p = reinterpret_cast<const uint4 *>(w + (o * ld + kb * 32) * 2);
+#pragma unroll
+    for (int q = 0; q < 4; q++) {
+      const uint4 a = p[q];
+      const uint32_t words[4] = {a.x, a.y, a.z, a.w};
+#pragma unroll
+      for (int i = 0; i < 8; i++)
+        wv[q * 8 + i] = dsv4i_bf16_to_f32((uint16_t)(words[i >> 1] >> (16 * (i & 1))));
+    }
+    *sw = 1.0f;
+  } else {
+    const float4 *p = reinterpret_cast<const float4 *>(w + (o * ld + kb * 32) * 4);
+#pragma unroll
+    for (int q = 0; q < 8; q++) {
+      const float4 a = p[q];
+      wv[q * 4] = a.x, wv[q * 4 + 1] = a.y, wv[q * 4 + 2] = a.z, wv[q * 4 + 3] = a.w;
+    }
+    *sw = 1.0f;
+  }
+}
+
+/*
+ * y[t][o] for o < rows, t < n_tok. Quantised formats read xq/sx (act_quant
+ * output), float formats read x (bf16 rows). ld: weight row stride in
+ * elements (bytes for fp4); scale_ld: scale row stride. y is bf16
+ * (OUT_F32 == 0) or fp32, row stride ldy.
+ */
+template <int FMT, int OUT_F32>
+__device__ __forceinline__ void gemv_body(int n_tok, int rows, int k, const unsigned char *w, long long ld,
+                                          const unsigned char *scale, long long scale_ld,
+                                          const float *xq, const float *sx, const uint16_t *x,
+                                          long long ldx, void *y, long long ldy) {
+  __shared__ float xs[TM][32];
+  __shared__ float ss[TM];
+  const int o = blockIdx.x * ROWS + threadIdx.x;
+  const int t0 = blockIdx.y * TM;
+  const int nt = n_tok - t0 < TM ? n_tok - t0 : TM;
+  const int nkb = k / 32;
+  const bool quant = FMT == W_E4M3 || FMT == W_E2M1;
+  float acc[TM];
+#pragma unroll
+  for (int r = 0; r < TM; r++) acc[r] = 0.0f;
+  for (int kb = 0; kb < nkb; kb++) {
+    __syncthreads(); /* the previous tile is consumed */
+    for (int i = threadIdx.x; i < TM * 32; i += ROWS) {
+      const int r = i >> 5, c = i & 31;
+      float v = 0.0f;
+      if (r < nt)
+        v = quant ? xq[(long long)(t0 + r) * k + kb * 32 + c]
+                  : dsv4i_bf16_to_f32(x[(long long)(t0 + r) * ldx + kb * 32 + c]);
+      xs[r][c] = v;
+    }
+    if (quant && threadIdx.x < TM) ss[threadIdx.x] = threadIdx.x < nt ? sx[(long long)(t0 + threadIdx.x) * nkb + kb] : 0.0f;
+    __syncthreads();
+    if (o >= rows) continue;
+    float wv[32], sw;
+    load_block<FMT>(w, ld, scale, scale_ld, o, kb, wv, &sw);
+#pragma unroll
+    for (int r = 0; r < TM; r++) {
+      if (quant) {
+        float p = 0.0f;
+#pragma unroll
+        for (int i = 0; i < 32; i++) p += xs[r][i] * wv[i];
+        acc[r] += (p * ss[r]) * sw;
+      } else {
+#pragma unroll
+        for (int i = 0; i < 32; i++) acc[r] += xs[r][i] * wv[i];
+      }
+    }
+  }
+  if (o >= rows) return;
+  for (int r = 0; r < nt; r++) {
+    if (OUT_F32)
+      static_cast<float *>(y)[(long long)(t0 + r) * ldy + o] = acc[r];
+    else
+      static_cast<uint16_t *>(y)[(long long)(t0 + r) * ldy + o] = dsv4i_f32_to_bf16(acc[r]);
+  }
+}
+
+#define GEMV_ARGS                                                                             \
+  int n_tok, int rows, int k, const unsigned char *w, long long ld, const unsigned char *scale, \
+      long long scale_ld, const float *xq, const float *sx, const uint16_t *x, long long ldx,  \
+      void *y, long long ldy
+#define GEMV_PASS n_tok, rows, k, w, ld, scale, scale_ld, xq, sx, x, ldx, y, ldy
+
+/* Grid (ceil(rows/128), ceil(n_tok/8)), 128 threads; one signature for all. */
+extern "C" __global__ void __launch_bounds__(ROWS) dsv4_k_linear_e4m3_ue8m0(GEMV_ARGS) {
+  gemv_body<W_E4M3, 0>(GEMV_PASS);
+}
+extern "C" __global__ void __launch_bounds__(ROWS) dsv4_k_linear_e2m1_ue8m0(GEMV_ARGS) {
+  gemv_body<W_E2M1, 0>(GEMV_PASS);
+}
+extern "C" __global__ void __launch_bounds__(ROWS) dsv4_k_linear_bf16(GEMV_ARGS) {
+  gemv_body<W_BF16, 0>(GEMV_PASS);
+}
+extern "C" __global__ void __launch_bounds__(ROWS) dsv4_k_linear_bf16_f32out(GEMV_ARGS) {
+  gemv_body<W_BF16, 1>(GEMV_PASS);
+}
+extern "C" __global__ void __launch_bounds__(ROWS) dsv4_k_linear_f32_f32out(GEMV_ARGS) {
+  gemv_body<W_F32, 1>(GEMV_PASS);
+}

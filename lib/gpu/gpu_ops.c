@@ -1,0 +1,225 @@
+/* Host launchers of the dense kernels: size checks, grid shape, one launch. */
+#include "gpu/gpu_ops.h"
+
+#define LIN_ROWS 128 /* kernels/linear.cu ROWS */
+#define LIN_TM 8     /* kernels/linear.cu TM */
+
+static dsv4_status pick(const dsv4i_kreg *kr, dsv4i_kop op, dsv4i_kfmt fmt, dsv4i_kshape shape,
+                        dsv4i_kernel_id *id) {
+  return dsv4i_kreg_select(kr, op, fmt, shape, id);
+}
+
+dsv4_status dsv4i_gpu_ops_init(const dsv4i_kreg *kr, dsv4i_gpu_ops *o) {
+  o->kr = kr;
+  for (int i = 0; i < DSV4I_KFMT_COUNT_; i++) o->linear[i] = o->linear_f32out[i] = DSV4I_K_COUNT;
+  dsv4_status st = DSV4_OK;
+#define PICK(field, op, fmt, shape) \
+  if (st == DSV4_OK) st = pick(kr, DSV4I_KOP_##op, DSV4I_KFMT_##fmt, DSV4I_KSHAPE_##shape, &o->field)
+  PICK(rmsnorm, RMSNORM, BF16, ANY);
+  PICK(embed_hc, EMBED_HC, BF16, ANY);
+  PICK(hc_mixes, HC_MIXES, F32, ANY);
+  PICK(hc_sinkhorn, HC_SINKHORN, F32, ANY);
+  PICK(hc_pre, HC_PRE, BF16, ANY);
+  PICK(hc_post, HC_POST, BF16, ANY);
+  PICK(act_quant, ACT_QUANT, E4M3_UE8M0, ANY);
+  PICK(rope, ROPE, BF16, ANY);
+  PICK(argmax, ARGMAX, F32, ANY);
+  PICK(sample, SAMPLE, F32, ANY);
+  PICK(router, ROUTER, F32, ANY);
+  PICK(linear[DSV4I_KFMT_E4M3_UE8M0], LINEAR, E4M3_UE8M0, DECODE);
+  PICK(linear[DSV4I_KFMT_E2M1_UE8M0], LINEAR, E2M1_UE8M0, DECODE);
+  PICK(linear[DSV4I_KFMT_BF16], LINEAR, BF16, DECODE);
+  PICK(linear_f32out[DSV4I_KFMT_BF16], LINEAR_F32OUT, BF16, DECODE);
+  PICK(linear_f32out[DSV4I_KFMT_F32], LINEAR_F32OUT, F32, DECODE);
+#undef PICK
+  return st;
+}
+
+static dsv4_status bad(const char *op, const char *what) {
+  return dsv4i_error(DSV4_ERR_INVALID_ARG, "gpu %s: %s", op, what);
+}
+
+static uint32_t cdiv(int64_t a, int64_t b) { return (uint32_t)((a + b - 1) / b); }
+
+static dsv4_status launch(const dsv4i_gpu_ops *o, dsv4i_kernel_id id, uint32_t gx, uint32_t gy,
+                          dsv4i_custream s, void **p) {
+  return dsv4i_kreg_launch_grid(o->kr, id, gx, gy, 1, 0, s, p);
+}
+
+dsv4_status dsv4i_gpu_rmsnorm(const dsv4i_gpu_ops *o, dsv4i_custream s, int32_t n_tok,
+                              int32_t dim, dsv4i_cuptr x, int64_t ldx, dsv4i_cuptr w, float eps,
+                              dsv4i_cuptr y, int64_t ldy) {
+  if (n_tok < 0 || dim <= 0 || ldx < dim || ldy < dim) return bad("rmsnorm", "sizes");
+  if (n_tok == 0) return DSV4_OK;
+  int n = n_tok, d = dim;
+  long long lx = ldx, ly = ldy;
+  void *p[] = {&n, &d, &x, &lx, &w, &eps, &y, &ly};
+  return launch(o, o->rmsnorm, cdiv(n_tok, 4), 1, s, p);
+}
+
+dsv4_status dsv4i_gpu_embed_hc(const dsv4i_gpu_ops *o, dsv4i_custream s, int32_t n_tok,
+                               int32_t hc, int32_t dim, dsv4i_cuptr tok, dsv4i_cuptr embed,
+                               dsv4i_cuptr h, dsv4i_cuptr pre) {
+  if (n_tok < 0 || hc <= 0 || hc > 256 || dim <= 0 || n_tok > 65535)
+    return bad("embed_hc", "sizes (n_tok <= 65535 per launch)");
+  if (n_tok == 0) return DSV4_OK;
+  int n = n_tok, c = hc, d = dim;
+  void *p[] = {&n, &c, &d, &tok, &embed, &h, &pre};
+  uint32_t gx = dim % 8 == 0 ? cdiv(dim / 8, 256) : cdiv(dim, 256);
+  return launch(o, o->embed_hc, gx, (uint32_t)n_tok, s, p);
+}
+
+dsv4_status dsv4i_gpu_hc_mixes(const dsv4i_gpu_ops *o, dsv4i_custream s, int32_t n_tok,
+                               int32_t hc, int32_t dim, dsv4i_cuptr h, dsv4i_cuptr fn, float eps,
+                               dsv4i_cuptr mixes) {
+  if (n_tok < 0 || hc <= 0 || dim <= 0) return bad("hc_mixes", "sizes");
+  if ((2 + hc) * hc * 8 > 224)
+    return dsv4i_error(DSV4_ERR_UNSUPPORTED, "gpu hc_mixes: hc = %d copies; the kernel takes "
+                                             "at most 4", (int)hc);
+  if (n_tok == 0) return DSV4_OK;
+  int n = n_tok, c = hc, d = dim;
+  void *p[] = {&n, &c, &d, &h, &fn, &eps, &mixes};
+  return launch(o, o->hc_mixes, (uint32_t)n_tok, 1, s, p);
+}
+
+dsv4_status dsv4i_gpu_hc_sinkhorn(const dsv4i_gpu_ops *o, dsv4i_custream s, int32_t n_tok,
+                                  int32_t hc, dsv4i_cuptr mixes, dsv4i_cuptr scale,
+                                  dsv4i_cuptr base, int32_t iters, float hc_eps, dsv4i_cuptr pre,
+                                  dsv4i_cuptr post, dsv4i_cuptr comb) {
+  if (n_tok < 0 || hc <= 0 || hc > 16 || iters < 1) return bad("hc_sinkhorn", "sizes");
+  if (n_tok == 0) return DSV4_OK;
+  int n = n_tok, c = hc, it = iters;
+  void *p[] = {&n, &c, &mixes, &scale, &base, &it, &hc_eps, &pre, &post, &comb};
+  return launch(o, o->hc_sinkhorn, cdiv(n_tok, 128), 1, s, p);
+}
+
+dsv4_status dsv4i_gpu_hc_pre(const dsv4i_gpu_ops *o, dsv4i_custream s, int32_t n_tok,
+                             int32_t hc, int32_t dim, dsv4i_cuptr h, dsv4i_cuptr pre,
+                             dsv4i_cuptr y) {
+  if (n_tok < 0 || hc <= 0 || dim <= 0 || n_tok > 65535) return bad("hc_pre", "sizes");
+  if (n_tok == 0) return DSV4_OK;
+  int n = n_tok, c = hc, d = dim;
+  void *p[] = {&n, &c, &d, &h, &pre, &y};
+  return launch(o, o->hc_pre, cdiv(dim, 256), (uint32_t)n_tok, s, p);
+}
+
+dsv4_status dsv4i_gpu_hc_post(const dsv4i_gpu_ops *o, dsv4i_custream s, int32_t n_tok,
+                              int32_t hc, int32_t dim, dsv4i_cuptr x, dsv4i_cuptr res,
+                              dsv4i_cuptr post, dsv4i_cuptr comb, dsv4i_cuptr out) {
+  if (n_tok < 0 || hc <= 0 || hc > 16 || dim <= 0 || n_tok > 65535) return bad("hc_post", "sizes");
+  if (n_tok == 0) return DSV4_OK;
+  int n = n_tok, c = hc, d = dim;
+  void *p[] = {&n, &c, &d, &x, &res, &post, &comb, &out};
+  return launch(o, o->hc_post, cdiv(dim, 256), (uint32_t)n_tok, s, p);
+}
+
+dsv4_status dsv4i_gpu_act_quant(const dsv4i_gpu_ops *o, dsv4i_custream s, int32_t n_tok,
+                                int32_t k, dsv4i_cuptr x, int64_t ldx, dsv4i_cuptr xq,
+                                dsv4i_cuptr sx) {
+  if (n_tok < 0 || k <= 0 || k % 32 || ldx < k) return bad("act_quant", "sizes (k % 32 == 0)");
+  if (n_tok == 0) return DSV4_OK;
+  int n = n_tok, kk = k;
+  long long lx = ldx;
+  void *p[] = {&n, &kk, &x, &lx, &xq, &sx};
+  return launch(o, o->act_quant, cdiv((int64_t)n_tok * (k / 32), 8), 1, s, p);
+}
+
+static dsv4_status gemv(const dsv4i_gpu_ops *o, dsv4i_custream s, dsv4i_kernel_id id,
+                        const dsv4i_gpu_weight *w, int32_t n_tok, dsv4i_cuptr xq, dsv4i_cuptr sx,
+                        dsv4i_cuptr x, int64_t ldx, dsv4i_cuptr y, int64_t ldy) {
+  const int64_t esz = w->fmt == DSV4I_KFMT_F32 ? 4 : w->fmt == DSV4I_KFMT_BF16 ? 2 : 1;
+  const int64_t row_bytes = w->fmt == DSV4I_KFMT_E2M1_UE8M0 ? w->ld : w->ld * esz;
+  if ((w->data & 15) || (row_bytes & 15))
+    return dsv4i_error(DSV4_ERR_UNSUPPORTED,
+                       "gpu linear: weight rows must be 16-byte aligned (data %#llx, row %lld B)",
+                       (unsigned long long)w->data, (long long)row_bytes);
+  if (n_tok == 0) return DSV4_OK;
+  int n = n_tok, rows = w->rows, k = w->cols;
+  long long ld = w->ld, sld = w->scale_ld, lx = ldx, ly = ldy;
+  dsv4i_cuptr data = w->data, scale = w->scale;
+  void *p[] = {&n, &rows, &k, &data, &ld, &scale, &sld, &xq, &sx, &x, &lx, &y, &ly};
+  return launch(o, id, cdiv(w->rows, LIN_ROWS), cdiv(n_tok, LIN_TM), s, p);
+}
+
+static int weight_ok(const dsv4i_gpu_weight *w) {
+  if (!w || w->rows <= 0 || w->cols <= 0 || w->cols % 32 || !w->data) return 0;
+  switch (w->fmt) {
+  case DSV4I_KFMT_E4M3_UE8M0:
+    return w->ld >= w->cols && w->scale && w->scale_ld >= w->cols / 32;
+  case DSV4I_KFMT_E2M1_UE8M0:
+    return w->ld >= w->cols / 2 && w->scale && w->scale_ld >= w->cols / 32;
+  case DSV4I_KFMT_BF16:
+  case DSV4I_KFMT_F32:
+    return w->ld >= w->cols;
+  default:
+    return 0;
+  }
+}
+
+dsv4_status dsv4i_gpu_linear_q(const dsv4i_gpu_ops *o, dsv4i_custream s,
+                               const dsv4i_gpu_weight *w, int32_t n_tok, dsv4i_cuptr xq,
+                               dsv4i_cuptr sx, dsv4i_cuptr y, int64_t ldy) {
+  if (!weight_ok(w) || n_tok < 0 || ldy < w->rows || cdiv(n_tok, LIN_TM) > 65535 ||
+      (w->fmt != DSV4I_KFMT_E4M3_UE8M0 && w->fmt != DSV4I_KFMT_E2M1_UE8M0))
+    return bad("linear_q", "needs a valid fp8/fp4 weight (cols % 32 == 0) and ldy >= rows");
+  return gemv(o, s, o->linear[w->fmt], w, n_tok, xq, sx, 0, w->cols, y, ldy);
+}
+
+dsv4_status dsv4i_gpu_linear(const dsv4i_gpu_ops *o, dsv4i_custream s, const dsv4i_gpu_weight *w,
+                             int32_t n_tok, dsv4i_cuptr x, int64_t ldx, dsv4i_cuptr y,
+                             int64_t ldy, int out_f32) {
+  if (!weight_ok(w) || n_tok < 0 || ldx < w->cols || ldy < w->rows ||
+      cdiv(n_tok, LIN_TM) > 65535 || (w->fmt != DSV4I_KFMT_BF16 && w->fmt != DSV4I_KFMT_F32))
+    return bad("linear", "needs a valid bf16/f32 weight (cols % 32 == 0), ldx >= cols, ldy >= rows");
+  if (w->fmt == DSV4I_KFMT_F32 && !out_f32)
+    return bad("linear", "fp32 weights give an fp32 result (out_f32 = 1)");
+  const dsv4i_kernel_id id = out_f32 ? o->linear_f32out[w->fmt] : o->linear[w->fmt];
+  return gemv(o, s, id, w, n_tok, 0, 0, x, ldx, y, ldy);
+}
+
+dsv4_status dsv4i_gpu_rope(const dsv4i_gpu_ops *o, dsv4i_custream s, int32_t n_tok, int32_t n_vec,
+                           int32_t n_freq, dsv4i_cuptr x, int64_t tok_stride, int64_t vec_stride,
+                           dsv4i_cuptr freqs, dsv4i_cuptr pos, int inverse) {
+  if (n_tok < 0 || n_vec < 0 || n_freq <= 0 || n_freq > 128) return bad("rope", "sizes (n_freq <= 128)");
+  if (n_tok == 0 || n_vec == 0) return DSV4_OK;
+  int n = n_tok, nv = n_vec, nf = n_freq, inv = inverse ? 1 : 0;
+  long long ts = tok_stride, vs = vec_stride;
+  void *p[] = {&n, &nv, &nf, &x, &ts, &vs, &freqs, &pos, &inv};
+  return launch(o, o->rope, (uint32_t)n_tok, 1, s, p);
+}
+
+dsv4_status dsv4i_gpu_argmax(const dsv4i_gpu_ops *o, dsv4i_custream s, int32_t n_rows,
+                             int32_t vocab, dsv4i_cuptr logits, int64_t ld, dsv4i_cuptr out) {
+  if (n_rows < 0 || vocab <= 0 || ld < vocab) return bad("argmax", "sizes");
+  if (n_rows == 0) return DSV4_OK;
+  int n = n_rows, v = vocab;
+  long long l = ld;
+  void *p[] = {&n, &v, &logits, &l, &out};
+  return launch(o, o->argmax, (uint32_t)n_rows, 1, s, p);
+}
+
+dsv4_status dsv4i_gpu_sample(const dsv4i_gpu_ops *o, dsv4i_custream s, int32_t n_rows,
+                             int32_t vocab, dsv4i_cuptr logits, int64_t ld, dsv4i_cuptr temperature,
+                             dsv4i_cuptr seed, dsv4i_cuptr counter, dsv4i_cuptr out) {
+  if (n_rows < 0 || vocab <= 0 || ld < vocab) return bad("sample", "sizes");
+  if (n_rows == 0) return DSV4_OK;
+  int n = n_rows, v = vocab;
+  long long l = ld;
+  void *p[] = {&n, &v, &logits, &l, &temperature, &seed, &counter, &out};
+  return launch(o, o->sample, (uint32_t)n_rows, 1, s, p);
+}
+
+dsv4_status dsv4i_gpu_router(const dsv4i_gpu_ops *o, dsv4i_custream s, int32_t n_tok,
+                             int32_t n_experts, int32_t top_k, dsv4i_cuptr z, int64_t ldz,
+                             dsv4i_cuptr bias, dsv4i_cuptr bias_vl, dsv4i_cuptr use_vl,
+                             int32_t norm_topk_prob, float route_scale, dsv4i_cuptr idx,
+                             dsv4i_cuptr weight) {
+  if (n_tok < 0 || n_experts <= 0 || n_experts > 1024 || top_k <= 0 || top_k > 16 ||
+      top_k > n_experts || ldz < n_experts)
+    return bad("router", "sizes (experts <= 1024, top_k <= 16)");
+  if (n_tok == 0) return DSV4_OK;
+  int n = n_tok, e = n_experts, k = top_k, norm = norm_topk_prob ? 1 : 0;
+  long long lz = ldz;
+  void *p[] = {&n, &e, &k, &z, &lz, &bias, &bias_vl, &use_vl, &norm, &route_scale, &idx, &weight};
+  return launch(o, o->router, cdiv(n_tok, 4), 1, s, p);
+}

@@ -1,0 +1,130 @@
+/*
+ * Host launchers of the dense kernels (kernels/norm.cu, hc.cu, linear.cu,
+ * rope.cu, sample.cu, router.cu). Each takes device pointers and a stream,
+ * checks its host-side sizes, and launches one kernel: no allocation, no
+ * synchronisation, so every launcher may run inside a captured graph.
+ *
+ * Numerics: each launcher names its CPU oracle (lib/cpu/cpu_ops.h) and
+ * whether the result equals it bit for bit; tests/gpu/test_cuda_ops.c
+ * checks every one against the oracle.
+ *
+ * Conventions: bf16 as uint16_t bits; row-major [rows][ld]; "ld" strides in
+ * elements. All pointers are device addresses (dsv4i_cuptr).
+ * Returns: DSV4_OK; DSV4_ERR_INVALID_ARG (sizes; nothing launched);
+ * DSV4_ERR_UNSUPPORTED (a shape the kernel does not take, named);
+ * DSV4_ERR_DEVICE / DSV4_ERR_DEVICE_LOST (the launch failed).
+ */
+#ifndef DSV4I_GPU_OPS_H
+#define DSV4I_GPU_OPS_H
+
+#include "gpu/kernel_registry.h"
+
+/** The kernels an engine launches, selected once at engine creation. */
+typedef struct dsv4i_gpu_ops {
+  const dsv4i_kreg *kr;
+  dsv4i_kernel_id rmsnorm, embed_hc, hc_mixes, hc_sinkhorn, hc_pre, hc_post, act_quant, rope,
+      argmax, sample, router;
+  dsv4i_kernel_id linear[DSV4I_KFMT_COUNT_];        /**< by weight format, bf16 out */
+  dsv4i_kernel_id linear_f32out[DSV4I_KFMT_COUNT_]; /**< BF16 / F32 weights, fp32 out */
+} dsv4i_gpu_ops;
+
+/**
+ * Select every kernel for kr's device (the engine-creation dispatch).
+ * @return DSV4_OK; DSV4_ERR_UNSUPPORTED naming op, format, shape and arch.
+ */
+dsv4_status dsv4i_gpu_ops_init(const dsv4i_kreg *kr, dsv4i_gpu_ops *ops);
+
+/** A weight matrix on the device, in its checkpoint format [rows = out][cols = in]. */
+typedef struct dsv4i_gpu_weight {
+  dsv4i_kfmt fmt;   /**< F32, BF16, E4M3_UE8M0 (fp8) or E2M1_UE8M0 (MXFP4) */
+  int32_t rows, cols;
+  int64_t ld;       /**< row stride of data: elements (bytes for E2M1: cols/2) */
+  int64_t scale_ld; /**< row stride of scale bytes: fp8 [ceil(rows/32)][ceil(cols/32)],
+                         fp4 [rows][cols/32] */
+  dsv4i_cuptr data, scale; /**< scale 0 for F32/BF16 */
+} dsv4i_gpu_weight;
+
+/** RMSNorm, dsv4i_cpu_rmsnorm bit for bit. x bf16 [n][ldx], w bf16 [dim],
+ * y bf16 [n][ldy] (may be x with ldy == ldx). */
+dsv4_status dsv4i_gpu_rmsnorm(const dsv4i_gpu_ops *o, dsv4i_custream s, int32_t n_tok,
+                              int32_t dim, dsv4i_cuptr x, int64_t ldx, dsv4i_cuptr w, float eps,
+                              dsv4i_cuptr y, int64_t ldy);
+
+/** Embedding + HC expansion (spec §5.1; the CPU backend's embed, bit for
+ * bit): h bf16 [n][hc][dim] = embed[tok[t]] in every copy, pre f32 [n][hc]
+ * one-hot copy 0. tok int32 [n] (device; ids already checked < vocab). */
+dsv4_status dsv4i_gpu_embed_hc(const dsv4i_gpu_ops *o, dsv4i_custream s, int32_t n_tok,
+                               int32_t hc, int32_t dim, dsv4i_cuptr tok, dsv4i_cuptr embed,
+                               dsv4i_cuptr h, dsv4i_cuptr pre);
+
+/** hc_mixes, dsv4i_cpu_hc_mixes bit for bit. h bf16 [n][hc][dim];
+ * fn f32 [(2+hc)hc][hc·dim]; mixes f32 [n][(2+hc)hc]. hc <= 4. */
+dsv4_status dsv4i_gpu_hc_mixes(const dsv4i_gpu_ops *o, dsv4i_custream s, int32_t n_tok,
+                               int32_t hc, int32_t dim, dsv4i_cuptr h, dsv4i_cuptr fn, float eps,
+                               dsv4i_cuptr mixes);
+
+/** hc_split_sinkhorn, dsv4i_cpu_hc_split_sinkhorn bit for bit (shared code,
+ * model/ref_math.h). scale f32 [3], base f32 [(2+hc)hc] (device). */
+dsv4_status dsv4i_gpu_hc_sinkhorn(const dsv4i_gpu_ops *o, dsv4i_custream s, int32_t n_tok,
+                                  int32_t hc, dsv4i_cuptr mixes, dsv4i_cuptr scale,
+                                  dsv4i_cuptr base, int32_t iters, float hc_eps, dsv4i_cuptr pre,
+                                  dsv4i_cuptr post, dsv4i_cuptr comb);
+
+/** hc_pre, dsv4i_cpu_hc_pre bit for bit: y bf16 [n][dim]. */
+dsv4_status dsv4i_gpu_hc_pre(const dsv4i_gpu_ops *o, dsv4i_custream s, int32_t n_tok,
+                             int32_t hc, int32_t dim, dsv4i_cuptr h, dsv4i_cuptr pre,
+                             dsv4i_cuptr y);
+
+/** hc_post, dsv4i_cpu_hc_post bit for bit; out may be res. */
+dsv4_status dsv4i_gpu_hc_post(const dsv4i_gpu_ops *o, dsv4i_custream s, int32_t n_tok,
+                              int32_t hc, int32_t dim, dsv4i_cuptr x, dsv4i_cuptr res,
+                              dsv4i_cuptr post, dsv4i_cuptr comb, dsv4i_cuptr out);
+
+/** act_quant decoded for the linears, dsv4i_cpu_act_quant bit for bit:
+ * x bf16 [n][ldx] -> xq f32 [n][k], sx f32 [n][k/32]; k % 32 == 0. */
+dsv4_status dsv4i_gpu_act_quant(const dsv4i_gpu_ops *o, dsv4i_custream s, int32_t n_tok,
+                                int32_t k, dsv4i_cuptr x, int64_t ldx, dsv4i_cuptr xq,
+                                dsv4i_cuptr sx);
+
+/** fp8 / MXFP4 linear on act_quant output, dsv4i_cpu_linear_q bit for bit:
+ * y bf16 [n][ldy]. w->cols % 32 == 0. */
+dsv4_status dsv4i_gpu_linear_q(const dsv4i_gpu_ops *o, dsv4i_custream s,
+                               const dsv4i_gpu_weight *w, int32_t n_tok, dsv4i_cuptr xq,
+                               dsv4i_cuptr sx, dsv4i_cuptr y, int64_t ldy);
+
+/** bf16 / fp32 weight on bf16 rows x [n][ldx]: out_f32 = 0 gives
+ * dsv4i_cpu_linear (BF16 weight, bf16 y), 1 gives dsv4i_cpu_linear_f32
+ * (fp32 y), both bit for bit. w->cols % 32 == 0. */
+dsv4_status dsv4i_gpu_linear(const dsv4i_gpu_ops *o, dsv4i_custream s, const dsv4i_gpu_weight *w,
+                             int32_t n_tok, dsv4i_cuptr x, int64_t ldx, dsv4i_cuptr y,
+                             int64_t ldy, int out_f32);
+
+/** RoPE in place, dsv4i_rope_cs + dsv4i_cpu_rope (cos/sin in double on the
+ * device: equal to the CPU's table except where CUDA's double cos/sin and
+ * glibc's round to different fp32 values, which the test measures).
+ * freqs f32 [n_freq] (<= 128), pos int32 [n] (< 2^24). */
+dsv4_status dsv4i_gpu_rope(const dsv4i_gpu_ops *o, dsv4i_custream s, int32_t n_tok, int32_t n_vec,
+                           int32_t n_freq, dsv4i_cuptr x, int64_t tok_stride, int64_t vec_stride,
+                           dsv4i_cuptr freqs, dsv4i_cuptr pos, int inverse);
+
+/** Greedy pick per row, dsv4i_cpu_argmax exactly. logits f32 [n][ld]; out int32 [n]. */
+dsv4_status dsv4i_gpu_argmax(const dsv4i_gpu_ops *o, dsv4i_custream s, int32_t n_rows,
+                             int32_t vocab, dsv4i_cuptr logits, int64_t ld, dsv4i_cuptr out);
+
+/** Sampling per row (kernels/sample.cu says how it can differ from
+ * dsv4i_cpu_sample): temperature f32 [n], seed u64 [n], counter u64 [n]. */
+dsv4_status dsv4i_gpu_sample(const dsv4i_gpu_ops *o, dsv4i_custream s, int32_t n_rows,
+                             int32_t vocab, dsv4i_cuptr logits, int64_t ld, dsv4i_cuptr temperature,
+                             dsv4i_cuptr seed, dsv4i_cuptr counter, dsv4i_cuptr out);
+
+/** Router selection after the gate GEMM (dsv4i_cpu_router's per-token part;
+ * kernels/router.cu says how it can differ): z f32 [n][ldz]; bias, bias_vl
+ * f32 [E] (bias_vl may be 0); use_vl u8 [n] or 0; idx int32 [n][k], weight
+ * f32 [n][k]. E <= 1024, k <= 16. */
+dsv4_status dsv4i_gpu_router(const dsv4i_gpu_ops *o, dsv4i_custream s, int32_t n_tok,
+                             int32_t n_experts, int32_t top_k, dsv4i_cuptr z, int64_t ldz,
+                             dsv4i_cuptr bias, dsv4i_cuptr bias_vl, dsv4i_cuptr use_vl,
+                             int32_t norm_topk_prob, float route_scale, dsv4i_cuptr idx,
+                             dsv4i_cuptr weight);
+
+#endif /* DSV4I_GPU_OPS_H */

@@ -1,0 +1,398 @@
+/*
+ * Every dense kernel against its CPU oracle (lib/cpu) on random inputs:
+ * bit for bit where the launcher says so (gpu/gpu_ops.h), otherwise with
+ * the tolerance stated at the test. Exit 77 without a GPU.
+ */
+#include "gpu_test_util.h"
+
+#include "cpu/cpu_ops.h"
+#include "gpu/gpu_ops.h"
+
+static dsv4i_gpu G;
+static dsv4i_gpu_ops O;
+
+static void reset_pool(void) { dsv4i_gpu_pool_reset(&G.pool, 0); }
+
+/* ---- RMSNorm ------------------------------------------------------------- */
+
+static void rmsnorm_case(int n, int dim, uint64_t seed) {
+  reset_pool();
+  uint64_t s = seed;
+  const int ld = dim + 3;
+  uint16_t *x = malloc(sizeof *x * (size_t)n * ld), *w = malloc(sizeof *w * (size_t)dim);
+  uint16_t *yc = calloc((size_t)n * dim, 2), *yg = calloc((size_t)n * dim, 2);
+  gt_fill_bf16(&s, x, (size_t)n * ld, 12);
+  gt_fill_bf16(&s, w, (size_t)dim, 2);
+  gt_check(dsv4i_cpu_rmsnorm(n, dim, x, ld, w, 1e-6f, yc, dim));
+  dsv4i_cuptr dx = gt_up(&G, x, sizeof *x * (size_t)n * ld), dw = gt_up(&G, w, 2 * (size_t)dim);
+  dsv4i_cuptr dy = gt_up(&G, NULL, 2 * (size_t)n * dim);
+  gt_check(dsv4i_gpu_rmsnorm(&O, G.stream, n, dim, dx, ld, dw, 1e-6f, dy, dim));
+  gt_down(&G, yg, dy, 2 * (size_t)n * dim);
+  assert_int_equal(gt_diff_bits(yg, yc, (size_t)n * dim, 2, "rmsnorm"), 0);
+  free(x), free(w), free(yc), free(yg);
+}
+
+static void rmsnorm_equals_cpu(void **state) {
+  (void)state;
+  rmsnorm_case(13, 4096, 1); /* release dim: cascade with 128 rows per chain */
+  rmsnorm_case(3, 1000, 2);  /* leftover items and a tail */
+  rmsnorm_case(2, 5, 3);     /* n < 8: the scalar order */
+  rmsnorm_case(1, 70000, 4); /* level power above 4 */
+}
+
+/* ---- embedding + HC expansion -------------------------------------------- */
+
+static void embed_hc_equals_cpu(void **state) {
+  (void)state;
+  reset_pool();
+  uint64_t s = 5;
+  const int vocab = 50, dim = 4096, hc = 4, n = 7;
+  uint16_t *emb = malloc(2 * (size_t)vocab * dim), *h = malloc(2 * (size_t)n * hc * dim);
+  int32_t tok[7];
+  float pre[7 * 4];
+  gt_fill_bf16(&s, emb, (size_t)vocab * dim, 8);
+  for (int t = 0; t < n; t++) tok[t] = (int32_t)(gt_rand(&s) % vocab);
+  dsv4i_cuptr de = gt_up(&G, emb, 2 * (size_t)vocab * dim), dt = gt_up(&G, tok, sizeof tok);
+  dsv4i_cuptr dh = gt_up(&G, NULL, 2 * (size_t)n * hc * dim), dp = gt_up(&G, NULL, sizeof pre);
+  gt_check(dsv4i_gpu_embed_hc(&O, G.stream, n, hc, dim, dt, de, dh, dp));
+  gt_down(&G, h, dh, 2 * (size_t)n * hc * dim);
+  gt_down(&G, pre, dp, sizeof pre);
+  for (int t = 0; t < n; t++)
+    for (int c = 0; c < hc; c++) {
+      assert_memory_equal(h + ((size_t)t * hc + c) * dim, emb + (size_t)tok[t] * dim, 2 * (size_t)dim);
+      assert_true(pre[t * hc + c] == (c == 0 ? 1.0f : 0.0f));
+    }
+  free(emb), free(h);
+}
+
+/* ---- hyper-connections ----------------------------------------------------- */
+
+static void hc_mixes_sinkhorn_pre_post_equal_cpu(void **state) {
+  (void)state;
+  reset_pool();
+  uint64_t s = 6;
+  const int n = 9, hc = 4, dim = 4096, nm = (2 + hc) * hc, iters = 20;
+  const size_t nh = (size_t)n * hc * dim;
+  uint16_t *h = malloc(2 * nh), *x = malloc(2 * (size_t)n * dim);
+  float *fn = malloc(sizeof(float) * (size_t)nm * hc * dim), scale[3], base[24];
+  gt_fill_bf16(&s, h, nh, 6);
+  gt_fill_bf16(&s, x, (size_t)n * dim, 6);
+  gt_fill_f32(&s, fn, (size_t)nm * hc * dim, 3);
+  gt_fill_f32(&s, scale, 3, 1);
+  gt_fill_f32(&s, base, 24, 1);
+  float mc[9 * 24], mg[9 * 24], prc[36], poc[36], cc[144], prg[36], pog[36], cg[144];
+  gt_check(dsv4i_cpu_hc_mixes(n, hc, dim, h, fn, 1e-6f, mc));
+  gt_check(dsv4i_cpu_hc_split_sinkhorn(n, hc, mc, scale, base, iters, 1e-6f, prc, poc, cc));
+  dsv4i_cuptr dh = gt_up(&G, h, 2 * nh), dfn = gt_up(&G, fn, sizeof(float) * (size_t)nm * hc * dim);
+  dsv4i_cuptr dm = gt_up(&G, NULL, sizeof mg), dsc = gt_up(&G, scale, sizeof scale),
+              db = gt_up(&G, base, sizeof base);
+  dsv4i_cuptr dpr = gt_up(&G, NULL, sizeof prg), dpo = gt_up(&G, NULL, sizeof pog),
+              dc = gt_up(&G, NULL, sizeof cg);
+  gt_check(dsv4i_gpu_hc_mixes(&O, G.stream, n, hc, dim, dh, dfn, 1e-6f, dm));
+  gt_down(&G, mg, dm, sizeof mg);
+  assert_int_equal(gt_diff_bits(mg, mc, (size_t)n * nm, 4, "hc_mixes"), 0);
+  /* sinkhorn from the CPU's mixes, so each kernel is judged alone */
+  dsv4i_cuptr dmc = gt_up(&G, mc, sizeof mc);
+  gt_check(dsv4i_gpu_hc_sinkhorn(&O, G.stream, n, hc, dmc, dsc, db, iters, 1e-6f, dpr, dpo, dc));
+  gt_down(&G, prg, dpr, sizeof prg);
+  gt_down(&G, pog, dpo, sizeof pog);
+  gt_down(&G, cg, dc, sizeof cg);
+  assert_int_equal(gt_diff_bits(prg, prc, 36, 4, "sinkhorn pre"), 0);
+  assert_int_equal(gt_diff_bits(pog, poc, 36, 4, "sinkhorn post"), 0);
+  assert_int_equal(gt_diff_bits(cg, cc, 144, 4, "sinkhorn comb"), 0);
+
+  uint16_t *yc = malloc(2 * (size_t)n * dim), *yg = malloc(2 * (size_t)n * dim);
+  gt_check(dsv4i_cpu_hc_pre(n, hc, dim, h, prc, yc));
+  dsv4i_cuptr dpc = gt_up(&G, prc, sizeof prc), dy = gt_up(&G, NULL, 2 * (size_t)n * dim);
+  gt_check(dsv4i_gpu_hc_pre(&O, G.stream, n, hc, dim, dh, dpc, dy));
+  gt_down(&G, yg, dy, 2 * (size_t)n * dim);
+  assert_int_equal(gt_diff_bits(yg, yc, (size_t)n * dim, 2, "hc_pre"), 0);
+
+  uint16_t *oc = malloc(2 * nh), *og = malloc(2 * nh);
+  gt_check(dsv4i_cpu_hc_post(n, hc, dim, x, h, poc, cc, oc));
+  dsv4i_cuptr dx = gt_up(&G, x, 2 * (size_t)n * dim), dpo2 = gt_up(&G, poc, sizeof poc),
+              dc2 = gt_up(&G, cc, sizeof cc);
+  /* in place (out == res), as the block runs it */
+  gt_check(dsv4i_gpu_hc_post(&O, G.stream, n, hc, dim, dx, dh, dpo2, dc2, dh));
+  gt_down(&G, og, dh, 2 * nh);
+  assert_int_equal(gt_diff_bits(og, oc, nh, 2, "hc_post"), 0);
+  free(h), free(x), free(fn), free(yc), free(yg), free(oc), free(og);
+}
+
+/* ---- act_quant and the linears --------------------------------------------- */
+
+static void act_quant_equals_cpu(void **state) {
+  (void)state;
+  reset_pool();
+  uint64_t s = 7;
+  const int n = 9, k = 4096, ld = k + 64;
+  uint16_t *x = malloc(2 * (size_t)n * ld);
+  gt_fill_bf16(&s, x, (size_t)n * ld, 20);
+  x[5] = 0x7F80;           /* +inf: a non-finite block */
+  x[ld + 40] = 0xFFC1;     /* NaN */
+  for (int i = 0; i < 32; i++) x[2 * ld + 64 + i] = (uint16_t)(i & 3); /* subnormal bf16 */
+  float *qc = malloc(4 * (size_t)n * k), *qg = malloc(4 * (size_t)n * k);
+  float *sc = malloc(4 * (size_t)n * k / 32), *sg = malloc(4 * (size_t)n * k / 32);
+  gt_check(dsv4i_cpu_act_quant(n, k, x, ld, qc, sc));
+  dsv4i_cuptr dx = gt_up(&G, x, 2 * (size_t)n * ld), dq = gt_up(&G, NULL, 4 * (size_t)n * k),
+              ds = gt_up(&G, NULL, 4 * (size_t)n * k / 32);
+  gt_check(dsv4i_gpu_act_quant(&O, G.stream, n, k, dx, ld, dq, ds));
+  gt_down(&G, qg, dq, 4 * (size_t)n * k);
+  gt_down(&G, sg, ds, 4 * (size_t)n * k / 32);
+  assert_int_equal(gt_diff_bits(qg, qc, (size_t)n * k, 4, "act_quant xq"), 0);
+  assert_int_equal(gt_diff_bits(sg, sc, (size_t)n * k / 32, 4, "act_quant sx"), 0);
+  free(x), free(qc), free(qg), free(sc), free(sg);
+}
+
+/* Random E4M3 bytes without the NaN codes. */
+static uint8_t rand_e4m3(uint64_t *s) {
+  uint8_t b;
+  do b = (uint8_t)gt_rand(s); while ((b & 0x7F) == 0x7F);
+  return b;
+}
+
+static void linear_q_case(int fmt, int rows, int cols, int n, uint64_t seed) {
+  reset_pool();
+  uint64_t s = seed;
+  const int fp8 = fmt == DSV4I_W_FP8;
+  const size_t wbytes = fp8 ? (size_t)rows * cols : (size_t)rows * cols / 2;
+  const size_t sld = (size_t)cols / 32, srows = fp8 ? (size_t)(rows + 31) / 32 : (size_t)rows;
+  uint8_t *w = malloc(wbytes), *sc = malloc(srows * sld);
+  for (size_t i = 0; i < wbytes; i++) w[i] = fp8 ? rand_e4m3(&s) : (uint8_t)gt_rand(&s);
+  for (size_t i = 0; i < srows * sld; i++) sc[i] = (uint8_t)(117 + gt_rand(&s) % 16);
+  uint16_t *x = malloc(2 * (size_t)n * cols);
+  gt_fill_bf16(&s, x, (size_t)n * cols, 10);
+  float *xq = malloc(4 * (size_t)n * cols), *sx = malloc(4 * (size_t)n * cols / 32);
+  gt_check(dsv4i_cpu_act_quant(n, cols, x, cols, xq, sx));
+  dsv4i_wview v;
+  gt_check(dsv4i_wview_init(&v, fmt, rows, cols, w, sc));
+  uint16_t *yc = malloc(2 * (size_t)n * rows), *yg = malloc(2 * (size_t)n * rows);
+  gt_check(dsv4i_cpu_linear_q(&v, n, xq, sx, yc, rows));
+  dsv4i_gpu_weight gw = {fp8 ? DSV4I_KFMT_E4M3_UE8M0 : DSV4I_KFMT_E2M1_UE8M0, rows, cols,
+                         fp8 ? cols : cols / 2, (int64_t)sld, gt_up(&G, w, wbytes),
+                         gt_up(&G, sc, srows * sld)};
+  /* the GPU quantises too: act_quant + linear as the backend runs them */
+  dsv4i_cuptr dx = gt_up(&G, x, 2 * (size_t)n * cols), dq = gt_up(&G, NULL, 4 * (size_t)n * cols),
+              ds = gt_up(&G, NULL, 4 * (size_t)n * cols / 32), dy = gt_up(&G, NULL, 2 * (size_t)n * rows);
+  gt_check(dsv4i_gpu_act_quant(&O, G.stream, n, cols, dx, cols, dq, ds));
+  gt_check(dsv4i_gpu_linear_q(&O, G.stream, &gw, n, dq, ds, dy, rows));
+  gt_down(&G, yg, dy, 2 * (size_t)n * rows);
+  char what[64];
+  snprintf(what, sizeof what, "linear %s %dx%d n=%d", fp8 ? "fp8" : "fp4", rows, cols, n);
+  assert_int_equal(gt_diff_bits(yg, yc, (size_t)n * rows, 2, what), 0);
+  free(w), free(sc), free(x), free(xq), free(sx), free(yc), free(yg);
+}
+
+static void linear_fp8_fp4_equal_cpu(void **state) {
+  (void)state;
+  linear_q_case(DSV4I_W_FP8, 1000, 1024, 1, 8);  /* rows not a multiple of 128 or 32 */
+  linear_q_case(DSV4I_W_FP8, 512, 4096, 19, 9);  /* several token chunks */
+  linear_q_case(DSV4I_W_FP4, 777, 512, 6, 10);
+  linear_q_case(DSV4I_W_FP4, 256, 4096, 9, 11);
+}
+
+static void linear_float_case(int fmt, int out_f32, int rows, int cols, int n, uint64_t seed) {
+  reset_pool();
+  uint64_t s = seed;
+  const size_t esz = fmt == DSV4I_W_F32 ? 4 : 2;
+  void *w = malloc(esz * (size_t)rows * cols);
+  if (fmt == DSV4I_W_F32) gt_fill_f32(&s, w, (size_t)rows * cols, 4);
+  else gt_fill_bf16(&s, w, (size_t)rows * cols, 4);
+  const int ldx = cols + 32;
+  uint16_t *x = malloc(2 * (size_t)n * ldx);
+  gt_fill_bf16(&s, x, (size_t)n * ldx, 6);
+  dsv4i_wview v;
+  gt_check(dsv4i_wview_init(&v, fmt, rows, cols, w, NULL));
+  const size_t osz = out_f32 ? 4 : 2;
+  void *yc = malloc(osz * (size_t)n * rows), *yg = malloc(osz * (size_t)n * rows);
+  if (out_f32) gt_check(dsv4i_cpu_linear_f32(&v, n, x, ldx, yc, rows));
+  else gt_check(dsv4i_cpu_linear(&v, n, x, ldx, yc, rows));
+  dsv4i_gpu_weight gw = {fmt == DSV4I_W_F32 ? DSV4I_KFMT_F32 : DSV4I_KFMT_BF16, rows, cols, cols, 0,
+                         gt_up(&G, w, esz * (size_t)rows * cols), 0};
+  dsv4i_cuptr dx = gt_up(&G, x, 2 * (size_t)n * ldx), dy = gt_up(&G, NULL, osz * (size_t)n * rows);
+  gt_check(dsv4i_gpu_linear(&O, G.stream, &gw, n, dx, ldx, dy, rows, out_f32));
+  gt_down(&G, yg, dy, osz * (size_t)n * rows);
+  char what[64];
+  snprintf(what, sizeof what, "linear %s->%s %dx%d n=%d", esz == 4 ? "f32" : "bf16",
+           out_f32 ? "f32" : "bf16", rows, cols, n);
+  assert_int_equal(gt_diff_bits(yg, yc, (size_t)n * rows, osz, what), 0);
+  free(w), free(x), free(yc), free(yg);
+}
+
+static void linear_bf16_f32_equal_cpu(void **state) {
+  (void)state;
+  linear_float_case(DSV4I_W_BF16, 0, 1024, 2048, 5, 12); /* wo_a path */
+  linear_float_case(DSV4I_W_BF16, 1, 3000, 1024, 3, 13); /* head / gate upcast */
+  linear_float_case(DSV4I_W_F32, 1, 384, 512, 17, 14);
+}
+
+/* ---- RoPE -------------------------------------------------------------------- */
+
+/* The rotation is bit-exact given the same cos/sin; CUDA's double cos/sin
+ * and glibc's may round to different fp32 values in rare cases. Tolerance:
+ * at most 1 in 1000 outputs differ, and those by 1 bf16 ulp. */
+static void rope_equals_cpu(void **state) {
+  (void)state;
+  reset_pool();
+  uint64_t s = 15;
+  const int n = 16, nv = 8, nf = 32, vs = 80, ts = nv * vs;
+  float freqs[32];
+  int64_t pos64[16];
+  int32_t pos[16];
+  for (int t = 0; t < n; t++) pos[t] = (int32_t)(gt_rand(&s) % (1u << 20)), pos64[t] = pos[t];
+  for (int yarn = 0; yarn < 2; yarn++)
+    for (int inv = 0; inv < 2; inv++) {
+      reset_pool();
+      if (yarn) gt_check(dsv4i_rope_freqs(64, 160000.0, 65536, 16, 32, 1, freqs));
+      else gt_check(dsv4i_rope_freqs(64, 10000.0, 0, 0, 0, 0, freqs));
+      uint16_t xc[16 * 8 * 80], xg[16 * 8 * 80];
+      gt_fill_bf16(&s, xc, sizeof xc / 2, 4);
+      memcpy(xg, xc, sizeof xc);
+      float cs[16 * 32 * 2];
+      gt_check(dsv4i_rope_cs(freqs, nf, n, pos64, cs));
+      gt_check(dsv4i_cpu_rope(n, nv, nf, xc + 16, ts, vs, cs, inv));
+      dsv4i_cuptr dx = gt_up(&G, xg, sizeof xg), df = gt_up(&G, freqs, sizeof freqs),
+                  dp = gt_up(&G, pos, sizeof pos);
+      gt_check(dsv4i_gpu_rope(&O, G.stream, n, nv, nf, dx + 32, ts, vs, df, dp, inv));
+      gt_down(&G, xg, dx, sizeof xg);
+      size_t bad = 0;
+      for (size_t i = 0; i < sizeof xc / 2; i++)
+        if (xc[i] != xg[i]) {
+          bad++;
+          assert_true(abs((int)xc[i] - (int)xg[i]) == 1);
+        }
+      printf("# rope yarn=%d inverse=%d: %zu of %zu outputs differ from the CPU (1 bf16 ulp each)\n",
+             yarn, inv, bad, sizeof xc / 2);
+      assert_true(bad * 1000 <= sizeof xc / 2);
+    }
+}
+
+/* ---- greedy and sampling ------------------------------------------------------ */
+
+static void argmax_equals_cpu(void **state) {
+  (void)state;
+  reset_pool();
+  uint64_t s = 16;
+  const int rows = 6, vocab = 129280;
+  float *l = malloc(4 * (size_t)rows * vocab);
+  gt_fill_f32(&s, l, (size_t)rows * vocab, 3);
+  l[1 * vocab + 7] = 100.0f, l[1 * vocab + 70000] = 100.0f; /* tie: the lower index */
+  l[2 * vocab + 3] = NAN, l[2 * vocab + 129279] = 1e30f;   /* NaN ignored; last element */
+  for (int i = 0; i < vocab; i++) l[3 * vocab + i] = NAN;  /* all NaN: 0 */
+  for (int i = 0; i < vocab; i++) l[4 * vocab + i] = -INFINITY;
+  l[5 * vocab + 0] = INFINITY, l[5 * vocab + 5] = INFINITY;
+  int32_t got[6];
+  dsv4i_cuptr dl = gt_up(&G, l, 4 * (size_t)rows * vocab), dout = gt_up(&G, NULL, sizeof got);
+  gt_check(dsv4i_gpu_argmax(&O, G.stream, rows, vocab, dl, vocab, dout));
+  gt_down(&G, got, dout, sizeof got);
+  for (int r = 0; r < rows; r++) assert_int_equal(got[r], dsv4i_cpu_argmax(l + (size_t)r * vocab, vocab));
+  assert_int_equal(got[1], 7);
+  assert_int_equal(got[3], 0);
+  free(l);
+}
+
+/* Tolerance: the pick equals the CPU's except when two candidates' p/q are
+ * within a few ulps (kernels/sample.cu); over these 48 draws none is, so
+ * every token must match. */
+static void sample_equals_cpu(void **state) {
+  (void)state;
+  reset_pool();
+  uint64_t s = 17;
+  const int rows = 48, vocab = 129280;
+  float *l = malloc(4 * (size_t)rows * vocab), temp[48];
+  unsigned long long seed[48], ctr[48];
+  gt_fill_f32(&s, l, (size_t)rows * vocab, 2);
+  for (int r = 0; r < rows; r++) {
+    for (int i = 0; i < vocab; i++) l[(size_t)r * vocab + i] *= 4.0f;
+    temp[r] = r % 8 == 0 ? 0.0f : 0.25f * (float)(r % 8);
+    seed[r] = gt_rand(&s);
+    ctr[r] = (unsigned long long)r * 7;
+  }
+  int32_t got[48];
+  dsv4i_cuptr dl = gt_up(&G, l, 4 * (size_t)rows * vocab), dt = gt_up(&G, temp, sizeof temp),
+              dsd = gt_up(&G, seed, sizeof seed), dc = gt_up(&G, ctr, sizeof ctr),
+              dout = gt_up(&G, NULL, sizeof got);
+  gt_check(dsv4i_gpu_sample(&O, G.stream, rows, vocab, dl, vocab, dt, dsd, dc, dout));
+  gt_down(&G, got, dout, sizeof got);
+  int same = 0;
+  for (int r = 0; r < rows; r++) {
+    const int32_t want = dsv4i_cpu_sample(l + (size_t)r * vocab, vocab, temp[r], seed[r], ctr[r]);
+    if (want == got[r]) same++;
+    else fprintf(stderr, "  sample row %d (T %.2f): gpu %d cpu %d\n", r, (double)temp[r], got[r], want);
+  }
+  printf("# sample: %d of %d draws equal the CPU's\n", same, rows);
+  assert_int_equal(same, rows);
+  free(l);
+}
+
+/* ---- router ------------------------------------------------------------------- */
+
+/* Tolerance: expert ids equal; weights within 4 fp32 ulps (CUDA's expf/log1pf
+ * vs glibc's). */
+static void router_equals_cpu(void **state) {
+  (void)state;
+  reset_pool();
+  uint64_t s = 18;
+  const int n = 33, E = 384, K = 6, dim = 1024;
+  uint16_t *gate = malloc(2 * (size_t)E * dim), *x = malloc(2 * (size_t)n * dim);
+  float bias[384], bias_vl[384];
+  uint8_t use_vl[33];
+  gt_fill_bf16(&s, gate, (size_t)E * dim, 2);
+  gt_fill_bf16(&s, x, (size_t)n * dim, 2);
+  gt_fill_f32(&s, bias, E, 1);
+  gt_fill_f32(&s, bias_vl, E, 1);
+  for (int t = 0; t < n; t++) use_vl[t] = (uint8_t)(t % 5 == 0);
+  dsv4i_wview dummy;
+  gt_check(dsv4i_wview_init(&dummy, DSV4I_W_BF16, 32, 32, gate, NULL));
+  dsv4i_moe m = {.n_experts = E, .top_k = K, .dim = dim, .inter = 32, .route_scale = 1.5f,
+                 .swiglu_limit = 10, .norm_topk_prob = 1, .bias = bias, .bias_vl = bias_vl,
+                 .w1 = &dummy, .w2 = &dummy, .w3 = &dummy};
+  gt_check(dsv4i_wview_init(&m.gate, DSV4I_W_BF16, E, dim, gate, NULL));
+  int32_t ic[33 * 6], ig[33 * 6];
+  float wc[33 * 6], wg[33 * 6];
+  gt_check(dsv4i_cpu_router(&m, n, x, dim, use_vl, ic, wc));
+  dsv4i_gpu_weight gw = {DSV4I_KFMT_BF16, E, dim, dim, 0, gt_up(&G, gate, 2 * (size_t)E * dim), 0};
+  dsv4i_cuptr dx = gt_up(&G, x, 2 * (size_t)n * dim), dz = gt_up(&G, NULL, 4 * (size_t)n * E);
+  dsv4i_cuptr db = gt_up(&G, bias, sizeof bias), dbv = gt_up(&G, bias_vl, sizeof bias_vl),
+              du = gt_up(&G, use_vl, sizeof use_vl), di = gt_up(&G, NULL, sizeof ig),
+              dw = gt_up(&G, NULL, sizeof wg);
+  gt_check(dsv4i_gpu_linear(&O, G.stream, &gw, n, dx, dim, dz, E, 1));
+  gt_check(dsv4i_gpu_router(&O, G.stream, n, E, K, dz, E, db, dbv, du, 1, 1.5f, di, dw));
+  gt_down(&G, ig, di, sizeof ig);
+  gt_down(&G, wg, dw, sizeof wg);
+  assert_int_equal(gt_diff_bits(ig, ic, (size_t)n * K, 4, "router idx"), 0);
+  int max_ulp = 0, exact = 0;
+  for (int i = 0; i < n * K; i++) {
+    int32_t a, b;
+    memcpy(&a, &wg[i], 4), memcpy(&b, &wc[i], 4);
+    const int d = abs(a - b);
+    max_ulp = d > max_ulp ? d : max_ulp;
+    exact += d == 0;
+  }
+  printf("# router: ids equal; weights %d of %d bit-equal, max %d ulp apart\n", exact, n * K, max_ulp);
+  assert_true(max_ulp <= 4);
+  free(gate), free(x);
+}
+
+int main(void) {
+  gt_open(&G, (size_t)1 << 30);
+  gt_check(dsv4i_gpu_ops_init(&G.kr, &O));
+  printf("# device %s sm_%d: %zu PTX modules, %zu bytes, JIT %.1f ms (driver %.1f ms)\n",
+         G.dev.name, (int)G.dev.sm, G.kr.n_modules, G.kr.ptx_bytes, G.kr.jit_ms,
+         (double)G.kr.jit_driver_ms);
+  const struct CMUnitTest tests[] = {
+    cmocka_unit_test(rmsnorm_equals_cpu),
+    cmocka_unit_test(embed_hc_equals_cpu),
+    cmocka_unit_test(hc_mixes_sinkhorn_pre_post_equal_cpu),
+    cmocka_unit_test(act_quant_equals_cpu),
+    cmocka_unit_test(linear_fp8_fp4_equal_cpu),
+    cmocka_unit_test(linear_bf16_f32_equal_cpu),
+    cmocka_unit_test(rope_equals_cpu),
+    cmocka_unit_test(argmax_equals_cpu),
+    cmocka_unit_test(sample_equals_cpu),
+    cmocka_unit_test(router_equals_cpu),
+  };
+  int failed = cmocka_run_group_tests_name("cuda_ops", tests, NULL, NULL);
+  dsv4i_gpu_close(&G);
+  return failed;
+}
