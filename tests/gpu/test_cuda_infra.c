@@ -174,7 +174,7 @@ static void graph_replay_equals_eager(void **state) {
   free(wq);
 }
 
-int main(void) {
+int tu_run_suite(void) {
   gt_open(&G, (size_t)256 << 20);
   gt_check(dsv4i_gpu_ops_init(&G.kr, &O));
   const struct CMUnitTest tests[] = {

@@ -32,7 +32,7 @@ static void fault_is_sticky_device_lost(void **state) {
   dsv4i_gpu_close(&g);
 }
 
-int main(void) {
+int tu_run_suite(void) {
   const struct CMUnitTest tests[] = {cmocka_unit_test(fault_is_sticky_device_lost)};
   return cmocka_run_group_tests_name("cuda_lost", tests, NULL, NULL);
 }

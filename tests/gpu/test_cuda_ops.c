@@ -374,7 +374,7 @@ static void router_equals_cpu(void **state) {
   free(gate), free(x);
 }
 
-int main(void) {
+int tu_run_suite(void) {
   gt_open(&G, (size_t)1 << 30);
   gt_check(dsv4i_gpu_ops_init(&G.kr, &O));
   printf("# device %s sm_%d: %zu PTX modules, %zu bytes, JIT %.1f ms (driver %.1f ms)\n",
