@@ -23,7 +23,7 @@
 typedef struct dsv4i_gpu_ops {
   const dsv4i_kreg *kr;
   dsv4i_kernel_id rmsnorm, embed_hc, hc_mixes, hc_sinkhorn, hc_pre, hc_post, act_quant, rope,
-      argmax, sample, router;
+      argmax, sample, router, moe_up, moe_down, engram_gather, engram_update;
   dsv4i_kernel_id linear[DSV4I_KFMT_COUNT_];        /**< by weight format, bf16 out */
   dsv4i_kernel_id linear_f32out[DSV4I_KFMT_COUNT_]; /**< BF16 / F32 weights, fp32 out */
 } dsv4i_gpu_ops;
@@ -126,5 +126,59 @@ dsv4_status dsv4i_gpu_router(const dsv4i_gpu_ops *o, dsv4i_custream s, int32_t n
                              dsv4i_cuptr bias, dsv4i_cuptr bias_vl, dsv4i_cuptr use_vl,
                              int32_t norm_topk_prob, float route_scale, dsv4i_cuptr idx,
                              dsv4i_cuptr weight);
+
+/** One MoE layer's experts on the device (spec §5.5). */
+typedef struct dsv4i_gpu_moe {
+  int32_t n_experts, top_k;  /**< routed experts, slots per token (<= 16) */
+  int32_t dim, inter;        /**< model dim, moe_inter_dim (both % 32 == 0) */
+  int32_t has_shared;        /**< 1: the shared expert is entry n_experts of the tables */
+  float swiglu_limit;        /**< <= 0 disables the clamps */
+  dsv4i_kfmt fmt_routed, fmt_shared; /**< E2M1_UE8M0 (MXFP4) or E4M3_UE8M0 (fp8) */
+  /** device arrays [n_experts + 1] of device addresses: dense checkpoint-layout
+   * w1/w3 [inter][dim], w2 [dim][inter] and their UE8M0 scales */
+  dsv4i_cuptr w1, s1, w2, s2, w3, s3;
+} dsv4i_gpu_moe;
+
+/** Scratch bytes dsv4i_gpu_moe_experts needs for up to n_tok tokens. */
+size_t dsv4i_gpu_moe_scratch_bytes(const dsv4i_gpu_moe *m, int32_t n_tok);
+
+/**
+ * Routed experts + shared expert for given routing, dsv4i_cpu_moe_experts
+ * bit for bit, in four launches (act_quant x, up + SwiGLU over every
+ * (token, slot), act_quant of the activations, down with the per-token sum
+ * in ascending expert id, shared last). idx int32 [n][top_k] (id < 0:
+ * skipped; duplicates and ids >= n_experts are the caller's to refuse: the
+ * router never makes them), weight f32 [n][top_k], x bf16 [n][ldx], out
+ * bf16 [n][ldo]; scratch: dsv4i_gpu_moe_scratch_bytes(m, n_tok) bytes, 256-aligned.
+ */
+dsv4_status dsv4i_gpu_moe_experts(const dsv4i_gpu_ops *o, dsv4i_custream s,
+                                  const dsv4i_gpu_moe *m, int32_t n_tok, dsv4i_cuptr x,
+                                  int64_t ldx, dsv4i_cuptr idx, dsv4i_cuptr weight,
+                                  dsv4i_cuptr scratch, dsv4i_cuptr out, int64_t ldo);
+
+/** One Engram layer on the device (spec §5.2; the fields of the CPU's
+ * dsv4i_engram_layer). The table may be in a mapped host-pinned pool. */
+typedef struct dsv4i_gpu_engram {
+  int32_t dim, hc, n_cols, head_dim; /**< head_dim % 32 == 0 */
+  float eps;
+  dsv4i_cuptr table;       /**< E4M3 [rows][head_dim] (device address, mapped pinned allowed) */
+  dsv4i_cuptr table_scale; /**< UE8M0 [rows][head_dim/32] */
+  dsv4i_gpu_weight wkv;    /**< fp8 [(hc+1)·dim][n_cols·head_dim] */
+  dsv4i_cuptr q_weight, k_weight; /**< bf16 [hc][dim] */
+} dsv4i_gpu_engram;
+
+/** Scratch bytes dsv4i_gpu_engram_run needs for up to n_tok tokens. */
+size_t dsv4i_gpu_engram_scratch_bytes(const dsv4i_gpu_engram *e, int32_t n_tok);
+
+/**
+ * The Engram module in place on the stream h bf16 [n][hc][dim] (CPU oracle
+ * dsv4i_cpu_engram; kernels/engram.cu says where it can differ: the last
+ * (n·hc mod 32) gates use CUDA's expf where the CPU uses glibc's).
+ * ids int64 [n][ld_ids] (ids checked in range by the engine), is_image u8
+ * [n] or 0; four launches: gather, act_quant, wkv, update.
+ */
+dsv4_status dsv4i_gpu_engram_run(const dsv4i_gpu_ops *o, dsv4i_custream s, const dsv4i_gpu_engram *e,
+                             int32_t n_tok, dsv4i_cuptr ids, int64_t ld_ids, dsv4i_cuptr is_image,
+                             dsv4i_cuptr scratch, dsv4i_cuptr h);
 
 #endif /* DSV4I_GPU_OPS_H */

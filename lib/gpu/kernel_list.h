@@ -33,7 +33,11 @@
   X(ROPE, "rope")                                                                                \
   X(ARGMAX, "argmax")                                                                            \
   X(SAMPLE, "sample")                                                                            \
-  X(ROUTER, "router")
+  X(ROUTER, "router")                                                                            \
+  X(MOE_UP, "moe_up")                                                                            \
+  X(MOE_DOWN, "moe_down")                                                                        \
+  X(ENGRAM_GATHER, "engram_gather")                                                              \
+  X(ENGRAM_UPDATE, "engram_update")
 
 /* Kernels (see above). One row per line: kernels/meson.build parses them. */
 #define DSV4I_KERNELS(X)                                                                         \
@@ -53,6 +57,10 @@
   X(ROPE_BF16, ROPE, BF16, ANY, 80, rope, dsv4_k_rope_bf16, 256)                                  \
   X(ARGMAX_F32, ARGMAX, F32, ANY, 80, sample, dsv4_k_argmax_f32, 1024)                            \
   X(SAMPLE_F32, SAMPLE, F32, ANY, 80, sample, dsv4_k_sample_f32, 1024)                            \
-  X(ROUTER_F32, ROUTER, F32, ANY, 80, router, dsv4_k_router_topk_f32, 128)
+  X(ROUTER_F32, ROUTER, F32, ANY, 80, router, dsv4_k_router_topk_f32, 128)                       \
+  X(MOE_UP, MOE_UP, E2M1_UE8M0, DECODE, 80, moe, dsv4_k_moe_up, 128)                              \
+  X(MOE_DOWN, MOE_DOWN, E2M1_UE8M0, DECODE, 80, moe, dsv4_k_moe_down, 128)                       \
+  X(ENGRAM_GATHER, ENGRAM_GATHER, E4M3_UE8M0, ANY, 80, engram, dsv4_k_engram_gather, 128)          \
+  X(ENGRAM_UPDATE, ENGRAM_UPDATE, BF16, ANY, 80, engram, dsv4_k_engram_update, 128)
 
 #endif /* DSV4I_KERNEL_LIST_H */

@@ -6,6 +6,8 @@
 #include "gpu_test_util.h"
 
 #include "cpu/cpu_ops.h"
+#include "cpu/engram.h"
+#include "gpu/cublaslt.h"
 #include "gpu/gpu_ops.h"
 
 static dsv4i_gpu G;
@@ -374,6 +376,189 @@ static void router_equals_cpu(void **state) {
   free(gate), free(x);
 }
 
+/* ---- MoE experts -------------------------------------------------------------- */
+
+/* Routed MXFP4 experts + an fp8 shared expert, tokens sharing experts, one
+ * skipped slot: bit for bit with dsv4i_cpu_moe_experts. */
+static void moe_experts_equal_cpu(void **state) {
+  (void)state;
+  reset_pool();
+  uint64_t s = 19;
+  enum { E = 12, K = 4, DIM = 256, INTER = 128, N = 7 };
+  dsv4i_wview w1[E], w2[E], w3[E];
+  uint64_t p1[E + 1], q1[E + 1], p2[E + 1], q2[E + 1], p3[E + 1], q3[E + 1];
+  void *keep[6 * (E + 1)];
+  int nk = 0;
+#define MK(view, rows, cols, fmt, dptr, dscale)                                               \
+  do {                                                                                        \
+    const int fp8_ = (fmt) == DSV4I_W_FP8;                                                    \
+    const size_t wb = fp8_ ? (size_t)(rows) * (cols) : (size_t)(rows) * (cols) / 2;           \
+    const size_t sb = fp8_ ? (size_t)(((rows) + 31) / 32) * ((cols) / 32)                     \
+                           : (size_t)(rows) * ((cols) / 32);                                  \
+    uint8_t *wd = malloc(wb), *sd = malloc(sb);                                               \
+    for (size_t i_ = 0; i_ < wb; i_++) wd[i_] = fp8_ ? rand_e4m3(&s) : (uint8_t)gt_rand(&s); \
+    for (size_t i_ = 0; i_ < sb; i_++) sd[i_] = (uint8_t)(118 + gt_rand(&s) % 10);           \
+    gt_check(dsv4i_wview_init(&(view), fmt, rows, cols, wd, sd));                             \
+    dptr = gt_up(&G, wd, wb);                                                                 \
+    dscale = gt_up(&G, sd, sb);                                                               \
+    keep[nk++] = wd, keep[nk++] = sd;                                                         \
+  } while (0)
+  dsv4i_moe m = {.n_experts = E, .top_k = K, .dim = DIM, .inter = INTER, .route_scale = 1.5f,
+                 .swiglu_limit = 10.0f, .norm_topk_prob = 1, .w1 = w1, .w2 = w2, .w3 = w3,
+                 .has_shared = 1};
+  float bias[E] = {0};
+  m.bias = bias;
+  uint16_t gate[E * DIM];
+  gt_fill_bf16(&s, gate, E * DIM, 1);
+  gt_check(dsv4i_wview_init(&m.gate, DSV4I_W_BF16, E, DIM, gate, NULL));
+  for (int e = 0; e < E; e++) {
+    MK(w1[e], INTER, DIM, DSV4I_W_FP4, p1[e], q1[e]);
+    MK(w2[e], DIM, INTER, DSV4I_W_FP4, p2[e], q2[e]);
+    MK(w3[e], INTER, DIM, DSV4I_W_FP4, p3[e], q3[e]);
+  }
+  MK(m.sw1, INTER, DIM, DSV4I_W_FP8, p1[E], q1[E]);
+  MK(m.sw2, DIM, INTER, DSV4I_W_FP8, p2[E], q2[E]);
+  MK(m.sw3, INTER, DIM, DSV4I_W_FP8, p3[E], q3[E]);
+#undef MK
+  int32_t idx[N * K];
+  float wt[N * K];
+  for (int t = 0; t < N; t++)
+    for (int j = 0; j < K; j++) {
+      int e, dup;
+      do { /* distinct ids per token; tokens overlap (12 experts, 28 slots) */
+        e = (int)(gt_rand(&s) % E);
+        dup = 0;
+        for (int j2 = 0; j2 < j; j2++) dup |= idx[t * K + j2] == e;
+      } while (dup);
+      idx[t * K + j] = e;
+      wt[t * K + j] = 0.1f + 0.2f * (float)j;
+    }
+  idx[2 * K + 1] = -1; /* a skipped slot */
+  uint16_t x[N * DIM], oc[N * DIM], og[N * DIM];
+  gt_fill_bf16(&s, x, N * DIM, 3);
+  gt_check(dsv4i_cpu_moe_experts(&m, N, x, DIM, idx, wt, oc, DIM));
+  dsv4i_gpu_moe gm = {E, K, DIM, INTER, 1, 10.0f, DSV4I_KFMT_E2M1_UE8M0, DSV4I_KFMT_E4M3_UE8M0,
+                      gt_up(&G, p1, sizeof p1), gt_up(&G, q1, sizeof q1),
+                      gt_up(&G, p2, sizeof p2), gt_up(&G, q2, sizeof q2),
+                      gt_up(&G, p3, sizeof p3), gt_up(&G, q3, sizeof q3)};
+  dsv4i_cuptr dx = gt_up(&G, x, sizeof x), di = gt_up(&G, idx, sizeof idx),
+              dw = gt_up(&G, wt, sizeof wt), dout = gt_up(&G, NULL, sizeof og),
+              scr = gt_up(&G, NULL, dsv4i_gpu_moe_scratch_bytes(&gm, N));
+  gt_check(dsv4i_gpu_moe_experts(&O, G.stream, &gm, N, dx, DIM, di, dw, scr, dout, DIM));
+  gt_down(&G, og, dout, sizeof og);
+  assert_int_equal(gt_diff_bits(og, oc, N * DIM, 2, "moe experts"), 0);
+  for (int i = 0; i < nk; i++) free(keep[i]);
+}
+
+/* ---- Engram ------------------------------------------------------------------- */
+
+/* The table in the mapped pinned pool, an image token, 9 tokens x 4 copies:
+ * flat gates 0..31 take torch's vectorised exp (bit-equal), 32..35 libm's
+ * expf on the CPU and CUDA's here. Tolerance: copies on the vectorised
+ * path bit-equal; the others within 1 bf16 ulp per element. */
+static void engram_equals_cpu(void **state) {
+  (void)state;
+  reset_pool();
+  uint64_t s = 20;
+  enum { DIM = 256, HC = 4, NC = 6, HD = 64, ROWS = 100, N = 9, width = NC * HD,
+         kvw = (HC + 1) * DIM };
+  uint8_t *wkv = malloc((size_t)kvw * width), wsc[(kvw / 32) * (width / 32)];
+  for (size_t i = 0; i < (size_t)kvw * width; i++) wkv[i] = rand_e4m3(&s);
+  for (size_t i = 0; i < sizeof wsc; i++) wsc[i] = (uint8_t)(118 + gt_rand(&s) % 8);
+  uint16_t qw[HC * DIM], kw[HC * DIM];
+  gt_fill_bf16(&s, qw, HC * DIM, 1);
+  gt_fill_bf16(&s, kw, HC * DIM, 1);
+  if (!G.pinned.host) gt_check(dsv4i_gpu_hostpool_create(&G, (size_t)1 << 20));
+  G.pinned.used = 0;
+  void *tab_h, *tsc_h;
+  dsv4i_cuptr tab_d, tsc_d;
+  gt_check(dsv4i_gpu_hostpool_take(&G.pinned, ROWS * HD, "table", &tab_h, &tab_d));
+  gt_check(dsv4i_gpu_hostpool_take(&G.pinned, ROWS * HD / 32, "table scale", &tsc_h, &tsc_d));
+  for (int i = 0; i < ROWS * HD; i++) ((uint8_t *)tab_h)[i] = rand_e4m3(&s);
+  for (int i = 0; i < ROWS * HD / 32; i++) ((uint8_t *)tsc_h)[i] = (uint8_t)(120 + gt_rand(&s) % 6);
+  dsv4i_engram_layer e = {.dim = DIM, .hc = HC, .n_cols = NC, .head_dim = HD, .rows = ROWS,
+                          .table = tab_h, .table_scale = tsc_h, .q_weight = qw, .k_weight = kw,
+                          .eps = 1e-20f};
+  gt_check(dsv4i_wview_init(&e.wkv, DSV4I_W_FP8, kvw, width, wkv, wsc));
+  int64_t ids[N * NC];
+  for (int i = 0; i < N * NC; i++) ids[i] = (int64_t)(gt_rand(&s) % ROWS);
+  uint8_t img[N] = {0};
+  img[4] = 1;
+  uint16_t *hc_ = malloc(2 * (size_t)N * HC * DIM), *hg = malloc(2 * (size_t)N * HC * DIM);
+  gt_fill_bf16(&s, hc_, (size_t)N * HC * DIM, 4);
+  memcpy(hg, hc_, 2 * (size_t)N * HC * DIM);
+  gt_check(dsv4i_cpu_engram(&e, N, ids, NC, img, hc_));
+  dsv4i_gpu_engram ge = {DIM, HC, NC, HD, 1e-20f, tab_d, tsc_d,
+                         {DSV4I_KFMT_E4M3_UE8M0, kvw, width, width, width / 32,
+                          gt_up(&G, wkv, (size_t)kvw * width), gt_up(&G, wsc, sizeof wsc)},
+                         gt_up(&G, qw, sizeof qw), gt_up(&G, kw, sizeof kw)};
+  dsv4i_cuptr dh = gt_up(&G, hg, 2 * (size_t)N * HC * DIM), di = gt_up(&G, ids, sizeof ids),
+              dimg = gt_up(&G, img, sizeof img),
+              scr = gt_up(&G, NULL, dsv4i_gpu_engram_scratch_bytes(&ge, N));
+  gt_check(dsv4i_gpu_engram_run(&O, G.stream, &ge, N, di, NC, dimg, scr, dh));
+  gt_down(&G, hg, dh, 2 * (size_t)N * HC * DIM);
+  size_t bad_vec = 0, bad_scalar = 0;
+  for (int f = 0; f < N * HC; f++)
+    for (int d = 0; d < DIM; d++) {
+      const uint16_t a = hg[(size_t)f * DIM + d], b = hc_[(size_t)f * DIM + d];
+      if (a == b) continue;
+      if (f < 32) bad_vec++;
+      else {
+        bad_scalar++;
+        assert_true(abs((int)a - (int)b) <= 1);
+      }
+    }
+  printf("# engram: vectorised-exp copies %zu differing elements (must be 0); libm-exp copies "
+         "%zu of %d differ by 1 bf16 ulp\n", bad_vec, bad_scalar, 4 * DIM);
+  assert_int_equal(bad_vec, 0);
+  free(wkv), free(hc_), free(hg);
+}
+
+/* ---- cuBLASLt (large-M prefill GEMM) ---------------------------------------------- */
+
+/* Opened at run time; its summation order is its own. Tolerance: the
+ * rigorous bound of any fp32 summation order, |y − y_cpu| <= 2·k·2^-24·Σ|x·w|. */
+static void cublaslt_gemm_within_bound_of_cpu(void **state) {
+  (void)state;
+  reset_pool();
+  dsv4i_lt lt;
+  dsv4_status st = dsv4i_lt_open(&lt);
+  if (st == DSV4_ERR_UNSUPPORTED) {
+    printf("# cuBLASLt not found: %s\n", dsv4i_error_message());
+    skip();
+  }
+  gt_check(st);
+  printf("# cuBLASLt version %zu\n", lt.version);
+  uint64_t s = 21;
+  enum { N = 64, ROWS = 512, K = 1024 };
+  uint16_t *w = malloc(2 * ROWS * K), *x = malloc(2 * N * K);
+  float *yc = malloc(4 * N * ROWS), *yg = malloc(4 * N * ROWS);
+  gt_fill_bf16(&s, w, ROWS * K, 3);
+  gt_fill_bf16(&s, x, N * K, 3);
+  dsv4i_wview v;
+  gt_check(dsv4i_wview_init(&v, DSV4I_W_BF16, ROWS, K, w, NULL));
+  gt_check(dsv4i_cpu_linear_f32(&v, N, x, K, yc, ROWS));
+  const size_t ws = (size_t)32 << 20;
+  dsv4i_cuptr dw = gt_up(&G, w, 2 * ROWS * K), dx = gt_up(&G, x, 2 * N * K),
+              dy = gt_up(&G, NULL, 4 * N * ROWS), dws = gt_up(&G, NULL, ws);
+  gt_check(dsv4i_lt_gemm_bf16_f32(&lt, G.stream, N, ROWS, K, dx, K, dw, K, dy, ROWS, dws, ws));
+  gt_down(&G, yg, dy, 4 * N * ROWS);
+  double worst = 0;
+  for (int t = 0; t < N; t++)
+    for (int o = 0; o < ROWS; o++) {
+      double mag = 0;
+      for (int k = 0; k < K; k++)
+        mag += fabs((double)tu_bf16_to_f32(x[t * K + k]) * tu_bf16_to_f32(w[o * K + k]));
+      const double err = fabs((double)yg[t * ROWS + o] - yc[t * ROWS + o]);
+      const double bound = 2.0 * K * 0x1p-24 * mag;
+      if (mag > 0 && err / bound > worst) worst = err / bound;
+      assert_true(err <= bound);
+    }
+  printf("# cuBLASLt bf16 GEMM %dx%dx%d: worst error %.3f of the bound\n", N, ROWS, K, worst);
+  dsv4i_lt_close(&lt);
+  free(w), free(x), free(yc), free(yg);
+}
+
 int tu_run_suite(void) {
   gt_open(&G, (size_t)1 << 30);
   gt_check(dsv4i_gpu_ops_init(&G.kr, &O));
@@ -391,6 +576,9 @@ int tu_run_suite(void) {
     cmocka_unit_test(argmax_equals_cpu),
     cmocka_unit_test(sample_equals_cpu),
     cmocka_unit_test(router_equals_cpu),
+    cmocka_unit_test(moe_experts_equal_cpu),
+    cmocka_unit_test(engram_equals_cpu),
+    cmocka_unit_test(cublaslt_gemm_within_bound_of_cpu),
   };
   int failed = cmocka_run_group_tests_name("cuda_ops", tests, NULL, NULL);
   dsv4i_gpu_close(&G);
