@@ -6,6 +6,7 @@
  *
  *   dsv4-generate [-m DIR] -p TEXT [-n N] [--temp T] [--seed S] [--chunk C] [--ids]
  *                 [--threads K] [--quiet] [--speculative [--draft N]]
+ *                 [--backend cpu|cuda|auto] [--device D]
  *
  * stderr: a progress line while loading, then a summary (prompt tokens,
  * prefill tok/s, decode tok/s, ms per step; with --speculative the mean
@@ -31,12 +32,15 @@ typedef struct opts {
   int ids, quiet;
   int spec;   /* --speculative: DSpark draft + verify instead of one decode per token */
   long draft; /* --draft N: drafts verified per round (0: from the confidence logits) */
+  int32_t backend; /* --backend: DSV4_BACKEND_* (default AUTO) */
+  long device;     /* --device D: CUDA device ordinal */
 } opts;
 
 static void usage(FILE *f) {
   fprintf(f,
           "usage: dsv4-generate [-m DIR] -p TEXT [-n N] [--temp T] [--seed S] [--chunk C] [--ids]\n"
           "                     [--threads K] [--quiet] [--speculative [--draft N]]\n"
+          "                     [--backend cpu|cuda|auto] [--device D]\n"
           "  -m DIR        checkpoint directory (official release format; default: the\n"
           "                default model installed with the tools)\n"
           "  -p TEXT       prompt; the model input is BOS + its encoding\n"
@@ -51,6 +55,10 @@ static void usage(FILE *f) {
           "                without at --temp 0; the same distribution otherwise)\n"
           "  --draft N     drafts verified per round, 1..block size (default: the block\n"
           "                size); 0: per round from the confidence logits\n"
+          "  --backend B   cpu, cuda or auto (default auto: the library's choice; this\n"
+          "                version runs auto on the CPU and refuses cuda until the CUDA\n"
+          "                backend is complete)\n"
+          "  --device D    CUDA device ordinal (default 0)\n"
           "  --version     print the tool's and the library's version\n"
           "Exit status: 0 done, 1 the model failed to load or run, 2 bad usage.\n");
 }
@@ -66,6 +74,7 @@ static int parse(int argc, char **argv, opts *o) {
   memset(o, 0, sizeof *o);
   o->n = 64;
   o->draft = -1;
+  o->backend = DSV4_BACKEND_AUTO;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
     double x;
@@ -84,6 +93,15 @@ static int parse(int argc, char **argv, opts *o) {
     } else if (!v) {
       fprintf(stderr, "dsv4-generate: %s needs a value (or is unknown)\n", a);
       return 1;
+    } else if (!strcmp(a, "--backend")) {
+      if (!strcmp(v, "cpu")) o->backend = DSV4_BACKEND_CPU;
+      else if (!strcmp(v, "cuda")) o->backend = DSV4_BACKEND_CUDA;
+      else if (!strcmp(v, "auto")) o->backend = DSV4_BACKEND_AUTO;
+      else {
+        fprintf(stderr, "dsv4-generate: --backend wants cpu, cuda or auto\n");
+        return 1;
+      }
+      i++;
     } else if (!strcmp(a, "-m")) {
       o->model = v, i++;
     } else if (!strcmp(a, "-p")) {
@@ -98,7 +116,8 @@ static int parse(int argc, char **argv, opts *o) {
       }
       i++;
     } else if (num(v, &x) && (!strcmp(a, "-n") || !strcmp(a, "--chunk") || !strcmp(a, "--threads") ||
-                              !strcmp(a, "--temp") || !strcmp(a, "--draft"))) {
+                              !strcmp(a, "--temp") || !strcmp(a, "--draft") ||
+                              !strcmp(a, "--device"))) {
       i++;
       if (!strcmp(a, "--temp")) o->temp = x;
       else if (x < 0 || x > 2147483647.0 || x != (double)(long)x) {
@@ -107,6 +126,7 @@ static int parse(int argc, char **argv, opts *o) {
       } else if (!strcmp(a, "-n")) o->n = (long)x;
       else if (!strcmp(a, "--chunk")) o->chunk = (long)x;
       else if (!strcmp(a, "--draft")) o->draft = (long)x;
+      else if (!strcmp(a, "--device")) o->device = (long)x;
       else o->threads = (long)x;
     } else {
       fprintf(stderr, "dsv4-generate: bad option or value: %s %s\n", a, v);
@@ -256,6 +276,8 @@ int main(int argc, char **argv) {
   ep.max_context = ctx < mi.max_position_embeddings ? ctx : mi.max_position_embeddings;
   ep.prefill_chunk = (int32_t)o.chunk;
   ep.n_threads = (int32_t)o.threads;
+  ep.backend = o.backend;
+  ep.device = (int32_t)o.device;
   ep.progress_fn = o.quiet ? NULL : progress;
   if ((s = dsv4_engine_create(model, &ep, &eng))) {
     rc = fail("cannot create the engine", s, dsv4_last_error());
