@@ -102,8 +102,10 @@ int main(int argc, char **argv) {
   const int ns[] = {1, 4, 8, 16};
   /* fp8 linears: wq_a-like [1280][5120], a square [5120][5120] */
   const int shapes[2][2] = {{1280, 5120}, {5120, 5120}};
+  for (int v = 0; v < 2; v++)
   for (int s = 0; s < 2; s++)
     for (int i = 0; i < 4; i++) {
+      O.warp_rows_max = v ? INT32_MAX : 0; /* thread per row, then warp per row */
       const size_t mark = dsv4i_gpu_pool_mark(&G.pool);
       const int R = shapes[s][0], K = shapes[s][1], n = ns[i];
       lin_args a = {{DSV4I_KFMT_E4M3_UE8M0, R, K, K, K / 32, take((size_t)R * K, 0x38),
@@ -111,10 +113,11 @@ int main(int argc, char **argv) {
                     n, take(2 * (size_t)n * K, 0x3F), take(4 * (size_t)n * K, 0),
                     take(4 * (size_t)n * K / 32, 0), take(2 * (size_t)n * R, 0), 1, 0};
       char name[64];
-      snprintf(name, sizeof name, "fp8 linear %dx%d (+act_quant)", R, K);
+      snprintf(name, sizeof name, "fp8 linear %dx%d%s (+act_quant)", R, K, v ? " warp" : "");
       report(name, n, time_op(do_linear, &a, 50), (double)R * K + (double)R * K / 1024);
       dsv4i_gpu_pool_reset(&G.pool, mark);
     }
+  O.warp_rows_max = 0;
   /* head: bf16 [vocab][dim], fp32 logits */
   for (int i = 0; i < 2; i++) {
     const size_t mark = dsv4i_gpu_pool_mark(&G.pool);

@@ -97,6 +97,63 @@ __device__ __forceinline__ void gemv_body(int n_tok, int rows, int k, const unsi
   }
 }
 
+/*
+ * Narrow-matrix variant for the quantised formats: one warp per output row,
+ * lane = K block. The 32-element block partials q = (p · sx) · sw are
+ * independent, so the lanes compute them side by side (each lane reads its
+ * block's 32 contiguous bytes: a warp reads 1 KB of the row at once); only
+ * their fp32 sum in K-block order is serial, through shuffles in lane order.
+ * Same operations in the same order as gemv_body: bit-equal to the CPU.
+ * Grid (ceil(rows/8), ceil(n_tok/TM)), 256 threads.
+ */
+template <int FMT>
+__device__ __forceinline__ void gemv_warp_body(int n_tok, int rows, int k, const unsigned char *w,
+                                               long long ld, const unsigned char *scale,
+                                               long long scale_ld, const float *xq, const float *sx,
+                                               uint16_t *y, long long ldy) {
+  const int lane = threadIdx.x & 31;
+  const int o = blockIdx.x * 8 + (threadIdx.x >> 5);
+  const int t0 = blockIdx.y * TM;
+  const int nt = n_tok - t0 < TM ? n_tok - t0 : TM;
+  if (o >= rows) return; /* warp-uniform; no block barriers below */
+  const int nkb = k / 32;
+  float acc[TM];
+#pragma unroll
+  for (int r = 0; r < TM; r++) acc[r] = 0.0f;
+  for (int c0 = 0; c0 < nkb; c0 += 32) {
+    const int kb = c0 + lane, nb = nkb - c0 < 32 ? nkb - c0 : 32;
+    float q[TM];
+#pragma unroll
+    for (int r = 0; r < TM; r++) q[r] = 0.0f;
+    if (kb < nkb) {
+      float wv[32], sw;
+      load_block<FMT>(w, ld, scale, scale_ld, o, kb, wv, &sw);
+#pragma unroll
+      for (int r = 0; r < TM; r++) {
+        if (r < nt) {
+          const float4 *xr = reinterpret_cast<const float4 *>(xq + (long long)(t0 + r) * k + kb * 32);
+          float p = 0.0f;
+#pragma unroll
+          for (int i = 0; i < 8; i++) {
+            const float4 v = xr[i];
+            p += v.x * wv[4 * i];
+            p += v.y * wv[4 * i + 1];
+            p += v.z * wv[4 * i + 2];
+            p += v.w * wv[4 * i + 3];
+          }
+          q[r] = (p * sx[(long long)(t0 + r) * nkb + kb]) * sw;
+        }
+      }
+    }
+    for (int j = 0; j < nb; j++) {
+#pragma unroll
+      for (int r = 0; r < TM; r++) acc[r] += __shfl_sync(0xFFFFFFFFu, q[r], j);
+    }
+  }
+  if (lane == 0)
+    for (int r = 0; r < nt; r++) y[(long long)(t0 + r) * ldy + o] = dsv4i_f32_to_bf16(acc[r]);
+}
+
 #define GEMV_ARGS                                                                             \
   int n_tok, int rows, int k, const unsigned char *w, long long ld, const unsigned char *scale, \
       long long scale_ld, const float *xq, const float *sx, const uint16_t *x, long long ldx,  \
@@ -118,4 +175,14 @@ extern "C" __global__ void __launch_bounds__(ROWS) dsv4_k_linear_bf16_f32out(GEM
 }
 extern "C" __global__ void __launch_bounds__(ROWS) dsv4_k_linear_f32_f32out(GEMV_ARGS) {
   gemv_body<W_F32, 1>(GEMV_PASS);
+}
+
+/* Narrow variant (gemv_warp_body), same signature. */
+extern "C" __global__ void __launch_bounds__(256) dsv4_k_linear_e4m3_ue8m0_warp(GEMV_ARGS) {
+  (void)x, (void)ldx;
+  gemv_warp_body<W_E4M3>(n_tok, rows, k, w, ld, scale, scale_ld, xq, sx, static_cast<uint16_t *>(y), ldy);
+}
+extern "C" __global__ void __launch_bounds__(256) dsv4_k_linear_e2m1_ue8m0_warp(GEMV_ARGS) {
+  (void)x, (void)ldx;
+  gemv_warp_body<W_E2M1>(n_tok, rows, k, w, ld, scale, scale_ld, xq, sx, static_cast<uint16_t *>(y), ldy);
 }

@@ -13,7 +13,9 @@ static dsv4_status pick(const dsv4i_kreg *kr, dsv4i_kop op, dsv4i_kfmt fmt, dsv4
 
 dsv4_status dsv4i_gpu_ops_init(const dsv4i_kreg *kr, dsv4i_gpu_ops *o) {
   o->kr = kr;
-  for (int i = 0; i < DSV4I_KFMT_COUNT_; i++) o->linear[i] = o->linear_f32out[i] = DSV4I_K_COUNT;
+  for (int i = 0; i < DSV4I_KFMT_COUNT_; i++)
+    o->linear[i] = o->linear_f32out[i] = o->linear_warp[i] = DSV4I_K_COUNT;
+  o->warp_rows_max = 0;
   dsv4_status st = DSV4_OK;
 #define PICK(field, op, fmt, shape) \
   if (st == DSV4_OK) st = pick(kr, DSV4I_KOP_##op, DSV4I_KFMT_##fmt, DSV4I_KSHAPE_##shape, &o->field)
@@ -35,6 +37,8 @@ dsv4_status dsv4i_gpu_ops_init(const dsv4i_kreg *kr, dsv4i_gpu_ops *o) {
   PICK(linear[DSV4I_KFMT_E4M3_UE8M0], LINEAR, E4M3_UE8M0, DECODE);
   PICK(linear[DSV4I_KFMT_E2M1_UE8M0], LINEAR, E2M1_UE8M0, DECODE);
   PICK(linear[DSV4I_KFMT_BF16], LINEAR, BF16, DECODE);
+  PICK(linear_warp[DSV4I_KFMT_E4M3_UE8M0], LINEAR, E4M3_UE8M0, DECODE_WARP);
+  PICK(linear_warp[DSV4I_KFMT_E2M1_UE8M0], LINEAR, E2M1_UE8M0, DECODE_WARP);
   PICK(linear_f32out[DSV4I_KFMT_BF16], LINEAR_F32OUT, BF16, DECODE);
   PICK(linear_f32out[DSV4I_KFMT_F32], LINEAR_F32OUT, F32, DECODE);
 #undef PICK
@@ -144,7 +148,9 @@ static dsv4_status gemv(const dsv4i_gpu_ops *o, dsv4i_custream s, dsv4i_kernel_i
   long long ld = w->ld, sld = w->scale_ld, lx = ldx, ly = ldy;
   dsv4i_cuptr data = w->data, scale = w->scale;
   void *p[] = {&n, &rows, &k, &data, &ld, &scale, &sld, &xq, &sx, &x, &lx, &y, &ly};
-  return launch(o, id, cdiv(w->rows, LIN_ROWS), cdiv(n_tok, LIN_TM), s, p);
+  const int warp = id == o->linear_warp[DSV4I_KFMT_E4M3_UE8M0] ||
+                   id == o->linear_warp[DSV4I_KFMT_E2M1_UE8M0];
+  return launch(o, id, cdiv(w->rows, warp ? 8 : LIN_ROWS), cdiv(n_tok, LIN_TM), s, p);
 }
 
 static int weight_ok(const dsv4i_gpu_weight *w) {
@@ -168,7 +174,9 @@ dsv4_status dsv4i_gpu_linear_q(const dsv4i_gpu_ops *o, dsv4i_custream s,
   if (!weight_ok(w) || n_tok < 0 || ldy < w->rows || cdiv(n_tok, LIN_TM) > 65535 ||
       (w->fmt != DSV4I_KFMT_E4M3_UE8M0 && w->fmt != DSV4I_KFMT_E2M1_UE8M0))
     return bad("linear_q", "needs a valid fp8/fp4 weight (cols % 32 == 0) and ldy >= rows");
-  return gemv(o, s, o->linear[w->fmt], w, n_tok, xq, sx, 0, w->cols, y, ldy);
+  const dsv4i_kernel_id id =
+      w->rows <= o->warp_rows_max ? o->linear_warp[w->fmt] : o->linear[w->fmt];
+  return gemv(o, s, id, w, n_tok, xq, sx, 0, w->cols, y, ldy);
 }
 
 dsv4_status dsv4i_gpu_linear(const dsv4i_gpu_ops *o, dsv4i_custream s, const dsv4i_gpu_weight *w,

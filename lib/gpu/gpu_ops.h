@@ -25,6 +25,11 @@ typedef struct dsv4i_gpu_ops {
   dsv4i_kernel_id rmsnorm, embed_hc, hc_mixes, hc_sinkhorn, hc_pre, hc_post, act_quant, rope,
       argmax, sample, router, moe_up, moe_down, engram_gather, engram_update;
   dsv4i_kernel_id linear[DSV4I_KFMT_COUNT_];        /**< by weight format, bf16 out */
+  dsv4i_kernel_id linear_warp[DSV4I_KFMT_COUNT_];   /**< fp8 / fp4, one warp per row */
+  /** fp8 / fp4 linears with at most this many rows use linear_warp. Default 0
+   * (off): the warp-per-row kernels pass the ptxas check but have not run on
+   * a device yet; tests/gpu/test_cuda_ops.c checks both variants. */
+  int32_t warp_rows_max;
   dsv4i_kernel_id linear_f32out[DSV4I_KFMT_COUNT_]; /**< BF16 / F32 weights, fp32 out */
 } dsv4i_gpu_ops;
 
@@ -86,8 +91,8 @@ dsv4_status dsv4i_gpu_act_quant(const dsv4i_gpu_ops *o, dsv4i_custream s, int32_
                                 int32_t k, dsv4i_cuptr x, int64_t ldx, dsv4i_cuptr xq,
                                 dsv4i_cuptr sx);
 
-/** fp8 / MXFP4 linear on act_quant output, dsv4i_cpu_linear_q bit for bit:
- * y bf16 [n][ldy]. w->cols % 32 == 0. */
+/** fp8 / MXFP4 linear on act_quant output, dsv4i_cpu_linear_q bit for bit
+ * (either kernel variant, see warp_rows_max): y bf16 [n][ldy]. w->cols % 32 == 0. */
 dsv4_status dsv4i_gpu_linear_q(const dsv4i_gpu_ops *o, dsv4i_custream s,
                                const dsv4i_gpu_weight *w, int32_t n_tok, dsv4i_cuptr xq,
                                dsv4i_cuptr sx, dsv4i_cuptr y, int64_t ldy);

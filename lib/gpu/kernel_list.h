@@ -51,6 +51,8 @@
   X(ACT_QUANT_E4M3, ACT_QUANT, E4M3_UE8M0, ANY, 80, linear, dsv4_k_act_quant_e4m3, 256)           \
   X(LINEAR_E4M3, LINEAR, E4M3_UE8M0, DECODE, 80, linear, dsv4_k_linear_e4m3_ue8m0, 128)           \
   X(LINEAR_E2M1, LINEAR, E2M1_UE8M0, DECODE, 80, linear, dsv4_k_linear_e2m1_ue8m0, 128)           \
+  X(LINEAR_E4M3_WARP, LINEAR, E4M3_UE8M0, DECODE_WARP, 80, linear, dsv4_k_linear_e4m3_ue8m0_warp, 256) \
+  X(LINEAR_E2M1_WARP, LINEAR, E2M1_UE8M0, DECODE_WARP, 80, linear, dsv4_k_linear_e2m1_ue8m0_warp, 256) \
   X(LINEAR_BF16, LINEAR, BF16, DECODE, 80, linear, dsv4_k_linear_bf16, 128)                       \
   X(LINEAR_BF16_F32OUT, LINEAR_F32OUT, BF16, DECODE, 80, linear, dsv4_k_linear_bf16_f32out, 128)  \
   X(LINEAR_F32_F32OUT, LINEAR_F32OUT, F32, DECODE, 80, linear, dsv4_k_linear_f32_f32out, 128)     \

@@ -47,6 +47,7 @@ const char *dsv4i_kshape_name(dsv4i_kshape shape) {
   switch (shape) {
   case DSV4I_KSHAPE_ANY: return "any";
   case DSV4I_KSHAPE_DECODE: return "decode";
+  case DSV4I_KSHAPE_DECODE_WARP: return "decode-warp";
   default: return "unknown-shape";
   }
 }

@@ -177,11 +177,18 @@ static void linear_q_case(int fmt, int rows, int cols, int n, uint64_t seed) {
   dsv4i_cuptr dx = gt_up(&G, x, 2 * (size_t)n * cols), dq = gt_up(&G, NULL, 4 * (size_t)n * cols),
               ds = gt_up(&G, NULL, 4 * (size_t)n * cols / 32), dy = gt_up(&G, NULL, 2 * (size_t)n * rows);
   gt_check(dsv4i_gpu_act_quant(&O, G.stream, n, cols, dx, cols, dq, ds));
-  gt_check(dsv4i_gpu_linear_q(&O, G.stream, &gw, n, dq, ds, dy, rows));
-  gt_down(&G, yg, dy, 2 * (size_t)n * rows);
-  char what[64];
-  snprintf(what, sizeof what, "linear %s %dx%d n=%d", fp8 ? "fp8" : "fp4", rows, cols, n);
-  assert_int_equal(gt_diff_bits(yg, yc, (size_t)n * rows, 2, what), 0);
+  /* both kernel variants: thread per row, and warp per row */
+  for (int variant = 0; variant < 2; variant++) {
+    dsv4i_gpu_ops ov = O;
+    ov.warp_rows_max = variant ? INT32_MAX : 0;
+    memset(yg, 0, 2 * (size_t)n * rows);
+    gt_check(dsv4i_gpu_linear_q(&ov, G.stream, &gw, n, dq, ds, dy, rows));
+    gt_down(&G, yg, dy, 2 * (size_t)n * rows);
+    char what[80];
+    snprintf(what, sizeof what, "linear %s %dx%d n=%d %s", fp8 ? "fp8" : "fp4", rows, cols, n,
+             variant ? "warp-per-row" : "thread-per-row");
+    assert_int_equal(gt_diff_bits(yg, yc, (size_t)n * rows, 2, what), 0);
+  }
   free(w), free(sc), free(x), free(xq), free(sx), free(yc), free(yg);
 }
 
@@ -191,6 +198,8 @@ static void linear_fp8_fp4_equal_cpu(void **state) {
   linear_q_case(DSV4I_W_FP8, 512, 4096, 19, 9);  /* several token chunks */
   linear_q_case(DSV4I_W_FP4, 777, 512, 6, 10);
   linear_q_case(DSV4I_W_FP4, 256, 4096, 9, 11);
+  linear_q_case(DSV4I_W_FP8, 300, 1056, 3, 22); /* 33 K blocks: a partial lane chunk */
+  linear_q_case(DSV4I_W_FP4, 65, 1056, 17, 23);
 }
 
 static void linear_float_case(int fmt, int out_f32, int rows, int cols, int n, uint64_t seed) {
