@@ -49,8 +49,12 @@ template <int FMT, int OUT_F32>
 __device__ __forceinline__ void gemv_body(int n_tok, int rows, int k, const unsigned char *w, long long ld,
                                           const unsigned char *scale, long long scale_ld,
                                           const float *xq, const float *sx, const uint16_t *x,
-                                          long long ldx, void *y, long long ldy) {
+                                          long long ldx, void *y, long long ldy, int group_rows,
+                                          long long group_x) {
   __shared__ float xs[TM][32];
+  /* grouped projection (wo_a): rows [g·group_rows, (g+1)·group_rows) read the
+   * input columns from g·group_x on; a block's 128 rows lie in one group */
+  if (group_rows > 0) x += (long long)(blockIdx.x * ROWS / group_rows) * group_x;
   __shared__ float ss[TM];
   const int o = blockIdx.x * ROWS + threadIdx.x;
   const int t0 = blockIdx.y * TM;
@@ -157,8 +161,8 @@ __device__ __forceinline__ void gemv_warp_body(int n_tok, int rows, int k, const
 #define GEMV_ARGS                                                                             \
   int n_tok, int rows, int k, const unsigned char *w, long long ld, const unsigned char *scale, \
       long long scale_ld, const float *xq, const float *sx, const uint16_t *x, long long ldx,  \
-      void *y, long long ldy
-#define GEMV_PASS n_tok, rows, k, w, ld, scale, scale_ld, xq, sx, x, ldx, y, ldy
+      void *y, long long ldy, int group_rows, long long group_x
+#define GEMV_PASS n_tok, rows, k, w, ld, scale, scale_ld, xq, sx, x, ldx, y, ldy, group_rows, group_x
 
 /* Grid (ceil(rows/128), ceil(n_tok/8)), 128 threads; one signature for all. */
 extern "C" __global__ void __launch_bounds__(ROWS) dsv4_k_linear_e4m3_ue8m0(GEMV_ARGS) {
@@ -179,10 +183,23 @@ extern "C" __global__ void __launch_bounds__(ROWS) dsv4_k_linear_f32_f32out(GEMV
 
 /* Narrow variant (gemv_warp_body), same signature. */
 extern "C" __global__ void __launch_bounds__(256) dsv4_k_linear_e4m3_ue8m0_warp(GEMV_ARGS) {
-  (void)x, (void)ldx;
+  (void)x, (void)ldx, (void)group_rows, (void)group_x;
   gemv_warp_body<W_E4M3>(n_tok, rows, k, w, ld, scale, scale_ld, xq, sx, static_cast<uint16_t *>(y), ldy);
 }
 extern "C" __global__ void __launch_bounds__(256) dsv4_k_linear_e2m1_ue8m0_warp(GEMV_ARGS) {
-  (void)x, (void)ldx;
+  (void)x, (void)ldx, (void)group_rows, (void)group_x;
   gemv_warp_body<W_E2M1>(n_tok, rows, k, w, ld, scale, scale_ld, xq, sx, static_cast<uint16_t *>(y), ldy);
+}
+
+/* fp8 weight -> bf16 (spec §3.2, the wo_a preparation at load; CPU oracle
+ * dsv4i_wview_dequant_bf16): out[r][c] = bf16(e4m3(w[r][c]) · 2^(S[r/32][c/32] − 127)).
+ * Grid (ceil(cols/256), rows), 256 threads. */
+extern "C" __global__ void __launch_bounds__(256)
+dsv4_k_dequant_e4m3_bf16(int rows, int cols, const unsigned char *w, long long ld,
+                         const unsigned char *scale, long long scale_ld, uint16_t *out) {
+  const int r = blockIdx.y, c = blockIdx.x * blockDim.x + threadIdx.x;
+  if (r >= rows || c >= cols) return;
+  const float v = dsv4i_e4m3_to_f32(w[(long long)r * ld + c]) *
+                  dsv4i_e8m0_to_f32(scale[(long long)(r >> 5) * scale_ld + (c >> 5)]);
+  out[(long long)r * cols + c] = dsv4i_f32_to_bf16(v);
 }

@@ -34,6 +34,7 @@ dsv4_status dsv4i_gpu_ops_init(const dsv4i_kreg *kr, dsv4i_gpu_ops *o) {
   PICK(moe_down, MOE_DOWN, E2M1_UE8M0, DECODE);
   PICK(engram_gather, ENGRAM_GATHER, E4M3_UE8M0, ANY);
   PICK(engram_update, ENGRAM_UPDATE, BF16, ANY);
+  PICK(dequant, DEQUANT, E4M3_UE8M0, ANY);
   PICK(linear[DSV4I_KFMT_E4M3_UE8M0], LINEAR, E4M3_UE8M0, DECODE);
   PICK(linear[DSV4I_KFMT_E2M1_UE8M0], LINEAR, E2M1_UE8M0, DECODE);
   PICK(linear[DSV4I_KFMT_BF16], LINEAR, BF16, DECODE);
@@ -136,7 +137,8 @@ dsv4_status dsv4i_gpu_act_quant(const dsv4i_gpu_ops *o, dsv4i_custream s, int32_
 
 static dsv4_status gemv(const dsv4i_gpu_ops *o, dsv4i_custream s, dsv4i_kernel_id id,
                         const dsv4i_gpu_weight *w, int32_t n_tok, dsv4i_cuptr xq, dsv4i_cuptr sx,
-                        dsv4i_cuptr x, int64_t ldx, dsv4i_cuptr y, int64_t ldy) {
+                        dsv4i_cuptr x, int64_t ldx, dsv4i_cuptr y, int64_t ldy, int32_t group_rows,
+                        int64_t group_x) {
   const int64_t esz = w->fmt == DSV4I_KFMT_F32 ? 4 : w->fmt == DSV4I_KFMT_BF16 ? 2 : 1;
   const int64_t row_bytes = w->fmt == DSV4I_KFMT_E2M1_UE8M0 ? w->ld : w->ld * esz;
   if ((w->data & 15) || (row_bytes & 15))
@@ -147,7 +149,9 @@ static dsv4_status gemv(const dsv4i_gpu_ops *o, dsv4i_custream s, dsv4i_kernel_i
   int n = n_tok, rows = w->rows, k = w->cols;
   long long ld = w->ld, sld = w->scale_ld, lx = ldx, ly = ldy;
   dsv4i_cuptr data = w->data, scale = w->scale;
-  void *p[] = {&n, &rows, &k, &data, &ld, &scale, &sld, &xq, &sx, &x, &lx, &y, &ly};
+  int gr = group_rows;
+  long long gx = group_x;
+  void *p[] = {&n, &rows, &k, &data, &ld, &scale, &sld, &xq, &sx, &x, &lx, &y, &ly, &gr, &gx};
   const int warp = id == o->linear_warp[DSV4I_KFMT_E4M3_UE8M0] ||
                    id == o->linear_warp[DSV4I_KFMT_E2M1_UE8M0];
   return launch(o, id, cdiv(w->rows, warp ? 8 : LIN_ROWS), cdiv(n_tok, LIN_TM), s, p);
@@ -176,7 +180,7 @@ dsv4_status dsv4i_gpu_linear_q(const dsv4i_gpu_ops *o, dsv4i_custream s,
     return bad("linear_q", "needs a valid fp8/fp4 weight (cols % 32 == 0) and ldy >= rows");
   const dsv4i_kernel_id id =
       w->rows <= o->warp_rows_max ? o->linear_warp[w->fmt] : o->linear[w->fmt];
-  return gemv(o, s, id, w, n_tok, xq, sx, 0, w->cols, y, ldy);
+  return gemv(o, s, id, w, n_tok, xq, sx, 0, w->cols, y, ldy, 0, 0);
 }
 
 dsv4_status dsv4i_gpu_linear(const dsv4i_gpu_ops *o, dsv4i_custream s, const dsv4i_gpu_weight *w,
@@ -188,7 +192,32 @@ dsv4_status dsv4i_gpu_linear(const dsv4i_gpu_ops *o, dsv4i_custream s, const dsv
   if (w->fmt == DSV4I_KFMT_F32 && !out_f32)
     return bad("linear", "fp32 weights give an fp32 result (out_f32 = 1)");
   const dsv4i_kernel_id id = out_f32 ? o->linear_f32out[w->fmt] : o->linear[w->fmt];
-  return gemv(o, s, id, w, n_tok, 0, 0, x, ldx, y, ldy);
+  return gemv(o, s, id, w, n_tok, 0, 0, x, ldx, y, ldy, 0, 0);
+}
+
+dsv4_status dsv4i_gpu_linear_grouped(const dsv4i_gpu_ops *o, dsv4i_custream s,
+                                     const dsv4i_gpu_weight *w, int32_t n_groups, int32_t n_tok,
+                                     dsv4i_cuptr x, int64_t ldx, dsv4i_cuptr y, int64_t ldy) {
+  if (!weight_ok(w) || w->fmt != DSV4I_KFMT_BF16 || n_groups <= 0 || w->rows % n_groups ||
+      n_tok < 0 || ldx < (int64_t)n_groups * w->cols || ldy < w->rows || cdiv(n_tok, LIN_TM) > 65535)
+    return bad("linear_grouped", "needs a bf16 weight of n_groups row groups, ldx >= groups x cols");
+  const int32_t group_rows = w->rows / n_groups;
+  if (group_rows % LIN_ROWS)
+    return dsv4i_error(DSV4_ERR_UNSUPPORTED,
+                       "gpu linear_grouped: %d rows per group; the kernel needs a multiple of %d",
+                       (int)group_rows, LIN_ROWS);
+  return gemv(o, s, o->linear[DSV4I_KFMT_BF16], w, n_tok, 0, 0, x, ldx, y, ldy, group_rows, w->cols);
+}
+
+dsv4_status dsv4i_gpu_dequant_bf16(const dsv4i_gpu_ops *o, dsv4i_custream s,
+                                   const dsv4i_gpu_weight *w, dsv4i_cuptr out) {
+  if (!weight_ok(w) || w->fmt != DSV4I_KFMT_E4M3_UE8M0 || w->rows > 65535)
+    return bad("dequant_bf16", "needs an fp8 weight of at most 65535 rows");
+  int rows = w->rows, cols = w->cols;
+  long long ld = w->ld, sld = w->scale_ld;
+  dsv4i_cuptr data = w->data, scale = w->scale;
+  void *p[] = {&rows, &cols, &data, &ld, &scale, &sld, &out};
+  return launch(o, o->dequant, cdiv(cols, 256), (uint32_t)rows, s, p);
 }
 
 dsv4_status dsv4i_gpu_rope(const dsv4i_gpu_ops *o, dsv4i_custream s, int32_t n_tok, int32_t n_vec,

@@ -23,7 +23,7 @@
 typedef struct dsv4i_gpu_ops {
   const dsv4i_kreg *kr;
   dsv4i_kernel_id rmsnorm, embed_hc, hc_mixes, hc_sinkhorn, hc_pre, hc_post, act_quant, rope,
-      argmax, sample, router, moe_up, moe_down, engram_gather, engram_update;
+      argmax, sample, router, moe_up, moe_down, engram_gather, engram_update, dequant;
   dsv4i_kernel_id linear[DSV4I_KFMT_COUNT_];        /**< by weight format, bf16 out */
   dsv4i_kernel_id linear_warp[DSV4I_KFMT_COUNT_];   /**< fp8 / fp4, one warp per row */
   /** fp8 / fp4 linears with at most this many rows use linear_warp. Default 0
@@ -103,6 +103,20 @@ dsv4_status dsv4i_gpu_linear_q(const dsv4i_gpu_ops *o, dsv4i_custream s,
 dsv4_status dsv4i_gpu_linear(const dsv4i_gpu_ops *o, dsv4i_custream s, const dsv4i_gpu_weight *w,
                              int32_t n_tok, dsv4i_cuptr x, int64_t ldx, dsv4i_cuptr y,
                              int64_t ldy, int out_f32);
+
+/** The grouped bf16 projection wo_a (spec §5.4 step 6; the CPU's
+ * attn_output loop of dsv4i_cpu_linear over row groups, bit for bit) in one
+ * launch: w [n_groups·R][cols] bf16, group g's rows read x[t][g·cols ..
+ * (g+1)·cols) and write y[t][g·R .. (g+1)·R). R % 128 == 0 (else
+ * DSV4_ERR_UNSUPPORTED). x bf16 [n][ldx], y bf16 [n][ldy]. */
+dsv4_status dsv4i_gpu_linear_grouped(const dsv4i_gpu_ops *o, dsv4i_custream s,
+                                     const dsv4i_gpu_weight *w, int32_t n_groups, int32_t n_tok,
+                                     dsv4i_cuptr x, int64_t ldx, dsv4i_cuptr y, int64_t ldy);
+
+/** fp8 weight -> dense bf16 [rows][cols] (wo_a at load; dsv4i_wview_dequant_bf16
+ * bit for bit). */
+dsv4_status dsv4i_gpu_dequant_bf16(const dsv4i_gpu_ops *o, dsv4i_custream s,
+                                   const dsv4i_gpu_weight *w, dsv4i_cuptr out);
 
 /** RoPE in place, dsv4i_rope_cs + dsv4i_cpu_rope (cos/sin in double on the
  * device: equal to the CPU's table except where CUDA's double cos/sin and

@@ -37,7 +37,8 @@
   X(MOE_UP, "moe_up")                                                                            \
   X(MOE_DOWN, "moe_down")                                                                        \
   X(ENGRAM_GATHER, "engram_gather")                                                              \
-  X(ENGRAM_UPDATE, "engram_update")
+  X(ENGRAM_UPDATE, "engram_update")                                                              \
+  X(DEQUANT, "dequant")
 
 /* Kernels (see above). One row per line: kernels/meson.build parses them. */
 #define DSV4I_KERNELS(X)                                                                         \
@@ -63,6 +64,7 @@
   X(MOE_UP, MOE_UP, E2M1_UE8M0, DECODE, 80, moe, dsv4_k_moe_up, 128)                              \
   X(MOE_DOWN, MOE_DOWN, E2M1_UE8M0, DECODE, 80, moe, dsv4_k_moe_down, 128)                       \
   X(ENGRAM_GATHER, ENGRAM_GATHER, E4M3_UE8M0, ANY, 80, engram, dsv4_k_engram_gather, 128)          \
-  X(ENGRAM_UPDATE, ENGRAM_UPDATE, BF16, ANY, 80, engram, dsv4_k_engram_update, 128)
+  X(ENGRAM_UPDATE, ENGRAM_UPDATE, BF16, ANY, 80, engram, dsv4_k_engram_update, 128)              \
+  X(DEQUANT_E4M3_BF16, DEQUANT, E4M3_UE8M0, ANY, 80, linear, dsv4_k_dequant_e4m3_bf16, 256)
 
 #endif /* DSV4I_KERNEL_LIST_H */

@@ -237,6 +237,47 @@ static void linear_bf16_f32_equal_cpu(void **state) {
   linear_float_case(DSV4I_W_F32, 1, 384, 512, 17, 14);
 }
 
+/* wo_a: dequantised at load on the device, then the grouped projection in one
+ * launch; both bit for bit with the CPU's (dsv4i_wview_dequant_bf16, and the
+ * per-group dsv4i_cpu_linear loop of attn_output). */
+static void wo_a_dequant_and_grouped_linear_equal_cpu(void **state) {
+  (void)state;
+  reset_pool();
+  uint64_t s = 24;
+  enum { NG = 8, R = 128, GW = 256, N = 5 };
+  uint8_t *w8 = malloc((size_t)NG * R * GW), sc[(NG * R / 32) * (GW / 32)];
+  for (size_t i = 0; i < (size_t)NG * R * GW; i++) w8[i] = rand_e4m3(&s);
+  for (size_t i = 0; i < sizeof sc; i++) sc[i] = (uint8_t)(120 + gt_rand(&s) % 8);
+  dsv4i_wview v8;
+  gt_check(dsv4i_wview_init(&v8, DSV4I_W_FP8, NG * R, GW, w8, sc));
+  uint16_t *wc = malloc(2 * (size_t)NG * R * GW), *wg = malloc(2 * (size_t)NG * R * GW);
+  gt_check(dsv4i_wview_dequant_bf16(&v8, wc));
+  dsv4i_gpu_weight g8 = {DSV4I_KFMT_E4M3_UE8M0, NG * R, GW, GW, GW / 32,
+                         gt_up(&G, w8, (size_t)NG * R * GW), gt_up(&G, sc, sizeof sc)};
+  dsv4i_cuptr dw = gt_up(&G, NULL, 2 * (size_t)NG * R * GW);
+  gt_check(dsv4i_gpu_dequant_bf16(&O, G.stream, &g8, dw));
+  gt_down(&G, wg, dw, 2 * (size_t)NG * R * GW);
+  assert_int_equal(gt_diff_bits(wg, wc, (size_t)NG * R * GW, 2, "wo_a dequant"), 0);
+
+  const int ldx = NG * GW;
+  uint16_t *x = malloc(2 * (size_t)N * ldx), *yc = malloc(2 * (size_t)N * NG * R),
+           *yg = malloc(2 * (size_t)N * NG * R);
+  gt_fill_bf16(&s, x, (size_t)N * ldx, 4);
+  dsv4i_wview vb;
+  gt_check(dsv4i_wview_init(&vb, DSV4I_W_BF16, NG * R, GW, wc, NULL));
+  for (int g = 0; g < NG; g++) {
+    dsv4i_wview rows;
+    gt_check(dsv4i_wview_rows(&vb, g * R, R, &rows));
+    gt_check(dsv4i_cpu_linear(&rows, N, x + g * GW, ldx, yc + g * R, NG * R));
+  }
+  dsv4i_gpu_weight gb = {DSV4I_KFMT_BF16, NG * R, GW, GW, 0, dw, 0};
+  dsv4i_cuptr dx = gt_up(&G, x, 2 * (size_t)N * ldx), dy = gt_up(&G, NULL, 2 * (size_t)N * NG * R);
+  gt_check(dsv4i_gpu_linear_grouped(&O, G.stream, &gb, NG, N, dx, ldx, dy, NG * R));
+  gt_down(&G, yg, dy, 2 * (size_t)N * NG * R);
+  assert_int_equal(gt_diff_bits(yg, yc, (size_t)N * NG * R, 2, "wo_a grouped"), 0);
+  free(w8), free(wc), free(wg), free(x), free(yc), free(yg);
+}
+
 /* ---- RoPE -------------------------------------------------------------------- */
 
 /* The rotation is bit-exact given the same cos/sin; CUDA's double cos/sin
@@ -581,6 +622,7 @@ int tu_run_suite(void) {
     cmocka_unit_test(act_quant_equals_cpu),
     cmocka_unit_test(linear_fp8_fp4_equal_cpu),
     cmocka_unit_test(linear_bf16_f32_equal_cpu),
+    cmocka_unit_test(wo_a_dequant_and_grouped_linear_equal_cpu),
     cmocka_unit_test(rope_equals_cpu),
     cmocka_unit_test(argmax_equals_cpu),
     cmocka_unit_test(sample_equals_cpu),
