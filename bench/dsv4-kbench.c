@@ -149,7 +149,9 @@ int main(int argc, char **argv) {
       G.dev.cu->MemcpyHtoD(tab[j], t[j], sizeof(uint64_t) * (E + 1));
       free(t[j]);
     }
+    for (int v = 0; v < 2; v++)
     for (int i = 0; i < 3; i++) {
+      O.warp_rows_max = v ? INT32_MAX : 0; /* thread per row, then warp per row */
       const size_t mark = dsv4i_gpu_pool_mark(&G.pool);
       const int n = ns[i];
       int32_t *idx = malloc(sizeof(int32_t) * n * K);
@@ -172,7 +174,7 @@ int main(int argc, char **argv) {
       const double shared = 3.0 * inter * dim + 3.0 * (double)((inter + 31) / 32) * (dim / 32);
       const double bytes = distinct * routed + shared;
       char name[64];
-      snprintf(name, sizeof name, "moe 6/384 + shared (%d experts)", distinct);
+      snprintf(name, sizeof name, "moe 6/384 + shared (%d experts)%s", distinct, v ? " warp" : "");
       report(name, n, time_op(do_moe, &a, 20), bytes);
       free(idx), free(wt);
       dsv4i_gpu_pool_reset(&G.pool, mark);

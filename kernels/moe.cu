@@ -157,3 +157,132 @@ dsv4_k_moe_down(int n_tok, int top_k, int has_shared, int n_experts, int dim, in
   }
   if (d < dim) out[(long long)t * ldo + d] = dsv4i_f32_to_bf16(y);
 }
+
+/* ---- warp-per-row variants ----------------------------------------------------
+ * The same sums in the same order, with the K blocks of a row spread over the
+ * lanes of a warp: lane j computes block partial (p · sx) · sw of K block
+ * c0 + j, and the row's fp32 sum takes them in K-block order through
+ * shuffles (every lane ends with the same value). Off by default in the
+ * launcher until they have run on a device (gpu/gpu_ops.h warp_rows_max). */
+
+template <int FMT>
+__device__ __forceinline__ float warp_qdot_row(const unsigned char *w, long long ld,
+                                               const unsigned char *scale, long long scale_ld,
+                                               int o, int nkb, const float *x, const float *sx) {
+  const int lane = threadIdx.x & 31;
+  float acc = 0.0f;
+  for (int c0 = 0; c0 < nkb; c0 += 32) {
+    const int kb = c0 + lane, nb = nkb - c0 < 32 ? nkb - c0 : 32;
+    float q = 0.0f;
+    if (kb < nkb) {
+      float wv[32], sw;
+      load_block<FMT>(w, ld, scale, scale_ld, o, kb, wv, &sw);
+      const float4 *xr = reinterpret_cast<const float4 *>(x + kb * 32);
+      float p = 0.0f;
+#pragma unroll
+      for (int i = 0; i < 8; i++) {
+        const float4 v = xr[i];
+        p += v.x * wv[4 * i];
+        p += v.y * wv[4 * i + 1];
+        p += v.z * wv[4 * i + 2];
+        p += v.w * wv[4 * i + 3];
+      }
+      q = (p * sx[kb]) * sw;
+    }
+    for (int j = 0; j < nb; j++) acc += __shfl_sync(0xFFFFFFFFu, q, j);
+  }
+  return acc;
+}
+
+/* dsv4_k_moe_up with one warp per intermediate row: grid (ceil(inter/8),
+ * n_tok · n_slots), 256 threads; same arguments. */
+extern "C" __global__ void __launch_bounds__(256)
+dsv4_k_moe_up_warp(int n_tok, int top_k, int has_shared, int n_experts, int dim, int inter,
+                   int fmt_r, int fmt_s, float limit, const float *xq, const float *sx,
+                   const int32_t *idx, const float *weight, const unsigned char *const *w1,
+                   const unsigned char *const *s1, const unsigned char *const *w3,
+                   const unsigned char *const *s3, uint16_t *a) {
+  const int n_slots = top_k + (has_shared ? 1 : 0);
+  const int t = blockIdx.y / n_slots, slot = blockIdx.y % n_slots;
+  const int i = blockIdx.x * 8 + (threadIdx.x >> 5), lane = threadIdx.x & 31;
+  if (t >= n_tok || i >= inter) return; /* warp-uniform */
+  const bool shared = slot == top_k;
+  const int e = shared ? n_experts : idx[t * top_k + slot];
+  uint16_t *out = a + ((long long)t * n_slots + slot) * inter;
+  if (e < 0) {
+    if (lane == 0) out[i] = 0;
+    return;
+  }
+  const int fmt = shared ? fmt_s : fmt_r;
+  long long ld, sld;
+  strides(fmt, inter, dim, &ld, &sld);
+  const int nkb = dim / 32;
+  const float *xr = xq + (long long)t * dim, *sr = sx + (long long)t * nkb;
+  float g, u;
+  if (fmt == W_E4M3) {
+    g = warp_qdot_row<W_E4M3>(w1[e], ld, s1[e], sld, i, nkb, xr, sr);
+    u = warp_qdot_row<W_E4M3>(w3[e], ld, s3[e], sld, i, nkb, xr, sr);
+  } else {
+    g = warp_qdot_row<W_E2M1>(w1[e], ld, s1[e], sld, i, nkb, xr, sr);
+    u = warp_qdot_row<W_E2M1>(w3[e], ld, s3[e], sld, i, nkb, xr, sr);
+  }
+  if (lane != 0) return;
+  float gf = dsv4i_bf16_to_f32(dsv4i_f32_to_bf16(g)), uf = dsv4i_bf16_to_f32(dsv4i_f32_to_bf16(u));
+  if (limit > 0.0f) {
+    uf = uf < -limit ? -limit : (uf > limit ? limit : uf);
+    gf = gf > limit ? limit : gf;
+  }
+  float act = (gf / (1.0f + dsv4i_expf_torch(-gf))) * uf;
+  if (!shared) act = weight[t * top_k + slot] * act;
+  out[i] = dsv4i_f32_to_bf16(act);
+}
+
+/* dsv4_k_moe_down with one warp per output row: grid (ceil(dim/8), n_tok),
+ * 256 threads; same arguments. */
+extern "C" __global__ void __launch_bounds__(256, 1)
+dsv4_k_moe_down_warp(int n_tok, int top_k, int has_shared, int n_experts, int dim, int inter,
+                     int fmt_r, int fmt_s, const float *aq, const float *sa, const int32_t *idx,
+                     const unsigned char *const *w2, const unsigned char *const *s2, uint16_t *out,
+                     long long ldo) {
+  __shared__ int order[MAX_SLOTS], eid[MAX_SLOTS];
+  __shared__ int n_order;
+  const int t = blockIdx.y;
+  if (t >= n_tok) return;
+  const int n_slots = top_k + (has_shared ? 1 : 0);
+  if (threadIdx.x == 0) { /* the token's slots by ascending expert id, shared last */
+    int n = 0;
+    for (int j = 0; j < top_k; j++) {
+      const int e = idx[t * top_k + j];
+      if (e < 0) continue;
+      int p = n;
+      while (p > 0 && eid[p - 1] > e) {
+        eid[p] = eid[p - 1];
+        order[p] = order[p - 1];
+        p--;
+      }
+      eid[p] = e;
+      order[p] = j;
+      n++;
+    }
+    if (has_shared) eid[n] = n_experts, order[n] = top_k, n++;
+    n_order = n;
+  }
+  __syncthreads();
+  const int d = blockIdx.x * 8 + (threadIdx.x >> 5);
+  if (d >= dim) return; /* warp-uniform; no barriers below */
+  const int nkb = inter / 32;
+  float y = 0.0f;
+  for (int q = 0; q < n_order; q++) {
+    const int slot = order[q], e = eid[q];
+    const int fmt = slot == top_k ? fmt_s : fmt_r;
+    long long ld, sld;
+    strides(fmt, dim, inter, &ld, &sld);
+    const float *xr = aq + ((long long)t * n_slots + slot) * inter;
+    const float *sr = sa + ((long long)t * n_slots + slot) * nkb;
+    float acc;
+    if (fmt == W_E4M3) acc = warp_qdot_row<W_E4M3>(w2[e], ld, s2[e], sld, d, nkb, xr, sr);
+    else acc = warp_qdot_row<W_E2M1>(w2[e], ld, s2[e], sld, d, nkb, xr, sr);
+    y += dsv4i_bf16_to_f32(dsv4i_f32_to_bf16(acc));
+  }
+  if ((threadIdx.x & 31) == 0) out[(long long)t * ldo + d] = dsv4i_f32_to_bf16(y);
+}

@@ -32,6 +32,8 @@ dsv4_status dsv4i_gpu_ops_init(const dsv4i_kreg *kr, dsv4i_gpu_ops *o) {
   PICK(router, ROUTER, F32, ANY);
   PICK(moe_up, MOE_UP, E2M1_UE8M0, DECODE);
   PICK(moe_down, MOE_DOWN, E2M1_UE8M0, DECODE);
+  PICK(moe_up_warp, MOE_UP, E2M1_UE8M0, DECODE_WARP);
+  PICK(moe_down_warp, MOE_DOWN, E2M1_UE8M0, DECODE_WARP);
   PICK(engram_gather, ENGRAM_GATHER, E4M3_UE8M0, ANY);
   PICK(engram_update, ENGRAM_UPDATE, BF16, ANY);
   PICK(dequant, DEQUANT, E4M3_UE8M0, ANY);
@@ -323,13 +325,16 @@ dsv4_status dsv4i_gpu_moe_experts(const dsv4i_gpu_ops *o, dsv4i_custream s,
   dsv4i_cuptr w1 = m->w1, s1 = m->s1, w3 = m->w3, s3 = m->s3, w2 = m->w2, s2 = m->s2;
   void *pu[] = {&n, &k, &sh, &E, &dim, &inter, &fr, &fs, &lim, &xq, &sx, &idx, &weight,
                 &w1, &s1, &w3, &s3, &a};
-  st = launch(o, o->moe_up, cdiv(inter, 128), (uint32_t)(n_tok * slots), s, pu);
+  const int warp = m->dim <= o->warp_rows_max && m->inter <= o->warp_rows_max;
+  st = warp ? launch(o, o->moe_up_warp, cdiv(inter, 8), (uint32_t)(n_tok * slots), s, pu)
+            : launch(o, o->moe_up, cdiv(inter, 128), (uint32_t)(n_tok * slots), s, pu);
   if (st != DSV4_OK) return st;
   st = dsv4i_gpu_act_quant(o, s, n_tok * slots, inter, a, inter, aq, sa);
   if (st != DSV4_OK) return st;
   long long lo = ldo;
   void *pd[] = {&n, &k, &sh, &E, &dim, &inter, &fr, &fs, &aq, &sa, &idx, &w2, &s2, &out, &lo};
-  return launch(o, o->moe_down, cdiv(dim, 128), (uint32_t)n_tok, s, pd);
+  return warp ? launch(o, o->moe_down_warp, cdiv(dim, 8), (uint32_t)n_tok, s, pd)
+              : launch(o, o->moe_down, cdiv(dim, 128), (uint32_t)n_tok, s, pd);
 }
 
 /* ---- Engram ---------------------------------------------------------------- */

@@ -23,12 +23,14 @@
 typedef struct dsv4i_gpu_ops {
   const dsv4i_kreg *kr;
   dsv4i_kernel_id rmsnorm, embed_hc, hc_mixes, hc_sinkhorn, hc_pre, hc_post, act_quant, rope,
-      argmax, sample, router, moe_up, moe_down, engram_gather, engram_update, dequant;
+      argmax, sample, router, moe_up, moe_down, engram_gather, engram_update, dequant, moe_up_warp, moe_down_warp;
   dsv4i_kernel_id linear[DSV4I_KFMT_COUNT_];        /**< by weight format, bf16 out */
   dsv4i_kernel_id linear_warp[DSV4I_KFMT_COUNT_];   /**< fp8 / fp4, one warp per row */
-  /** fp8 / fp4 linears with at most this many rows use linear_warp. Default 0
-   * (off): the warp-per-row kernels pass the ptxas check but have not run on
-   * a device yet; tests/gpu/test_cuda_ops.c checks both variants. */
+  /** fp8 / fp4 linears with at most this many rows use linear_warp, and
+   * MoE layers with dim and inter at most this use the warp-per-row expert
+   * kernels. Default 0 (off): the warp-per-row kernels pass the ptxas check
+   * but have not run on a device yet; tests/gpu/test_cuda_ops.c checks both
+   * variants. */
   int32_t warp_rows_max;
   dsv4i_kernel_id linear_f32out[DSV4I_KFMT_COUNT_]; /**< BF16 / F32 weights, fp32 out */
 } dsv4i_gpu_ops;

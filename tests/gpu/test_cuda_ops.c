@@ -494,9 +494,14 @@ static void moe_experts_equal_cpu(void **state) {
   dsv4i_cuptr dx = gt_up(&G, x, sizeof x), di = gt_up(&G, idx, sizeof idx),
               dw = gt_up(&G, wt, sizeof wt), dout = gt_up(&G, NULL, sizeof og),
               scr = gt_up(&G, NULL, dsv4i_gpu_moe_scratch_bytes(&gm, N));
-  gt_check(dsv4i_gpu_moe_experts(&O, G.stream, &gm, N, dx, DIM, di, dw, scr, dout, DIM));
-  gt_down(&G, og, dout, sizeof og);
-  assert_int_equal(gt_diff_bits(og, oc, N * DIM, 2, "moe experts"), 0);
+  for (int variant = 0; variant < 2; variant++) { /* thread per row, warp per row */
+    dsv4i_gpu_ops ov = O;
+    ov.warp_rows_max = variant ? INT32_MAX : 0;
+    memset(og, 0, sizeof og);
+    gt_check(dsv4i_gpu_moe_experts(&ov, G.stream, &gm, N, dx, DIM, di, dw, scr, dout, DIM));
+    gt_down(&G, og, dout, sizeof og);
+    assert_int_equal(gt_diff_bits(og, oc, N * DIM, 2, variant ? "moe warp" : "moe experts"), 0);
+  }
   for (int i = 0; i < nk; i++) free(keep[i]);
 }
 
