@@ -3,7 +3,7 @@
  * CUDA events, as achieved bandwidth over the bytes each must read, and as
  * a ratio to the device's measured copy bandwidth (the decode roofline,
  * design §8). Internal tool (links the library's internals); needs a GPU.
- *   dsv4-kbench [device]
+ *   dsv4-kbench [device]     (--help, --version; exit 77 without a usable device)
  * Weights are filled with constant valid codes: timing does not depend on
  * the values. bench/RESULTS.md has the command and a run.
  */
@@ -85,7 +85,23 @@ static void report(const char *name, int n, double ms, double bytes) {
 }
 
 int main(int argc, char **argv) {
-  const int dev = argc > 1 ? atoi(argv[1]) : 0;
+  if (argc > 1 && (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help"))) {
+    printf("usage: dsv4-kbench [DEVICE] | --version\n"
+           "Time the dense CUDA kernels at the release's shapes on CUDA device DEVICE (default 0).\n"
+           "Exit status: 0 done, 1 a failure, 2 bad usage, 77 no usable device.\n");
+    return 0;
+  }
+  if (argc > 1 && !strcmp(argv[1], "--version")) {
+    printf("dsv4-kbench (libdsv4) %s\n", DSV4_VERSION_STRING);
+    return 0;
+  }
+  char *end = NULL;
+  const long d = argc > 1 ? strtol(argv[1], &end, 10) : 0;
+  if (argc > 2 || (argc > 1 && (!argv[1][0] || *end || d < 0 || d > 1023))) {
+    fprintf(stderr, "usage: dsv4-kbench [DEVICE] | --version\n");
+    return 2;
+  }
+  const int dev = (int)d;
   die(dsv4i_gpu_open(dev, &G), "open");
   die(dsv4i_gpu_pool_create(&G, (size_t)24 << 30), "pool");
   die(dsv4i_gpu_ops_init(&G.kr, &O), "kernels");
