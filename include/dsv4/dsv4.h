@@ -337,6 +337,21 @@ typedef struct dsv4_model_info {
   int64_t max_position_embeddings; /**< longest context the config allows (positions) */
   int64_t n_tensors;           /**< tensors in the table (checkpoint, or contract with CONFIG_ONLY) */
   int64_t payload_bytes;       /**< sum of their byte sizes */
+  /* Filled when struct_size covers them (added in 0.1.x; older builds leave them 0). */
+  int32_t index_n_heads;       /**< indexer heads (64) */
+  int32_t index_head_dim;      /**< indexer key width (128) */
+  int32_t index_topk;          /**< compressed positions each query selects (512) */
+  int32_t engram_cols;         /**< Engram table rows per token and layer:
+                                *   (max n-gram - 1) x Engram heads; 0 without Engram */
+  int32_t engram_head_dim;     /**< bytes of e4m3 per Engram row */
+  int32_t n_engram_layers;     /**< backbone layers with an Engram module */
+  int32_t dspark_n_routed_experts;   /**< experts of a DSpark stage */
+  int32_t dspark_n_experts_per_tok;  /**< top-k of a DSpark stage */
+  int32_t window_record_bytes;       /**< KV record of one window position (spec §5.8; 528) */
+  int32_t compressed_record_bytes;   /**< KV record of one compressed group (288) */
+  int32_t index_key_record_bytes;    /**< KV record of one index key (68) */
+  int32_t compressor_state_record_bytes; /**< ratio > 1 compressor input per position
+                                          *   (fp32 k and gate: 8 x head_dim bytes) */
 } dsv4_model_info;
 
 /**

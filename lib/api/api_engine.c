@@ -125,7 +125,7 @@ DSV4_API dsv4_status dsv4_engine_create(const dsv4_model *model, const dsv4_engi
   if (!model || !out)
     return dsv4i_error(DSV4_ERR_INVALID_ARG, "dsv4_engine_create: %s is NULL", model ? "out" : "model");
   dsv4i_engine_args a;
-  dsv4_status s = make_args(params, model->cfg.max_position_embeddings, &a, "dsv4_engine_create");
+  dsv4_status s = make_args(params, dsv4i_model_config(model)->max_position_embeddings, &a, "dsv4_engine_create");
   if (!s) s = dsv4i_engine_create((struct dsv4_model *)model, &a, out);
   return s;
 }
@@ -153,7 +153,7 @@ DSV4_API dsv4_status dsv4_engine_create_from_dir(const char *dir, const dsv4_eng
   ep_defaults(&p);
   if (params) memcpy(&p, params, min_size(params->struct_size, sizeof p));
   if (!p.max_context)
-    a.max_ctx = m->cfg.max_position_embeddings < DEFAULT_CTX ? m->cfg.max_position_embeddings
+    a.max_ctx = dsv4i_model_config(m)->max_position_embeddings < DEFAULT_CTX ? dsv4i_model_config(m)->max_position_embeddings
                                                              : DEFAULT_CTX;
   if ((s = dsv4i_engine_create(m, &a, out))) {
     dsv4i_model_close(m);

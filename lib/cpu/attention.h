@@ -55,7 +55,6 @@
 #include "cpu/kvcache.h"
 #include "model/config.h"
 
-struct dsv4i_checkpoint;
 
 /** Layout flag of a token: the decode index row (see the top of this file). */
 #define DSV4I_ATTN_DECODE 0
@@ -97,11 +96,11 @@ typedef struct dsv4i_attn_layer {
 } dsv4i_attn_layer;
 
 /**
- * Bind one layer's attention weights from a checkpoint (names
- * "layers.L.attn.*" or "mtp.S.attn.*"), dequantise wo_a to bf16 and build
+ * Bind one layer's attention weights from the weight table (backbone layer
+ * or DSpark stage n_layers + S), dequantise wo_a to bf16 and build
  * the RoPE frequencies (ratio 0: rope_theta, no YaRN; ratio > 0:
- * compress_rope_theta with YaRN). The checkpoint must outlive *out.
- * @param ck    [in] open checkpoint.
+ * compress_rope_theta with YaRN). The model must outlive *out.
+ * @param wt    [in] the model's weight table.
  * @param cfg   [in] config (roles derived); must outlive nothing (values copied).
  * @param layer 0 .. cfg->n_total_layers − 1.
  * @param out   [out] filled; release with dsv4i_attn_layer_free.
@@ -109,7 +108,7 @@ typedef struct dsv4i_attn_layer {
  *         (a tensor missing or of the wrong dtype / shape; message names it);
  *         DSV4_ERR_OUT_OF_MEMORY. On failure *out holds nothing.
  */
-dsv4_status dsv4i_attn_layer_load(const struct dsv4i_checkpoint *ck, const dsv4i_config *cfg,
+dsv4_status dsv4i_attn_layer_load(const dsv4i_weights *wt, const dsv4i_config *cfg,
                                   int32_t layer, dsv4i_attn_layer *out);
 /** Free what dsv4i_attn_layer_load allocated; *L is zeroed. NULL ok. */
 void dsv4i_attn_layer_free(dsv4i_attn_layer *L);

@@ -1,5 +1,5 @@
 /*
- * CPU implementation of the engine's backend interface (engine/backend.h):
+ * CPU implementation of the engine's backend interface (backend/backend.h):
  * storage format for the planner, create/destroy, host buffers, cache slots
  * over the paged caches of kvcache.h, and the step metadata. The step ops
  * are in cpu_backend_ops.c, weight binding in cpu_backend_load.c.
@@ -21,7 +21,7 @@ static size_t page_bytes_for(const dsv4i_config *c) {
   return (size_t)((p + 63) / 64 * 64);
 }
 
-dsv4_status dsv4i_cpu_backend_format(const struct dsv4i_config *c, int64_t max_positions,
+static dsv4_status cpu_format(const struct dsv4i_config *c, int64_t max_positions,
                                      dsv4i_cache_format *f) {
   memset(f, 0, sizeof *f);
   dsv4i_kv_layout lay;
@@ -257,9 +257,9 @@ static dsv4_status alloc_scratch(cpu_backend *b) {
   return ok ? DSV4_OK : DSV4_ERR_OUT_OF_MEMORY;
 }
 
-dsv4_status dsv4i_cpu_backend_create(const dsv4i_backend_desc *d, dsv4i_backend **out) {
+static dsv4_status cpu_create(const dsv4i_backend_desc *d, dsv4i_backend **out) {
   *out = NULL;
-  const dsv4i_config *c = &d->model->cfg;
+  const dsv4i_config *c = dsv4i_model_config(d->model);
   if (d->n_slots < 1 || d->max_batch_tokens < 1 || d->max_out_rows < 1 || d->pool_pages < 1 ||
       d->max_positions < 1)
     return dsv4i_error(DSV4_ERR_INVALID_ARG, "cpu backend: bad sizes");
@@ -294,3 +294,10 @@ dsv4_status dsv4i_cpu_backend_create(const dsv4i_backend_desc *d, dsv4i_backend 
   *out = &b->base;
   return DSV4_OK;
 }
+
+const dsv4i_backend_entry dsv4i_cpu_backend_entry = {
+  .kind = DSV4_BACKEND_CPU,
+  .name = "cpu",
+  .format = cpu_format,
+  .create = cpu_create,
+};

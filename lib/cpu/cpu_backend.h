@@ -1,6 +1,6 @@
 /*
  * Private state of the CPU implementation of the engine's backend interface
- * (engine/backend.h). Shared by cpu_backend.c (create, buffers, slots,
+ * (backend/backend.h). Shared by cpu_backend.c (create, buffers, slots,
  * batch) and cpu_backend_ops.c (embed, Engram, block, head, sample); nothing
  * else includes it.
  *
@@ -19,10 +19,11 @@
 #include "cpu/cpu_ops.h"
 #include "cpu/engram.h"
 #include "cpu/kvcache.h"
-#include "engine/backend.h"
+#include "backend/backend_impl.h"
 #include "model/model.h"
 
-/** One backbone block's weights (all borrowed from the checkpoint except attn.wo_a). */
+/** One block's weights, backbone layer or DSpark stage (borrowed from the model except
+ *  attn.wo_a and the expert table). */
 typedef struct cpu_block {
   const float *hc_fn[2];     /**< [0] attention, [1] FFN: F32 [(2+hc)·hc][hc·dim] */
   const float *hc_scale[2];  /**< F32 [3] */
@@ -83,7 +84,14 @@ dsv4_status dsv4i_cpu_be_head(dsv4i_backend *be, dsv4i_bbuf h, dsv4i_bbuf pre, d
 dsv4_status dsv4i_cpu_be_sample(dsv4i_backend *be, dsv4i_bbuf logits, int32_t n,
                                 const dsv4i_sample_req *req, int32_t *tokens);
 
-/* cpu_backend_load.c: weights of the backbone blocks */
+/* cpu_backend_load.c: weights by role (backbone blocks and DSpark stages, layer
+ * n_layers + S, share one loader) */
+dsv4_status dsv4i_cpu_weight_data(const cpu_backend *b, int32_t role, int32_t layer,
+                                  int32_t dtype, int64_t n, const void **out);
+dsv4_status dsv4i_cpu_weight_view(const cpu_backend *b, int32_t role, int32_t layer, int32_t expert,
+                                  dsv4i_wview *out);
+dsv4_status dsv4i_cpu_load_block(cpu_backend *b, int32_t L, cpu_block *k);
+void dsv4i_cpu_free_block(cpu_block *k);
 dsv4_status dsv4i_cpu_be_load_blocks(cpu_backend *b, const dsv4i_backend_desc *d);
 void dsv4i_cpu_be_free_blocks(cpu_backend *b);
 

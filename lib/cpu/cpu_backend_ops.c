@@ -1,5 +1,5 @@
 /*
- * CPU backend step ops (engine/backend.h): embedding and HC expansion,
+ * CPU backend step ops (backend/backend.h): embedding and HC expansion,
  * Engram, the backbone block with lagged hyper-connections, head, sampling.
  * Each is a sequence of cpu_ops / attention / engram calls in the
  * reference's order (spec §5.1-§5.6); no arithmetic of its own except the

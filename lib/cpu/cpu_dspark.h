@@ -1,6 +1,6 @@
 /*
  * CPU backend: the DSpark draft head (spec §6.1), the implementation of the
- * engine's dspark_extend / dspark_draft hooks (engine/backend.h).
+ * engine's dspark_extend / dspark_draft hooks (backend/backend.h).
  *
  * Weights (spec §4.2 "DSpark extras", all views into the mmapped checkpoint
  * except each stage's wo_a, dequantised to bf16 like the backbone's):
@@ -29,7 +29,7 @@
 
 #include <stdint.h>
 
-#include "engine/backend.h"
+#include "backend/backend.h"
 
 struct cpu_backend;
 
@@ -48,11 +48,11 @@ dsv4_status dsv4i_cpu_dspark_load(struct cpu_backend *b);
 /** Release b->dspark (NULL-safe); b->dspark is NULL after. */
 void dsv4i_cpu_dspark_free(struct cpu_backend *b);
 
-/** Vtable entry dspark_extend (engine/backend.h): after a step, store
+/** Vtable entry dspark_extend (backend/backend.h): after a step, store
  *  main_kv of every batch token in every stage's ring. */
 dsv4_status dsv4i_cpu_be_dspark_extend(dsv4i_backend *be, dsv4i_bbuf taps);
 
-/** Vtable entry dspark_draft (engine/backend.h). */
+/** Vtable entry dspark_draft (backend/backend.h). */
 dsv4_status dsv4i_cpu_be_dspark_draft(dsv4i_backend *be, int32_t n, const int32_t *slots,
                                       const int64_t *pos, const int32_t *anchor, dsv4i_bbuf taps,
                                       const dsv4i_sample_req *req, int32_t *drafts,

@@ -55,7 +55,7 @@
 
 #include "base/base.h"
 
-struct dsv4i_checkpoint; /* io/safetensors.h */
+#include "model/weights.h"
 
 /* ======================================================================
  * Threads
@@ -117,17 +117,15 @@ dsv4_status dsv4i_wview_init(dsv4i_wview *w, int32_t fmt, int32_t rows, int32_t 
                              const void *data, const uint8_t *scale);
 
 /**
- * View of a checkpoint weight by tensor name (e.g. "layers.3.attn.wq_a.weight").
- * The format follows the stored dtype: F32, BF16, F8_E4M3 (needs the sibling
- * "<stem>.scale" F8_E8M0 [ceil(rows/32)][ceil(cols/32)]) or I8 (packed e2m1
- * [rows][cols/2] with "<stem>.scale" F8_E8M0 [rows][cols/32]), where <stem> is
- * the name without ".weight". Shapes are checked.
- * @return DSV4_OK; DSV4_ERR_NOT_FOUND (tensor or its scale absent);
- *         DSV4_ERR_WEIGHTS (unsupported dtype, wrong rank or shape).
- *         On failure *out is zeroed.
+ * View of a weight-table entry (model/weights.h). The format follows the
+ * stored dtype: F32, BF16, F8_E4M3 (with its F8_E8M0 scale
+ * [ceil(rows/32)][ceil(cols/32)]) or I8 (packed e2m1 [rows][cols/2] with its
+ * F8_E8M0 scale [rows][cols/32]). Shapes are checked.
+ * @return DSV4_OK; DSV4_ERR_INVALID_ARG (NULL or unmapped); DSV4_ERR_NOT_FOUND
+ *         (scale absent); DSV4_ERR_WEIGHTS (unsupported dtype, wrong rank or
+ *         shape). On failure *out is zeroed.
  */
-dsv4_status dsv4i_wview_from_checkpoint(const struct dsv4i_checkpoint *ck, const char *name,
-                                        dsv4i_wview *out);
+dsv4_status dsv4i_wview_from_weight(const dsv4i_weight *w, dsv4i_wview *out);
 
 /**
  * Rows [row0, row0 + n_rows) of w as a view (same cols). FP8 needs row0 a

@@ -59,7 +59,6 @@
 #include "base/base.h"
 #include "cpu/cpu_ops.h"
 
-struct dsv4i_checkpoint; /* io/safetensors.h */
 struct dsv4i_config;     /* model/config.h */
 
 /**
@@ -83,13 +82,13 @@ typedef struct dsv4i_engram_layer {
 
 /**
  * Fill *out for Engram slot `slot` of cfg (layer cfg->engram_layers[slot])
- * from a checkpoint, checking every dtype and shape against the config:
+ * from the weight table, checking every dtype and shape against the config:
  * embed.weight F8_E4M3 [engram_num_embeddings[slot]][engram_head_dim],
  * embed.scale F8_E8M0 [rows][head_dim/32], wkv FP8
  * [(hc_mult+1)·dim][(engram_max_ngram−1)·engram_n_heads·engram_head_dim]
  * with its 32×32 scale, q_weight / k_weight BF16 [hc_mult][dim].
  * Nothing is read from the table (no page is touched).
- * @param ck   [in] open checkpoint; must outlive *out.
+ * @param wt   [in] the model's weight table; the model must outlive *out.
  * @param cfg  [in] parsed config.
  * @param slot Engram slot in [0, cfg->n_engram).
  * @param out  [out] zeroed on failure.
@@ -97,9 +96,8 @@ typedef struct dsv4i_engram_layer {
  *         not a multiple of 32); DSV4_ERR_NOT_FOUND (a tensor absent);
  *         DSV4_ERR_WEIGHTS (wrong dtype or shape).
  */
-dsv4_status dsv4i_engram_layer_from_checkpoint(const struct dsv4i_checkpoint *ck,
-                                               const struct dsv4i_config *cfg, int32_t slot,
-                                               dsv4i_engram_layer *out);
+dsv4_status dsv4i_engram_layer_load(const dsv4i_weights *wt, const struct dsv4i_config *cfg,
+                                    int32_t slot, dsv4i_engram_layer *out);
 
 /**
  * Step 1: gather and dequantise table rows (spec §3.2 "Engram row"):

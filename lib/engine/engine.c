@@ -18,7 +18,7 @@ static dsv4_status make_engram(struct dsv4_engine *e) {
   const dsv4i_config *c = e->cfg;
   if (c->n_engram == 0) return DSV4_OK;
   dsv4i_tokenizer *tok = NULL;
-  dsv4_status s = dsv4i_tokenizer_load(e->model->dir, &tok);
+  dsv4_status s = dsv4i_tokenizer_load(dsv4i_model_dir(e->model), &tok);
   if (s) {
     dsv4i_error_prefix("Engram tables need the model's tokenizer");
     return s;
@@ -62,10 +62,10 @@ dsv4_status dsv4i_engine_create(struct dsv4_model *model, const dsv4i_engine_arg
                                 struct dsv4_engine **out) {
   *out = NULL;
   const int64_t t0 = dsv4i_now_ns();
-  if (model->flags & DSV4_MODEL_F_CONFIG_ONLY)
+  if (dsv4i_model_flags(model) & DSV4_MODEL_F_CONFIG_ONLY)
     return dsv4i_error(DSV4_ERR_INVALID_ARG,
                        "engine: the model was loaded with DSV4_MODEL_F_CONFIG_ONLY (no weights)");
-  const dsv4i_config *c = &model->cfg;
+  const dsv4i_config *c = dsv4i_model_config(model);
   if (a->max_ctx > c->max_position_embeddings)
     return dsv4i_error(DSV4_ERR_INVALID_ARG,
                        "engine: max_context %lld exceeds the model's max_position_embeddings %lld",
@@ -91,7 +91,7 @@ dsv4_status dsv4i_engine_create(struct dsv4_model *model, const dsv4i_engine_arg
   rq.kv_budget = a->kv_budget;
   rq.chunk = a->chunk;
   rq.host_limit = a->backend == DSV4_BACKEND_CPU ? dsv4i_plan_host_memory() : 0;
-  rq.mapped_bytes = (int64_t)model->contract.payload_bytes;
+  rq.mapped_bytes = (int64_t)dsv4i_model_contract(model)->payload_bytes;
   if (!s) s = dsv4i_plan_make(c, &rq, &e->plan);
   if (!s) {
     const dsv4i_plan *p = &e->plan;

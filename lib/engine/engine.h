@@ -1,7 +1,7 @@
 /*
  * The engine behind the public dsv4_engine handle (issue 4): sequences,
  * batch assembly, prefill / decode steps through the backend interface
- * (engine/backend.h), sampling glue, timings. The API layer (lib/api/
+ * (backend/backend.h), sampling glue, timings. The API layer (lib/api/
  * api_engine.c) checks arguments and captures errors; everything here
  * assumes non-NULL handles and records messages with dsv4i_error().
  *
@@ -20,7 +20,7 @@
 #include <stdint.h>
 
 #include "base/base.h"
-#include "engine/backend.h"
+#include "backend/backend.h"
 #include "engine/plan.h"
 #include "model/engram_hash.h"
 #include "model/model.h"

@@ -11,7 +11,7 @@
 #include <stdint.h>
 
 #include "base/base.h"
-#include "engine/backend.h"
+#include "backend/backend.h"
 
 struct dsv4i_config;
 

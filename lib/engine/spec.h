@@ -1,7 +1,7 @@
 /*
  * Speculative decoding with the model's DSpark head (issue 5; spec §6):
  * draft and verify for a batch of sequences, through the backend's DSpark
- * hooks (engine/backend.h dspark_extend / dspark_draft) and the normal step.
+ * hooks (backend/backend.h dspark_extend / dspark_draft) and the normal step.
  *
  * Rings. When the model has DSpark stages and the backend implements the
  * hooks, every step of the engine (prefill chunks, decode, verify) also

@@ -2,7 +2,7 @@
  * Prefill and batched decode: validation, capacity, Engram hashing, batch
  * assembly, the step through the backend, logits read-back and sampling.
  * The order of backend calls is the reference's (spec §5.1-§5.6); see
- * engine/backend.h for the contract.
+ * backend/backend.h for the contract.
  */
 #include <stdlib.h>
 #include <string.h>

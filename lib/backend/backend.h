@@ -80,8 +80,8 @@
  * Threads: a backend instance is used by one thread at a time (the engine's
  * caller); it may use worker threads internally.
  */
-#ifndef DSV4I_ENGINE_BACKEND_H
-#define DSV4I_ENGINE_BACKEND_H
+#ifndef DSV4I_BACKEND_BACKEND_H
+#define DSV4I_BACKEND_BACKEND_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -274,21 +274,21 @@ struct dsv4i_backend {
   int32_t n_threads; /**< host worker threads it uses (informational) */
 };
 
-/* ---- factory (lib/engine/backend.c) ---------------------------------------- */
+/* ---- registry (lib/backend/registry.c) ------------------------------------ */
 
 /**
  * Cache storage sizes of backend `kind` for a config and a context length
  * (positions per sequence), without creating anything (the memory planner
  * calls it before allocating).
- * @return DSV4_OK; DSV4_ERR_UNSUPPORTED (kind not built / CUDA not yet);
+ * @return DSV4_OK; DSV4_ERR_UNSUPPORTED (kind not built into this library);
  *         DSV4_ERR_INVALID_ARG.
  */
 dsv4_status dsv4i_backend_format(int32_t kind, const struct dsv4i_config *cfg,
                                  int64_t max_positions, dsv4i_cache_format *out);
 
 /**
- * Create backend `kind` (DSV4_BACKEND_CPU; DSV4_BACKEND_CUDA answers
- * DSV4_ERR_UNSUPPORTED for now). Checks capability, maps/prepares weights,
+ * Create backend `kind` (DSV4_BACKEND_CPU; a kind not registered answers
+ * DSV4_ERR_UNSUPPORTED). Checks capability, binds/prepares weights,
  * allocates pools for d->pool_pages pages and d->n_slots slots.
  * @return DSV4_OK; DSV4_ERR_UNSUPPORTED; DSV4_ERR_INVALID_ARG;
  *         DSV4_ERR_OUT_OF_MEMORY; DSV4_ERR_WEIGHTS (a tensor the backend needs
@@ -299,11 +299,7 @@ dsv4_status dsv4i_backend_create(int32_t kind, const dsv4i_backend_desc *d, dsv4
 /** Destroy; NULL is a no-op. */
 void dsv4i_backend_destroy(dsv4i_backend *be);
 
-/* ---- implementations (declared here so the engine includes no backend header) */
+/** Name of a registered kind ("cpu"), or NULL when this library has no such backend. */
+const char *dsv4i_backend_name(int32_t kind);
 
-/** lib/cpu/cpu_backend.c */
-dsv4_status dsv4i_cpu_backend_format(const struct dsv4i_config *cfg, int64_t max_positions,
-                                     dsv4i_cache_format *out);
-dsv4_status dsv4i_cpu_backend_create(const dsv4i_backend_desc *d, dsv4i_backend **out);
-
-#endif /* DSV4I_ENGINE_BACKEND_H */
+#endif /* DSV4I_BACKEND_BACKEND_H */
