@@ -26,6 +26,7 @@ static size_t min_size(size_t a, size_t b) { return a < b ? a : b; }
 
 /* Copy the thread's message into the engine's slot when a call on it fails. */
 dsv4_status dsv4i_api_on_engine(const dsv4_engine *e, dsv4_status s) {
+  if (e) dsv4i_engine_note((struct dsv4_engine *)e, s);
   if (s != DSV4_OK && e && e->last_error) {
     strncpy(e->last_error, dsv4i_error_message(), DSV4I_ERROR_CAP - 1);
     e->last_error[DSV4I_ERROR_CAP - 1] = '\0';
@@ -244,7 +245,8 @@ DSV4_API dsv4_status dsv4_engine_seq_length(const dsv4_engine *engine, int64_t i
                                          engine ? "len" : "engine"));
   dsv4_status s;
   const dsv4i_seq *q = dsv4i_seq_find((struct dsv4_engine *)engine, id, &s);
-  if (!q && s == DSV4_ERR_UNKNOWN_SEQUENCE) return dsv4i_api_on_engine(engine, s);
+  if (!q && (s == DSV4_ERR_UNKNOWN_SEQUENCE || s == DSV4_ERR_DEVICE_LOST))
+    return dsv4i_api_on_engine(engine, s);
   /* a damaged sequence still has a length */
   const int64_t idx = id & ((INT64_C(1) << DSV4I_SEQ_IDX_BITS) - 1);
   *len = q ? q->len : engine->seqs[idx].len;

@@ -110,6 +110,9 @@ static inline int32_t dsv4i_layout_prefill(int64_t end, int32_t window) {
  */
 typedef struct dsv4i_batch {
   int32_t n_tok;
+  int32_t n_pad;              /**< the step plan's bucket: the padded shape this step runs
+                               *   in (n_tok <= n_pad <= max_batch_tokens; a device backend
+                               *   replays the graph captured for it; the CPU computes n_tok) */
   const int32_t *tokens;      /**< int32 [n_tok] token ids in [0, vocab) */
   const int64_t *pos;         /**< int64 [n_tok] positions (runs: consecutive, see above) */
   const int32_t *slot;        /**< int32 [n_tok] cache slot of each token */
@@ -169,12 +172,49 @@ typedef struct dsv4i_backend_desc {
   int32_t reserved;
   int64_t max_positions;          /**< positions one slot may hold (max context) */
   int64_t pool_pages;             /**< pages of the shared pool (from the plan) */
+  /* pipeline stage: backbone layers [first_layer, last_layer); {0, 0} = all. The stage
+   * with first_layer 0 owns embed; the one ending at n_layers owns head and DSpark. */
+  int32_t first_layer, last_layer;
+  /* tensor parallelism: rank of tp_size, communicator (an ncclComm_t or MPI_Comm *, as
+   * void *); tp_size 0 or 1 = none. TP > 1 is refused until the distributed engine. */
+  int32_t tp_rank, tp_size;
+  void *tp_comm;
+  void *stream;                   /**< device stream the backend queues on (cudaStream_t);
+                                   *   NULL = its own; ignored by the CPU */
+  int32_t n_buckets;              /**< step plan: batch-size buckets (ascending; the last is
+                                   *   max_batch_tokens); a device backend captures one
+                                   *   graph per bucket */
+  const int32_t *bucket_tokens;   /**< [n_buckets] */
   const dsv4i_logger *log;        /**< may be NULL */
   dsv4i_progress_cb progress;     /**< may be NULL */
   void *progress_user;
 } dsv4i_backend_desc;
 
 typedef struct dsv4i_backend dsv4i_backend;
+
+/** Buffers of one step (backend memory, allocated by the engine before any step). */
+typedef struct dsv4i_step_io {
+  const dsv4i_batch *batch; /**< the step's metadata (set_batch is part of the run) */
+  dsv4i_bbuf h, pre;        /**< stream and pre: in at a stage's first layer, out after its last */
+  dsv4i_bbuf taps;          /**< DSpark main_hidden taps or {NULL} */
+  dsv4i_bbuf logits;        /**< head rows (last stage, when batch->n_out > 0) */
+} dsv4i_step_io;
+
+/** What a step runs, for the per-op timing hook. */
+enum {
+  DSV4I_STEP_EMBED = 0, /**< set_batch + embed */
+  DSV4I_STEP_ENGRAM,
+  DSV4I_STEP_BLOCK,
+  DSV4I_STEP_DSPARK,    /**< DSpark ring extension */
+  DSV4I_STEP_HEAD
+};
+
+/** Per-op hook of the block-by-block run: begin before each op, end after it (layer or -1). */
+typedef struct dsv4i_step_hook {
+  int64_t (*begin)(void *user);
+  void (*end)(void *user, int64_t t0, int32_t op, int32_t layer);
+  void *user;
+} dsv4i_step_hook;
 
 /**
  * The vtable. Unless said otherwise an entry returns DSV4_OK,
@@ -195,6 +235,9 @@ typedef struct dsv4i_backend_ops {
   void (*buf_free)(dsv4i_backend *be, dsv4i_bbuf b);
   /** Copy bytes [off, off+bytes) of b to host dst, after all queued work. */
   dsv4_status (*buf_read)(dsv4i_backend *be, dsv4i_bbuf b, size_t off, size_t bytes, void *dst);
+  /** Copy host src into bytes [off, off+bytes) of b (a stage's input from the previous one). */
+  dsv4_status (*buf_write)(dsv4i_backend *be, dsv4i_bbuf b, size_t off, size_t bytes,
+                           const void *src);
 
   /* ---- cache slots (spec §5.8) ----------------------------------------- */
   /** An empty slot. DSV4_KV_FULL (no free slot or no room for its fixed part; no change). */
@@ -218,6 +261,14 @@ typedef struct dsv4i_backend_ops {
   void (*usage)(const dsv4i_backend *be, dsv4i_cache_usage *out);
 
   /* ---- one step --------------------------------------------------------- */
+  /**
+   * The whole step over the backend's stage: set_batch, embed (first stage), for each
+   * layer of [first_layer, last_layer) engram (Engram layers) then block, and on the
+   * last stage dspark_extend (taps set) and head (n_out > 0). A device backend runs it
+   * as the graph captured for batch->n_pad; dsv4i_backend_run_blocks is the same
+   * sequence op by op (the CPU's run, and every backend's per-op timing mode).
+   */
+  dsv4_status (*run)(dsv4i_backend *be, const dsv4i_step_io *io);
   /** Copy the step metadata (see dsv4i_batch); checks runs against slot lengths. */
   dsv4_status (*set_batch)(dsv4i_backend *be, const dsv4i_batch *b);
   /** h = embed[tokens] in hc copies (stream layout); pre = one-hot copy 0 (spec §5.1). */
@@ -267,12 +318,24 @@ typedef struct dsv4i_backend_ops {
                               float *confidence, dsv4i_bbuf logits);
 } dsv4i_backend_ops;
 
-/** Every backend instance starts with this header (the implementation extends it). */
+/** Every backend instance starts with this header (the implementation extends it;
+ *  dsv4i_backend_init fills it from the create arguments). */
 struct dsv4i_backend {
   const dsv4i_backend_ops *ops;
   int32_t kind;      /**< DSV4_BACKEND_CPU / _CUDA */
   int32_t n_threads; /**< host worker threads it uses (informational) */
+  const struct dsv4i_config *cfg;
+  int32_t first_layer, last_layer; /**< the stage's backbone layers [first, last) */
+  int32_t has_embed, has_head;     /**< stage ownership: first / last stage */
+  int32_t tp_rank, tp_size;
 };
+
+/**
+ * The step op by op (see run): every backend's per-op timing mode, and the run of a
+ * backend without graphs. hook may be NULL.
+ */
+dsv4_status dsv4i_backend_run_blocks(dsv4i_backend *be, const dsv4i_step_io *io,
+                                     const dsv4i_step_hook *hook);
 
 /* ---- registry (lib/backend/registry.c) ------------------------------------ */
 

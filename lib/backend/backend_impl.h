@@ -19,6 +19,15 @@ typedef struct dsv4i_backend_entry {
   dsv4_status (*create)(const dsv4i_backend_desc *d, dsv4i_backend **out);
 } dsv4i_backend_entry;
 
+/**
+ * Fill the common header from the create arguments and check the stage and
+ * tensor-parallel arguments: a layer range inside [0, n_layers) ({0, 0}: all),
+ * tp_rank < tp_size. max_tp: the largest tp_size this implementation runs (1 for
+ * the CPU). @return DSV4_OK; DSV4_ERR_INVALID_ARG; DSV4_ERR_UNSUPPORTED (tp_size > max_tp).
+ */
+dsv4_status dsv4i_backend_init(dsv4i_backend *be, const dsv4i_backend_ops *ops, int32_t kind,
+                               const dsv4i_backend_desc *d, int32_t max_tp);
+
 /** lib/cpu/cpu_backend.c */
 extern const dsv4i_backend_entry dsv4i_cpu_backend_entry;
 

@@ -71,6 +71,14 @@ static dsv4_status buf_read(dsv4i_backend *be, dsv4i_bbuf b, size_t off, size_t 
   return DSV4_OK;
 }
 
+static dsv4_status buf_write(dsv4i_backend *be, dsv4i_bbuf b, size_t off, size_t bytes,
+                             const void *src) {
+  (void)be;
+  if (!b.impl || !src) return dsv4i_error(DSV4_ERR_INVALID_ARG, "cpu buf_write: NULL");
+  memcpy((char *)b.impl + off, src, bytes);
+  return DSV4_OK;
+}
+
 static dsv4_status sync_noop(dsv4i_backend *be) {
   (void)be;
   return DSV4_OK;
@@ -147,9 +155,10 @@ static void usage(const dsv4i_backend *be, dsv4i_cache_usage *u) {
 static dsv4_status set_batch(dsv4i_backend *be, const dsv4i_batch *m) {
   cpu_backend *b = (cpu_backend *)be;
   const int32_t n = m->n_tok;
-  if (n < 1 || n > b->max_tok || m->n_out < 0 || m->n_out > b->max_out || m->n_out > n)
-    return dsv4i_error(DSV4_ERR_INVALID_ARG, "cpu set_batch: %d tokens, %d outputs", (int)n,
-                       (int)m->n_out);
+  if (n < 1 || n > b->max_tok || m->n_pad < n || m->n_pad > b->max_tok || m->n_out < 0 ||
+      m->n_out > b->max_out || m->n_out > n)
+    return dsv4i_error(DSV4_ERR_INVALID_ARG, "cpu set_batch: %d tokens (bucket %d), %d outputs",
+                       (int)n, (int)m->n_pad, (int)m->n_out);
   dsv4i_cpu_set_threads(b->n_threads);
   memcpy(b->tok, m->tokens, sizeof *b->tok * (size_t)n);
   memcpy(b->pos, m->pos, sizeof *b->pos * (size_t)n);
@@ -223,12 +232,14 @@ static const dsv4i_backend_ops cpu_ops = {
   .buf_alloc = buf_alloc,
   .buf_free = buf_free,
   .buf_read = buf_read,
+  .buf_write = buf_write,
   .slot_open = slot_open,
   .slot_reserve = slot_reserve,
   .slot_truncate = slot_truncate,
   .slot_fork = slot_fork,
   .slot_close = slot_close,
   .usage = usage,
+  .run = dsv4i_cpu_be_run,
   .set_batch = set_batch,
   .embed = dsv4i_cpu_be_embed,
   .engram = dsv4i_cpu_be_engram,
@@ -265,8 +276,11 @@ static dsv4_status cpu_create(const dsv4i_backend_desc *d, dsv4i_backend **out) 
     return dsv4i_error(DSV4_ERR_INVALID_ARG, "cpu backend: bad sizes");
   cpu_backend *b = dsv4i_calloc(1, sizeof *b, "cpu backend");
   if (!b) return DSV4_ERR_OUT_OF_MEMORY;
-  b->base.ops = &cpu_ops;
-  b->base.kind = DSV4_BACKEND_CPU;
+  dsv4_status s = dsv4i_backend_init(&b->base, &cpu_ops, DSV4_BACKEND_CPU, d, 1);
+  if (s) {
+    free(b);
+    return s;
+  }
   b->model = d->model;
   b->cfg = c;
   b->n_threads = d->n_threads;
@@ -278,7 +292,7 @@ static dsv4_status cpu_create(const dsv4i_backend_desc *d, dsv4i_backend **out) 
   b->max_out = d->max_out_rows;
   b->n_slots = d->n_slots;
   dsv4i_cpu_set_threads(b->n_threads);
-  dsv4_status s = alloc_scratch(b);
+  s = alloc_scratch(b);
   if (!s) s = dsv4i_kv_layout_init(c, 0, page_bytes_for(c), &b->lay);
   if (!s) s = dsv4i_kv_pool_create(b->lay.page_bytes, d->pool_pages, &b->pool);
   if (!s) s = dsv4i_attn_shared_init(c, b->max_tok, &b->sh);

@@ -20,6 +20,7 @@
 #include "cpu/engram.h"
 #include "cpu/kvcache.h"
 #include "backend/backend_impl.h"
+#include "cpu/cpu_test_hooks.h"
 #include "model/model.h"
 
 /** One block's weights, backbone layer or DSpark stage (borrowed from the model except
@@ -73,6 +74,9 @@ typedef struct cpu_backend {
   float *a_pre, *a_post, *a_comb, *f_post, *f_comb; /**< [max_tok][hc] / [hc·hc] */
   uint16_t *hsel;             /**< bf16 [max_out][hc][dim] head input rows */
   float *presel;              /**< [max_out][hc] */
+  /* test hook (cpu_test_hooks.h): the fault_after-th block call from now fails with fault */
+  int32_t fault_after;
+  dsv4_status fault;
 } cpu_backend;
 
 /* cpu_backend_ops.c: the step entry points of the vtable */
@@ -81,6 +85,7 @@ dsv4_status dsv4i_cpu_be_engram(dsv4i_backend *be, int32_t layer, dsv4i_bbuf h);
 dsv4_status dsv4i_cpu_be_block(dsv4i_backend *be, int32_t layer, dsv4i_bbuf h, dsv4i_bbuf pre,
                                dsv4i_bbuf taps);
 dsv4_status dsv4i_cpu_be_head(dsv4i_backend *be, dsv4i_bbuf h, dsv4i_bbuf pre, dsv4i_bbuf logits);
+dsv4_status dsv4i_cpu_be_run(dsv4i_backend *be, const dsv4i_step_io *io);
 dsv4_status dsv4i_cpu_be_sample(dsv4i_backend *be, dsv4i_bbuf logits, int32_t n,
                                 const dsv4i_sample_req *req, int32_t *tokens);
 

@@ -92,19 +92,23 @@ void dsv4i_cpu_free_block(cpu_block *k) {
 
 dsv4_status dsv4i_cpu_be_load_blocks(cpu_backend *b, const dsv4i_backend_desc *d) {
   const dsv4i_config *c = b->cfg;
+  const dsv4i_backend *be = &b->base;
   b->blocks = dsv4i_calloc((size_t)c->n_layers, sizeof *b->blocks, "cpu blocks");
   if (!b->blocks) return DSV4_ERR_OUT_OF_MEMORY;
-  dsv4_status s = dsv4i_cpu_weight_data(b, DSV4I_W_EMBED, -1, DSV4_DTYPE_BF16,
-                                         (int64_t)c->vocab_size * c->dim, (const void **)&b->embed);
-  if (!s) s = dsv4i_cpu_weight_data(b, DSV4I_W_NORM, -1, DSV4_DTYPE_BF16, c->dim,
-                                    (const void **)&b->norm);
-  if (!s) s = dsv4i_cpu_weight_view(b, DSV4I_W_HEAD, -1, -1, &b->head);
-  if (!s && (b->head.fmt != DSV4I_W_BF16 && b->head.fmt != DSV4I_W_F32))
-    s = dsv4i_error(DSV4_ERR_WEIGHTS, "cpu backend: head.weight must be BF16 or F32");
-  for (int32_t L = 0; !s && L < c->n_layers; L++) {
+  dsv4_status s = DSV4_OK;
+  if (be->has_embed) /* stage ownership: embed on the first stage, head on the last */
+    s = dsv4i_cpu_weight_data(b, DSV4I_W_EMBED, -1, DSV4_DTYPE_BF16,
+                              (int64_t)c->vocab_size * c->dim, (const void **)&b->embed);
+  if (!s && be->has_head)
+    s = dsv4i_cpu_weight_data(b, DSV4I_W_NORM, -1, DSV4_DTYPE_BF16, c->dim, (const void **)&b->norm);
+  if (!s && be->has_head) s = dsv4i_cpu_weight_view(b, DSV4I_W_HEAD, -1, -1, &b->head);
+  if (!s && be->has_head && (b->head.fmt != DSV4I_W_BF16 && b->head.fmt != DSV4I_W_F32))
+    s = dsv4i_error(DSV4_ERR_WEIGHTS, "cpu backend: the head must be BF16 or F32");
+  const int32_t n = be->last_layer - be->first_layer;
+  for (int32_t L = be->first_layer; !s && L < be->last_layer; L++) {
     s = dsv4i_cpu_load_block(b, L, &b->blocks[L]);
     if (s) dsv4i_error_prefix("cpu backend, layer %d", (int)L);
-    if (!s && d->progress && d->progress("weights", L + 1, c->n_layers, d->progress_user))
+    if (!s && d->progress && d->progress("weights", L - be->first_layer + 1, n, d->progress_user))
       s = dsv4i_error(DSV4_ABORTED, "cpu backend: aborted by the progress callback");
   }
   return s;

@@ -47,7 +47,8 @@ void dsv4i_cpu_dspark_free(cpu_backend *b) {
 dsv4_status dsv4i_cpu_dspark_load(cpu_backend *b) {
   const dsv4i_config *c = b->cfg;
   b->dspark = NULL;
-  if (c->n_mtp_layers <= 0 || c->dspark_block_size <= 0) return DSV4_OK;
+  if (c->n_mtp_layers <= 0 || c->dspark_block_size <= 0 || !b->base.has_head)
+    return DSV4_OK; /* DSpark runs on the last stage */
   if (c->n_dspark_targets <= 0)
     return dsv4i_error(DSV4_ERR_WEIGHTS, "cpu DSpark: %d stages but no target layers",
                        (int)c->n_mtp_layers);

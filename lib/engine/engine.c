@@ -119,6 +119,12 @@ dsv4_status dsv4i_engine_create(struct dsv4_model *model, const dsv4i_engine_arg
     d.log = &e->args.log;
     d.progress = a->progress;
     d.progress_user = a->progress_user;
+    d.first_layer = 0; /* one stage, one rank: the whole model */
+    d.last_layer = c->n_layers;
+    d.tp_rank = 0;
+    d.tp_size = 1;
+    d.n_buckets = e->plan.n_buckets;
+    d.bucket_tokens = e->plan.buckets;
     s = dsv4i_backend_create(a->backend, &d, &e->be);
   }
   if (!s) s = alloc_workspace(e);
@@ -131,6 +137,17 @@ dsv4_status dsv4i_engine_create(struct dsv4_model *model, const dsv4i_engine_arg
   progress(a, "ready", 1, 1);
   *out = e;
   return DSV4_OK;
+}
+
+dsv4_status dsv4i_engine_note(struct dsv4_engine *e, dsv4_status s) {
+  if (s == DSV4_ERR_DEVICE_LOST && e) e->lost = s;
+  return s;
+}
+
+dsv4_status dsv4i_engine_live(const struct dsv4_engine *e) {
+  if (!e->lost) return DSV4_OK;
+  return dsv4i_error(DSV4_ERR_DEVICE_LOST, "engine: its device was lost in an earlier call; "
+                     "the engine cannot be used any more (free it)");
 }
 
 void dsv4i_engine_free(struct dsv4_engine *e) {

@@ -106,8 +106,17 @@ struct dsv4_engine {
   int64_t *b_len;                /**< [max_out_rows] decode: its length before the step */
   uint8_t *mark;                 /**< [max_seqs] duplicate detection */
   dsv4i_timings t;
+  /** DSV4_ERR_DEVICE_LOST once the backend reported it: sticky, every later call on
+   *  this engine returns it (other engines are unaffected). 0 otherwise. */
+  dsv4_status lost;
   char *last_error;              /**< [DSV4I_ERROR_CAP] */
 };
+
+/** Record a status the backend returned: DSV4_ERR_DEVICE_LOST makes the engine
+ *  sticky-failed. Returns s. */
+dsv4_status dsv4i_engine_note(struct dsv4_engine *e, dsv4_status s);
+/** DSV4_OK, or DSV4_ERR_DEVICE_LOST (recorded) when the engine is sticky-failed. */
+dsv4_status dsv4i_engine_live(const struct dsv4_engine *e);
 
 /** Create (model borrowed; the caller sets owns_model afterwards if it should). */
 dsv4_status dsv4i_engine_create(struct dsv4_model *model, const dsv4i_engine_args *a,
@@ -140,7 +149,7 @@ dsv4_status dsv4i_engine_decode(struct dsv4_engine *e, int32_t n, const int64_t 
                                 const int32_t *tokens, const dsv4i_sampling *smp,
                                 float *logits, int32_t *sampled);
 
-/** Run one step through the backend (set_batch, embed, Engram + blocks, head). */
+/** Run one step through the backend (its run entry, or block by block with per-op timing). */
 dsv4_status dsv4i_engine_run_step(struct dsv4_engine *e, const dsv4i_batch *b);
 
 /* ---- timing (timing.c) ---- */

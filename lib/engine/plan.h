@@ -27,12 +27,19 @@ typedef struct dsv4i_plan_req {
   int64_t mapped_bytes;     /**< checkpoint bytes (mmapped; reported, not charged) */
 } dsv4i_plan_req;
 
+#define DSV4I_PLAN_MAX_BUCKETS 32
+
 /** The plan. Every byte figure is exact for the backend's format. */
 typedef struct dsv4i_plan {
   dsv4i_cache_format fmt;    /**< the backend's storage sizes */
   int32_t max_seqs;
   int32_t max_batch_tokens;  /**< max(chunk, max_seqs) */
   int32_t max_out_rows;      /**< max_seqs */
+  /** Step plan: batch-size buckets, the padded shapes a step runs in (powers of two
+   *  below max_batch_tokens, then max_batch_tokens); every workspace is sized for the
+   *  largest, so a step allocates nothing. */
+  int32_t n_buckets;
+  int32_t buckets[DSV4I_PLAN_MAX_BUCKETS];
   int32_t chunk;
   int64_t max_ctx;
   int64_t pages_per_seq;     /**< fmt.seq_pages: one sequence at max_ctx */
@@ -62,6 +69,9 @@ typedef struct dsv4i_plan {
 dsv4_status dsv4i_plan_make(const struct dsv4i_config *cfg, const dsv4i_plan_req *req,
                             dsv4i_plan *out);
 
+/** The smallest bucket holding n_tok tokens (1 <= n_tok <= max_batch_tokens). */
+int32_t dsv4i_plan_bucket(const dsv4i_plan *p, int32_t n_tok);
+
 /** Physical memory of this machine in bytes (0 if unknown). */
 int64_t dsv4i_plan_host_memory(void);
 
@@ -80,7 +90,6 @@ int64_t dsv4i_plan_host_memory(void);
 struct dsv4i_contract;
 
 #define DSV4I_PLAN_MAX_STAGES 16
-#define DSV4I_PLAN_MAX_BUCKETS 32
 #define DSV4I_PLAN_NCOMP 9 /* DSV4_COMP_* 0..8 */
 
 /** KV window record formats (values equal the public DSV4_KV_FORMAT_*). */

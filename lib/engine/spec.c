@@ -421,7 +421,7 @@ static dsv4_status spec_verify(struct dsv4_engine *e, int32_t n, const int64_t *
       if (j0 <= sp->nd[i0]) break; /* the step is full inside this run: resume here */
     }
     if (m == 0) break;
-    const dsv4i_batch b = {m, e->b_tok, e->b_pos, e->b_slot, e->b_layout, NULL, m, e->b_out,
+    const dsv4i_batch b = {m, dsv4i_plan_bucket(&e->plan, m), e->b_tok, e->b_pos, e->b_slot, e->b_layout, NULL, m, e->b_out,
                            e->b_engram};
     dsv4i_op_end(e, tb, DSV4I_OP_HOST, -1);
     s = dsv4i_engine_run_step(e, &b);
@@ -481,7 +481,9 @@ dsv4_status dsv4i_spec_draft(struct dsv4_engine *e, int32_t n, const int64_t *id
                              const int32_t *anchors, const dsv4i_sampling *smp, int32_t *drafts,
                              float *confidence) {
   const int64_t t0 = dsv4i_now_ns();
-  dsv4_status s = spec_draft(e, n, ids, anchors, smp, drafts, confidence);
+  dsv4_status s = dsv4i_engine_live(e);
+  if (s) return s;
+  s = spec_draft(e, n, ids, anchors, smp, drafts, confidence);
   if (s == DSV4_OK) {
     const int64_t dt = dsv4i_now_ns() - t0;
     e->t.draft_calls++;
@@ -497,6 +499,7 @@ dsv4_status dsv4i_spec_verify(struct dsv4_engine *e, int32_t n, const int64_t *i
                               const int32_t *drafts, const dsv4i_sampling *smp,
                               int32_t *n_accepted, int32_t *next) {
   const int64_t t0 = dsv4i_now_ns();
+  if (dsv4i_engine_live(e)) return DSV4_ERR_DEVICE_LOST;
   dsv4_status s = spec_verify(e, n, ids, anchors, n_drafts, drafts, smp, n_accepted, next);
   if (s == DSV4_OK) {
     const int64_t dt = dsv4i_now_ns() - t0;

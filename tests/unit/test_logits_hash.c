@@ -137,7 +137,7 @@ static void thread_invariant(void **st) {
   assert_true(run_case("tiny-v41-e2e-a", "chunked", 1) == cases[4].expect);
 }
 
-int main(void) {
+int tu_run_suite(void) {
   const struct CMUnitTest tests[] = {
     cmocka_unit_test(a_single),   cmocka_unit_test(a_chunked),   cmocka_unit_test(a_batched),
     cmocka_unit_test(e2e_single), cmocka_unit_test(e2e_chunked), cmocka_unit_test(e2e_batched),

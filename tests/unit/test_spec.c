@@ -883,7 +883,7 @@ static void teacher_forced(fx *f) {
   assert_int_equal(be->ops->slot_open(be, &slot), DSV4_OK);
   for (int32_t t = 0; t < T; t++) sl[t] = slot;
   assert_int_equal(be->ops->slot_reserve(be, 1, &slot, &len), DSV4_OK);
-  const dsv4i_batch b = {T, tok, pos, sl, lay, NULL, 0, &out0, e->n_engram_cols > 0 ? eng : NULL};
+  const dsv4i_batch b = {T, dsv4i_plan_bucket(&e->plan, T), tok, pos, sl, lay, NULL, 0, &out0, e->n_engram_cols > 0 ? eng : NULL};
   assert_int_equal(be->ops->set_batch(be, &b), DSV4_OK);
   const dsv4i_bbuf taps = {mh};
   assert_int_equal(be->ops->dspark_extend(be, taps), DSV4_OK);
