@@ -12,6 +12,7 @@
 #include "test_util.h"
 
 #include "backend/backend.h"
+#include "cpu/cpu_backend.h" /* the slots' page tables */
 #include "cpu/cpu_test_hooks.h"
 #include "dsv4/dsv4.h"
 #include "engine/engine.h"
@@ -284,12 +285,90 @@ static void step_plan_buckets(void **st) {
   dsv4_engine_free(E);
 }
 
+/* Every slot's page tables (kind, layer) and lengths of two engines are equal. */
+static void same_pages(dsv4_engine *A, dsv4_engine *B, const char *after) {
+  const cpu_backend *a = (const cpu_backend *)((struct dsv4_engine *)A)->be;
+  const cpu_backend *b = (const cpu_backend *)((struct dsv4_engine *)B)->be;
+  assert_int_equal(a->n_slots, b->n_slots);
+  assert_int_equal(dsv4i_kv_pool_free_pages(a->pool), dsv4i_kv_pool_free_pages(b->pool));
+  for (int32_t i = 0; i < a->n_slots; i++) {
+    const dsv4i_kv_seq *x = a->slots[i], *y = b->slots[i];
+    if (!x || !y) {
+      if (x != NULL || y != NULL) fail_msg("after %s: slot %d open in one engine only", after, (int)i);
+      continue;
+    }
+    if (x->n_pos != y->n_pos || x->n_resv != y->n_resv)
+      fail_msg("after %s: slot %d lengths differ", after, (int)i);
+    for (int32_t t = 0; t < DSV4I_KV_KINDS * x->lay->n_layers; t++) {
+      if (x->tab[t].n != y->tab[t].n ||
+          (x->tab[t].n && memcmp(x->tab[t].page, y->tab[t].page, sizeof(int32_t) * (size_t)x->tab[t].n)))
+        fail_msg("after %s: slot %d table %d: page decisions differ", after, (int)i, (int)t);
+    }
+  }
+}
+
+/* Two engines fed the same calls (creates, prefills, forks, decodes, frees, a refused step)
+ * make the same page decisions after every call: the allocator depends on nothing but the
+ * calls (no addresses, no time, no hash order). */
+static void page_decisions_deterministic(void **st) {
+  (void)st;
+  const char *dir = tu_fixture_or_skip("tiny-v41-a");
+  dsv4_engine *E[2];
+  dsv4_engine_params ep;
+  assert_int_equal(dsv4_engine_params_init(&ep, sizeof ep), DSV4_OK);
+  ep.max_sequences = 4;
+  ep.max_context = 96;
+  ep.n_threads = 1;
+  for (int k = 0; k < 2; k++)
+    if (dsv4_engine_create_from_dir(dir, &ep, &E[k])) fail_msg("engine: %s", dsv4_last_error());
+  int32_t p[80];
+  for (int i = 0; i < 80; i++) p[i] = 30 + (i * 7) % 500;
+  int64_t id[2][4];
+  for (int k = 0; k < 2; k++) {
+    assert_int_equal(dsv4_engine_seq_create(E[k], &id[k][0]), DSV4_OK);
+    assert_int_equal(dsv4_engine_prefill(E[k], id[k][0], p, 37, NULL, NULL, NULL), DSV4_OK);
+  }
+  same_pages(E[0], E[1], "prefill");
+  for (int k = 0; k < 2; k++) assert_int_equal(dsv4_engine_seq_fork(E[k], id[k][0], &id[k][1]), DSV4_OK);
+  same_pages(E[0], E[1], "fork");
+  for (int k = 0; k < 2; k++) {
+    assert_int_equal(dsv4_engine_seq_create(E[k], &id[k][2]), DSV4_OK);
+    assert_int_equal(dsv4_engine_prefill(E[k], id[k][2], p + 5, 60, NULL, NULL, NULL), DSV4_OK);
+  }
+  same_pages(E[0], E[1], "second prefill");
+  const int32_t t3[3] = {4, 5, 6};
+  for (int step = 0; step < 12; step++) {
+    for (int k = 0; k < 2; k++)
+      assert_int_equal(dsv4_engine_decode(E[k], 3, id[k], t3, NULL, NULL, NULL), DSV4_OK);
+    same_pages(E[0], E[1], "decode");
+  }
+  for (int k = 0; k < 2; k++) {
+    assert_int_equal(dsv4_engine_seq_free(E[k], id[k][0]), DSV4_OK);
+    assert_int_equal(dsv4_engine_seq_fork(E[k], id[k][1], &id[k][3]), DSV4_OK);
+    assert_int_equal(dsv4_engine_seq_create(E[k], &id[k][0]), DSV4_OK);
+  }
+  same_pages(E[0], E[1], "free, fork, create");
+  /* a step refused for capacity (the prompt passes max_context) changes nothing in either */
+  for (int k = 0; k < 2; k++)
+    assert_int_equal(dsv4_engine_prefill(E[k], id[k][2], p, 80, NULL, NULL, NULL),
+                     DSV4_ERR_CONTEXT_OVERFLOW);
+  for (int k = 0; k < 2; k++) {
+    const int64_t ids4[4] = {id[k][0], id[k][1], id[k][2], id[k][3]};
+    const int32_t t4[4] = {1, 2, 3, 4};
+    assert_int_equal(dsv4_engine_decode(E[k], 4, ids4, t4, NULL, NULL, NULL), DSV4_OK);
+  }
+  same_pages(E[0], E[1], "refused prefill, decode of 4");
+  dsv4_engine_free(E[0]);
+  dsv4_engine_free(E[1]);
+}
+
 int tu_run_suite(void) {
   const struct CMUnitTest tests[] = {
     cmocka_unit_test(stages_equal_whole),
     cmocka_unit_test(create_args_checked),
     cmocka_unit_test(device_lost_is_sticky),
     cmocka_unit_test(step_plan_buckets),
+    cmocka_unit_test(page_decisions_deterministic),
   };
   return cmocka_run_group_tests_name("engine_core", tests, NULL, NULL);
 }
