@@ -818,6 +818,25 @@ typedef struct dsv4_engine_info {
 DSV4_NODISCARD DSV4_API dsv4_status dsv4_engine_get_info(const dsv4_engine *engine, dsv4_engine_info *info,
                                           size_t struct_size);
 
+/**
+ * The memory plan of an engine that dsv4_engine_create(model, params) would
+ * build, without building it: the same function sizes the engine's pools
+ * (what dsv4-plan --engine prints). Every field as dsv4_engine_get_info
+ * would report right after creation (kv_pages_used and sequences_live 0;
+ * n_threads as requested, 0 = one per core).
+ * @param model   [in] any model, DSV4_MODEL_F_CONFIG_ONLY included (no weights read).
+ * @param params  [in] NULL for defaults; validated as dsv4_engine_create does.
+ * @param info    [out] caller-owned; struct_size = sizeof(dsv4_engine_info).
+ * @return DSV4_OK; DSV4_ERR_INVALID_ARG (NULL, struct_size too small, a parameter out of
+ *         range); DSV4_ERR_PARAMS_SIZE; DSV4_ERR_UNSUPPORTED (backend CUDA);
+ *         DSV4_ERR_DOES_NOT_FIT (the request does not fit the KV budget or this machine;
+ *         the message gives the figures). No state change; *info untouched on failure.
+ * Thread-safe with respect to the model (reads only). @since 0.1
+ */
+DSV4_API dsv4_status dsv4_engine_plan_query(const dsv4_model *model,
+                                            const dsv4_engine_params *params,
+                                            dsv4_engine_info *info, size_t struct_size);
+
 /* ---- sequences ----------------------------------------------------------- */
 
 /**

@@ -186,31 +186,62 @@ static dsv4_status out_struct(const dsv4_engine *e, const void *p, size_t size, 
   return DSV4_OK;
 }
 
+/* Plan figures of an engine (or of one that would be created) into the public struct. */
+static void plan_info(const dsv4i_plan *p, int32_t backend, int32_t n_threads,
+                      dsv4_engine_info *v) {
+  v->backend = backend;
+  v->n_threads = n_threads;
+  v->max_sequences = p->max_seqs;
+  v->prefill_chunk = p->chunk;
+  v->max_context = p->max_ctx;
+  v->kv_page_bytes = p->fmt.page_bytes;
+  v->kv_pages_total = p->pool_pages;
+  v->kv_pages_per_sequence = p->pages_per_seq;
+  v->kv_bytes = p->kv_bytes;
+  v->kv_bytes_per_token = p->fmt.bytes_per_pos;
+  v->workspace_bytes = p->act_bytes;
+  v->prepared_weight_bytes = p->extra_weight_bytes;
+  v->mapped_bytes = p->mapped_bytes;
+}
+
 DSV4_API dsv4_status dsv4_engine_get_info(const dsv4_engine *engine, dsv4_engine_info *info,
                                           size_t struct_size) {
   dsv4_status s = out_struct(engine, info, struct_size, sizeof *info, "dsv4_engine_get_info");
   if (s) return s;
-  const dsv4i_plan *p = &engine->plan;
   dsv4i_cache_usage u;
   engine->be->ops->usage(engine->be, &u);
   dsv4_engine_info v;
   memset(&v, 0, sizeof v);
   v.struct_size = (uint32_t)min_size(struct_size, sizeof v);
-  v.backend = engine->be->kind;
-  v.n_threads = engine->be->n_threads;
-  v.max_sequences = p->max_seqs;
-  v.prefill_chunk = p->chunk;
+  plan_info(&engine->plan, engine->be->kind, engine->be->n_threads, &v);
   v.sequences_live = dsv4i_seq_count(engine);
-  v.max_context = p->max_ctx;
-  v.kv_page_bytes = p->fmt.page_bytes;
-  v.kv_pages_total = u.pages_total;
+  v.kv_pages_total = u.pages_total; /* what the backend allocated */
   v.kv_pages_used = u.pages_used;
-  v.kv_pages_per_sequence = p->pages_per_seq;
-  v.kv_bytes = p->kv_bytes;
-  v.kv_bytes_per_token = p->fmt.bytes_per_pos;
-  v.workspace_bytes = p->act_bytes;
-  v.prepared_weight_bytes = p->extra_weight_bytes;
-  v.mapped_bytes = p->mapped_bytes;
+  memset(info, 0, struct_size);
+  memcpy(info, &v, sizeof v);
+  return DSV4_OK;
+}
+
+DSV4_API dsv4_status dsv4_engine_plan_query(const dsv4_model *model,
+                                            const dsv4_engine_params *params,
+                                            dsv4_engine_info *info, size_t struct_size) {
+  dsv4i_error_clear();
+  if (!model || !info)
+    return dsv4i_error(DSV4_ERR_INVALID_ARG, "dsv4_engine_plan_query: %s is NULL",
+                       model ? "info" : "model");
+  if (struct_size < sizeof *info || struct_size > UINT32_MAX)
+    return dsv4i_error(DSV4_ERR_INVALID_ARG, "dsv4_engine_plan_query: struct_size %zu is below "
+                       "the 0.1 size %zu", struct_size, sizeof *info);
+  dsv4i_engine_args a;
+  dsv4_status s = make_args(params, dsv4i_model_config(model)->max_position_embeddings, &a,
+                            "dsv4_engine_plan_query");
+  dsv4i_plan p;
+  if (!s) s = dsv4i_engine_plan(model, &a, &p);
+  if (s) return s;
+  dsv4_engine_info v;
+  memset(&v, 0, sizeof v);
+  v.struct_size = (uint32_t)min_size(struct_size, sizeof v);
+  plan_info(&p, a.backend, a.n_threads, &v);
   memset(info, 0, struct_size);
   memcpy(info, &v, sizeof v);
   return DSV4_OK;

@@ -58,6 +58,20 @@ static dsv4_status alloc_workspace(struct dsv4_engine *e) {
   return DSV4_OK;
 }
 
+dsv4_status dsv4i_engine_plan(const struct dsv4_model *model, const dsv4i_engine_args *a,
+                              dsv4i_plan *out) {
+  dsv4i_plan_req rq;
+  memset(&rq, 0, sizeof rq);
+  rq.backend = a->backend;
+  rq.max_seqs = a->max_seqs;
+  rq.max_ctx = a->max_ctx;
+  rq.kv_budget = a->kv_budget;
+  rq.chunk = a->chunk;
+  rq.host_limit = a->backend == DSV4_BACKEND_CPU ? dsv4i_plan_host_memory() : 0;
+  rq.mapped_bytes = (int64_t)dsv4i_model_contract(model)->payload_bytes;
+  return dsv4i_plan_make(dsv4i_model_config(model), &rq, out);
+}
+
 dsv4_status dsv4i_engine_create(struct dsv4_model *model, const dsv4i_engine_args *a,
                                 struct dsv4_engine **out) {
   *out = NULL;
@@ -83,16 +97,7 @@ dsv4_status dsv4i_engine_create(struct dsv4_model *model, const dsv4i_engine_arg
   e->last_error = dsv4i_calloc(1, DSV4I_ERROR_CAP, "engine error slot");
   dsv4_status s = e->last_error ? DSV4_OK : DSV4_ERR_OUT_OF_MEMORY;
 
-  dsv4i_plan_req rq;
-  memset(&rq, 0, sizeof rq);
-  rq.backend = a->backend;
-  rq.max_seqs = a->max_seqs;
-  rq.max_ctx = a->max_ctx;
-  rq.kv_budget = a->kv_budget;
-  rq.chunk = a->chunk;
-  rq.host_limit = a->backend == DSV4_BACKEND_CPU ? dsv4i_plan_host_memory() : 0;
-  rq.mapped_bytes = (int64_t)dsv4i_model_contract(model)->payload_bytes;
-  if (!s) s = dsv4i_plan_make(c, &rq, &e->plan);
+  if (!s) s = dsv4i_engine_plan(model, a, &e->plan);
   if (!s) {
     const dsv4i_plan *p = &e->plan;
     dsv4i_log(&a->log, DSV4_LOG_INFO,

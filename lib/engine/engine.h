@@ -118,6 +118,10 @@ dsv4_status dsv4i_engine_note(struct dsv4_engine *e, dsv4_status s);
 /** DSV4_OK, or DSV4_ERR_DEVICE_LOST (recorded) when the engine is sticky-failed. */
 dsv4_status dsv4i_engine_live(const struct dsv4_engine *e);
 
+/** The memory plan an engine created with these args has: the one function that sizes
+ *  the pools (create calls it; so do dsv4_engine_plan_query and dsv4-plan --engine). */
+dsv4_status dsv4i_engine_plan(const struct dsv4_model *model, const dsv4i_engine_args *a,
+                              dsv4i_plan *out);
 /** Create (model borrowed; the caller sets owns_model afterwards if it should). */
 dsv4_status dsv4i_engine_create(struct dsv4_model *model, const dsv4i_engine_args *a,
                                 struct dsv4_engine **out);

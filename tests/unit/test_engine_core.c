@@ -362,6 +362,62 @@ static void page_decisions_deterministic(void **st) {
   dsv4_engine_free(E[1]);
 }
 
+/* What the engine allocates equals the plan dsv4-plan --engine prints (dsv4_engine_plan_query,
+ * the function create sizes its pools with), over a grid of requests; the pool the CPU
+ * backend actually allocated is measured. tests/meson.build checks dsv4-plan's text for the
+ * first request (63 pages x 16384 B). */
+static void allocation_equals_plan(void **st) {
+  (void)st;
+  const char *dir = tu_fixture_or_skip("tiny-v41-a");
+  dsv4_model *m = NULL;
+  assert_int_equal(dsv4_model_load(dir, NULL, &m), DSV4_OK);
+  const struct { int32_t seqs; int64_t ctx; int64_t budget; } req[] = {
+    {3, 128, 0}, {1, 16, 0}, {4, 200, 0}, {8, 64, 0}, {2, 256, 600000}, {5, 100, 2000000},
+  };
+  for (size_t r = 0; r < sizeof req / sizeof *req; r++) {
+    dsv4_engine_params ep;
+    assert_int_equal(dsv4_engine_params_init(&ep, sizeof ep), DSV4_OK);
+    ep.max_sequences = req[r].seqs;
+    ep.max_context = req[r].ctx;
+    ep.kv_budget_bytes = req[r].budget;
+    ep.n_threads = 1;
+    dsv4_engine_info q, g;
+    if (dsv4_engine_plan_query(m, &ep, &q, sizeof q)) fail_msg("query: %s", dsv4_last_error());
+    dsv4_engine *E = NULL;
+    assert_int_equal(dsv4_engine_create(m, &ep, &E), DSV4_OK);
+    assert_int_equal(dsv4_engine_get_info(E, &g, sizeof g), DSV4_OK);
+    const cpu_backend *cb = (const cpu_backend *)((struct dsv4_engine *)E)->be;
+    const int64_t allocated = dsv4i_kv_pool_n_pages(cb->pool) * (int64_t)cb->lay.page_bytes;
+    printf("%d seqs x %lld, budget %lld: plan %lld pages x %lld B, KV %lld B; allocated %lld B "
+           "of pool\n", (int)req[r].seqs, (long long)req[r].ctx, (long long)req[r].budget,
+           (long long)q.kv_pages_total, (long long)q.kv_page_bytes, (long long)q.kv_bytes,
+           (long long)allocated);
+    assert_int_equal(allocated, q.kv_pages_total * q.kv_page_bytes);
+    assert_int_equal(cb->n_slots, q.max_sequences);
+    assert_int_equal(g.kv_pages_total, q.kv_pages_total);
+    assert_int_equal(g.kv_page_bytes, q.kv_page_bytes);
+    assert_int_equal(g.kv_bytes, q.kv_bytes);
+    assert_int_equal(g.kv_pages_per_sequence, q.kv_pages_per_sequence);
+    assert_int_equal(g.workspace_bytes, q.workspace_bytes);
+    assert_int_equal(g.prepared_weight_bytes, q.prepared_weight_bytes);
+    if (req[r].budget == 0) assert_int_equal(q.kv_pages_total, q.kv_pages_per_sequence * req[r].seqs);
+    dsv4_engine_free(E);
+  }
+  /* a request that cannot fit is refused by both the same way */
+  dsv4_engine_params ep;
+  assert_int_equal(dsv4_engine_params_init(&ep, sizeof ep), DSV4_OK);
+  ep.max_sequences = 2;
+  ep.max_context = 256;
+  ep.kv_budget_bytes = 1000;
+  dsv4_engine_info q;
+  dsv4_engine *E = NULL;
+  assert_int_equal(dsv4_engine_plan_query(m, &ep, &q, sizeof q), DSV4_ERR_DOES_NOT_FIT);
+  assert_int_equal(dsv4_engine_create(m, &ep, &E), DSV4_ERR_DOES_NOT_FIT);
+  assert_int_equal(dsv4_engine_plan_query(NULL, &ep, &q, sizeof q), DSV4_ERR_INVALID_ARG);
+  assert_int_equal(dsv4_engine_plan_query(m, &ep, &q, sizeof q - 8), DSV4_ERR_INVALID_ARG);
+  dsv4_model_free(m);
+}
+
 int tu_run_suite(void) {
   const struct CMUnitTest tests[] = {
     cmocka_unit_test(stages_equal_whole),
@@ -369,6 +425,7 @@ int tu_run_suite(void) {
     cmocka_unit_test(device_lost_is_sticky),
     cmocka_unit_test(step_plan_buckets),
     cmocka_unit_test(page_decisions_deterministic),
+    cmocka_unit_test(allocation_equals_plan),
   };
   return cmocka_run_group_tests_name("engine_core", tests, NULL, NULL);
 }
