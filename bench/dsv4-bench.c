@@ -1,6 +1,6 @@
 /*
  * dsv4-bench: serving benchmark of libdsv4 over a checkpoint directory
- * (issue 6). Public API only, plus jansson for config.json and the report.
+ * Public API only, plus jansson for config.json and the report.
  *
  *   dsv4-bench -m DIR [-c 1,2,4,8,16] [-p PROMPT_LEN] [-n OUTPUT_LEN]
  *              [--prompt-file FILE] [--dspark off|on|both|auto] [--backend cpu|cuda|auto]

@@ -1,84 +1,13 @@
 /*
- * The backend interface: the one seam between the engine (lib/engine) and a
- * compute backend (lib/cpu today, lib/gpu next). design.md §4.
- *
- * Design (decided here; the engine and every backend follow it)
- * ------------------------------------------------------------
- * Granularity. The engine calls the backend once per model *block* of a
- * step, not per op: embed, engram(layer), block(layer), head, sample. A
- * backend is free to fuse inside a block and to capture a whole step as a
- * graph (the CUDA backend will): every call of a step reads the step's
- * metadata uploaded once by set_batch and buffers allocated before the step.
- *
- * Buffers. Activation memory is owned by the backend and crosses this
- * interface only as dsv4i_bbuf handles (an opaque pointer the backend
- * interprets: host memory for the CPU backend, device memory for CUDA).
- * The engine never dereferences one; it allocates them once at engine
- * creation (sized for the largest step) and reads results back with
- * buf_read. Layouts of the engine-visible buffers are fixed here:
- *   stream  bf16 [n_tok][hc][dim]      residual stream h (spec §5.1, §5.3)
- *   pre     f32  [n_tok][hc]           lagged pre-mix (spec §5.3)
- *   logits  f32  [n_out][vocab]        head rows (spec §5.6)
- *   taps    bf16 [n_tok][n_taps][dim]  DSpark main_hidden (spec §5.6 item 4)
- *
- * Step metadata (dsv4i_batch) is host data; set_batch copies it, so the
- * engine may reuse its arrays right after. Tokens of one sequence form one
- * contiguous *run* with consecutive ascending positions that starts at the
- * sequence's current cache length (the caches hold exactly positions
- * [0, first) of the run); runs of different sequences may be in any order.
- * Each token carries its layout: DSV4I_LAYOUT_DECODE (0) for generated
- * tokens (decode, later verify), or for prompt tokens the prefill width
- * W = min(end of the prompt being ingested, window) in 1..window, the same
- * for every chunk of one prefill call (dsv4i_layout_prefill). The layout
- * fixes the order and width of the sparse-attention index row (spec §5.4
- * step 4): the reference's prefill row of an s-token prompt at position 0
- * is W = min(s, window), its decode row the ring oldest first. It changes
- * rounding, never semantics, and chunking a prompt does not change it.
- *
- * Caches. A backend owns the per-sequence caches of spec §5.8 (window ring,
- * compressed KV, index keys, ratio-2 compressor state; the DSpark rings
- * later) in *slots*: slot_open gives an empty one, slot_reserve grows the
- * capacity of several slots all-or-nothing (DSV4_KV_FULL with nothing
- * changed when the pools cannot hold it), slot_truncate rolls a slot back to
- * a length (speculative rejection, or a step abandoned after an error; the
- * CPU backend allows any depth up to its ring spare, 6 positions for V4.1's
- * block size 5, and a full reset to 0), slot_fork copies one (compressed
- * pages shared copy-on-write), slot_close releases one. A slot's length advances
- * to the end of its run when block(n_layers - 1) of the step succeeds (the
- * backend commits then; head and sample do not touch caches).
- * The Engram history is *not* a backend cache: Engram row ids depend only
- * on token ids, so the engine hashes them (lib/model/engram_hash.h) and
- * passes them in the batch, a step ahead if it likes.
- *
- * Numerics (spec §5): the engine drives exactly the reference's order:
- *   embed: h = embed[token] in 4 copies, pre = one-hot(copy 0);
- *   for L in 0 .. n_layers-1: engram(L) first at Engram layers, block(L);
- *   head: collapse with the last block's FFN pre, norm, fp32 logits.
- * The backend reproduces the CPU reference backend bit for bit or within
- * the tolerance its tests state; the engine adds no arithmetic.
- *
- * Memory. dsv4i_backend_format() gives a backend's storage sizes for a
- * config before anything exists; the engine's memory plan (engine/plan.h)
- * turns them into pool pages and slots, refuses what does not fit, and
- * passes the result to create. A backend allocates nothing on the hot path
- * that the plan did not count, except its ops' bounded scratch.
- *
- * Capability is checked when a backend is created (unsupported format or
- * architecture: DSV4_ERR_UNSUPPORTED naming op, format and arch); nothing
- * is looked up by name on the hot path. Optional entry points (DSpark,
- * issue 5) are NULL when a backend lacks them; the engine checks them once,
- * when the feature is first requested, never per step.
- *
- * Timing. The engine times each call; with per-op timing on it calls sync
- * after each one, so device backends report completed work.
- *
- * Errors. Every entry returns dsv4_status and records its message with
- * dsv4i_error(). A failed step op leaves the caches of the batch's slots
- * at an unspecified length >= their pre-step length; the engine restores
- * them with slot_truncate. DSV4_ERR_DEVICE_LOST makes the backend unusable.
- *
- * Threads: a backend instance is used by one thread at a time (the engine's
- * caller); it may use worker threads internally.
+ * The backend contract as the engine sees it: backend-owned buffers
+ * (dsv4i_bbuf), the step's metadata (dsv4i_batch, padded to the step plan's
+ * bucket), cache slots, one step run over a stage [first_layer, last_layer)
+ * (embed on the first stage, DSpark and head on the last) or op by op, and the
+ * optional DSpark entries. Create arguments carry the layer range, the TP
+ * rank/size/communicator and a stream. Every entry returns dsv4_status with its
+ * message recorded; DSV4_ERR_DEVICE_LOST makes the engine sticky-failed.
+ * The full contract (layouts, runs, caches, numerics, memory, errors) is
+ * docs/backend.md; the layers are docs/architecture.md.
  */
 #ifndef DSV4I_BACKEND_BACKEND_H
 #define DSV4I_BACKEND_BACKEND_H
@@ -292,7 +221,7 @@ typedef struct dsv4i_backend_ops {
   /** Wait for queued work (timing); CPU: no-op. */
   dsv4_status (*sync)(dsv4i_backend *be);
 
-  /* ---- DSpark (issue 5; NULL until a backend implements them) --------- */
+  /* ---- DSpark (NULL until a backend implements them) --------- */
   /**
    * Seed/extend the DSpark stages' window rings of the batch's slots from
    * main_hidden taps (bf16 [n_tok][n_taps][dim], one row per batch token; spec

@@ -247,7 +247,7 @@ static const dsv4i_backend_ops cpu_ops = {
   .head = dsv4i_cpu_be_head,
   .sample = dsv4i_cpu_be_sample,
   .sync = sync_noop,
-  .dspark_extend = dsv4i_cpu_be_dspark_extend, /* cpu_dspark.c (issue 5) */
+  .dspark_extend = dsv4i_cpu_be_dspark_extend, /* cpu_dspark.c */
   .dspark_draft = dsv4i_cpu_be_dspark_draft,
 };
 

@@ -2,49 +2,10 @@
  * CPU backend, numerical core (everything except attention): weight views,
  * linear layers for every checkpoint weight format, RMSNorm, the
  * hyper-connection mixes (hc_mixes, Sinkhorn, hc_pre, hc_post), RoPE/YaRN,
- * MoE (router + experts) and the head with sampling.
- *
- * These functions are the numerical oracle for every other backend: they
- * reproduce the reference (model-spec §3.3, §5, §8) operation by operation,
- * with its rounding points. Pure functions on caller-owned host arrays; no
- * global state. Scratch memory, where needed, is allocated per call.
- *
- * Conventions
- * - bf16 values travel as uint16_t bit patterns (lib/model/formats.h).
- * - Activations are row-major [n_tok][...]; "ld" arguments are row strides in
- *   elements (>= the row length), so callers can address column slices.
- * - Output buffers never alias inputs unless a function says so.
- * - Threads: work is split with OpenMP (when built with it) over the calling
- *   thread's OpenMP width (dsv4i_cpu_set_threads). Results never depend on
- *   the thread count: every sum has a fixed order.
- * - Floating point: the library is built with -ffp-contract=off; no fused
- *   multiply-adds except where the product is exact (then fma == mul+add).
- *
- * Accumulation rules (the reference's torch CPU GEMMs have an unspecified
- * internal order; we fix one and document it):
- * - Dot products whose terms are exact in fp32 (bf16 x bf16, e4m3 x e4m3,
- *   e2m1 x e4m3): fp32, sequentially in increasing k — what a GEMM
- *   micro-kernel does over an unsplit K. For the fp8/fp4 GEMMs this is the
- *   per-32-block partial of §3.3; for bf16/fp32-upcast weights it runs over
- *   all of K.
- * - Reductions the reference writes as torch `.sum()` / `.mean()` (Σx² of
- *   the norms and of hc_mixes, the router's top-k weight sum): fp32 in
- *   torch's CPU order (dsv4i_cpu_sum_torch, cpu/engram.h: the order with
- *   which the Engram goldens come out bit for bit).
- * - The hc_mixes projection X·fn (bf16 values times fp32 fn, inexact
- *   products, a torch GEMM of unknown internal order): exact products summed
- *   in double with a fixed association, rounded once to fp32.
- * - Measured: the fp32 head logits of both fixtures are within 1.7e-7 of the
- *   golden relative to the largest logit (about half bit-equal): torch's
- *   GEMM order is not recoverable, the difference is fp32 summation noise.
- * - exp in silu, sigmoid and the Sinkhorn softmax is torch's vectorised
- *   CPU exp (dsv4i_cpu_expf_vec, cpu/engram.h). The reference runs the
- *   last (elements mod 32) of each elementwise call, e.g. all of a
- *   one-token decode step's hc sigmoid, through libm's expf instead (<= 1
- *   ulp apart); we use one exp for every token, so results do not depend
- *   on the batch. The router's softplus uses libm (log1pf(expf(z))), the
- *   RoPE table cos/sin in double rounded once; sqrtf is exact.
- *
+ * MoE (router + experts) and the head with sampling. The numerical oracle for
+ * every other backend: the reference's rounding points operation by operation,
+ * a fixed summation order everywhere (results never depend on the thread
+ * count or the batch). Conventions and accumulation rules: docs/cpu-numerics.md.
  * Thread-safety: all functions are thread-safe (no shared mutable state).
  */
 #ifndef DSV4I_CPU_OPS_H

@@ -133,7 +133,7 @@ dsv4_status dsv4i_engine_create(struct dsv4_model *model, const dsv4i_engine_arg
     s = dsv4i_backend_create(a->backend, &d, &e->be);
   }
   if (!s) s = alloc_workspace(e);
-  if (!s) s = dsv4i_spec_create(e); /* DSpark draft / verify (spec.c, issue 5) */
+  if (!s) s = dsv4i_spec_create(e); /* DSpark draft / verify (spec.c) */
   if (s) {
     dsv4i_engine_free(e);
     return s;

@@ -1,5 +1,5 @@
 /*
- * The engine behind the public dsv4_engine handle (issue 4): sequences,
+ * The engine behind the public dsv4_engine handle: sequences,
  * batch assembly, prefill / decode steps through the backend interface
  * (backend/backend.h), sampling glue, timings. The API layer (lib/api/
  * api_engine.c) checks arguments and captures errors; everything here
@@ -46,7 +46,7 @@ enum {
   DSV4I_OP_SAMPLE,
   DSV4I_OP_READ,
   DSV4I_OP_HOST, /**< engine-side work: validation, hashing, batch assembly */
-  DSV4I_OP_DSPARK, /**< DSpark ring extension and drafts (issue 5) */
+  DSV4I_OP_DSPARK, /**< DSpark ring extension and drafts */
   DSV4I_OP_COUNT
 };
 
@@ -93,10 +93,10 @@ struct dsv4_engine {
   /* step workspace (backend memory) */
   dsv4i_bbuf h, pre, logits;
   /** DSpark main_hidden taps, bf16 [max_batch_tokens][n_taps][dim], or {NULL}: when
-   *  set (by speculative decoding, issue 5), every step passes it to block() and
+   *  set (by speculative decoding), every step passes it to block() and
    *  then calls the backend's dspark_extend. Freed with the engine. */
   dsv4i_bbuf taps;
-  struct dsv4i_spec *spec;       /**< speculative-decoding state (issue 5), or NULL */
+  struct dsv4i_spec *spec;       /**< speculative-decoding state, or NULL */
   /* host batch scratch, [max_batch_tokens] each (engram: x n_engram_cols) */
   int32_t *b_tok, *b_slot, *b_out;
   int64_t *b_pos, *b_engram;

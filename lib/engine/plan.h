@@ -3,7 +3,7 @@
  * pages a request needs, what they cost with the chosen backend's storage
  * format, and whether it fits the KV budget and the machine — decided before
  * anything large is allocated. The one place the engine sizes its pools;
- * the planner of issue 6 (dsv4-plan) refines the same code.
+ * the topology planner (dsv4-plan) refines the same code.
  */
 #ifndef DSV4I_ENGINE_PLAN_H
 #define DSV4I_ENGINE_PLAN_H
@@ -76,7 +76,7 @@ int32_t dsv4i_plan_bucket(const dsv4i_plan *p, int32_t n_tok);
 int64_t dsv4i_plan_host_memory(void);
 
 /* ==========================================================================
- * Topology memory planner (issue 6, dsv4-plan, dsv4_plan_*): for a config
+ * Topology memory planner (dsv4-plan, dsv4_plan_*): for a config
  * and a machine topology (nodes x GPUs, TP x PP, KV format, Engram
  * placement), what every GPU and every host holds: weights by component
  * from the exact tensor contract (split per design §6), Engram tables,

@@ -1,5 +1,5 @@
 /*
- * Speculative decoding with DSpark (issue 5 "Done when"), on the fixtures:
+ * Speculative decoding with DSpark, on the fixtures:
  *
  * golden_e2e      tiny-v41-e2e-a, prompt (b): the DSpark draft after the
  *                 prefill and after every decode step against dspark.*
@@ -250,7 +250,7 @@ static void golden_run(int32_t chunk, int mode) {
          "verify (1 draft)", dmh, mp.base, mp.logits, mp.bias, mp.conf, m.base, m.logits, m.bias,
          m.conf);
   if (mode == 2) printf("    (verify with the golden first drafts accepted %d of them)\n", (int)acc_total);
-  /* the engine's own draft / verify timers (issue 6) count exactly these calls */
+  /* the engine's own draft / verify timers count exactly these calls */
   dsv4_engine_timings tm;
   assert_int_equal(dsv4_engine_get_timings(f.e, &tm, sizeof tm), DSV4_OK);
   assert_true(tm.draft_calls >= 1 && tm.draft_seqs == tm.draft_calls && tm.draft_ns > 0);
