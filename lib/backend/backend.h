@@ -16,6 +16,7 @@
 #include <stdint.h>
 
 #include "base/base.h"
+#include "model/accept.h"
 
 struct dsv4_model;   /* model/model.h: config, roles, checkpoint */
 struct dsv4i_config; /* model/config.h */
@@ -218,6 +219,13 @@ typedef struct dsv4i_backend_ops {
   /** Sample n rows of logits (spec §5.6 3): tokens[r] (host) from req[r] (host). */
   dsv4_status (*sample)(dsv4i_backend *be, dsv4i_bbuf logits, int32_t n,
                         const dsv4i_sample_req *req, int32_t *tokens);
+  /**
+   * Sampled verification's accept rule (spec §6.2, model/accept.h) on row `row` of
+   * logits, where the logits live (no vocabulary-wide copy to the host). req host.
+   * *accepted = 1 (the draft stands) or 0 with *token the replacement draw.
+   */
+  dsv4_status (*accept)(dsv4i_backend *be, dsv4i_bbuf logits, int32_t row,
+                        const dsv4i_accept_req *req, int32_t *accepted, int32_t *token);
   /** Wait for queued work (timing); CPU: no-op. */
   dsv4_status (*sync)(dsv4i_backend *be);
 

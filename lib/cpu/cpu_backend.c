@@ -220,7 +220,7 @@ static void destroy(dsv4i_backend *be) {
   dsv4i_cpu_dspark_free(b);
   dsv4i_attn_shared_free(&b->sh);
   void *bufs[] = {b->tok, b->slot, b->layout, b->out_tok, b->pos, b->engram_ids, b->image,
-                  b->tokseq, b->run_seq, b->run_end, b->slot_mark, b->x, b->y, b->mixes,
+                  b->tokseq, b->run_seq, b->run_end, b->slot_mark, b->accept_scratch, b->x, b->y, b->mixes,
                   b->a_pre, b->a_post, b->a_comb, b->f_post, b->f_comb, b->hsel, b->presel};
   for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
   free(b);
@@ -246,6 +246,7 @@ static const dsv4i_backend_ops cpu_ops = {
   .block = dsv4i_cpu_be_block,
   .head = dsv4i_cpu_be_head,
   .sample = dsv4i_cpu_be_sample,
+  .accept = dsv4i_cpu_be_accept,
   .sync = sync_noop,
   .dspark_extend = dsv4i_cpu_be_dspark_extend, /* cpu_dspark.c */
   .dspark_draft = dsv4i_cpu_be_dspark_draft,
@@ -263,7 +264,7 @@ static dsv4_status alloc_scratch(cpu_backend *b) {
            A(a_pre, nt * hc) && A(a_post, nt * hc) && A(a_comb, nt * hc * hc) &&
            A(f_post, nt * hc) && A(f_comb, nt * hc * hc) && A(hsel, no * hc * d) &&
            A(presel, no * hc) && A(engram_ids, nt * (size_t)b->n_engram_cols) &&
-           A(slots, (size_t)b->n_slots);
+           A(slots, (size_t)b->n_slots) && A(accept_scratch, 2 * (size_t)b->vocab);
 #undef A
   return ok ? DSV4_OK : DSV4_ERR_OUT_OF_MEMORY;
 }

@@ -74,6 +74,7 @@ typedef struct cpu_backend {
   float *a_pre, *a_post, *a_comb, *f_post, *f_comb; /**< [max_tok][hc] / [hc·hc] */
   uint16_t *hsel;             /**< bf16 [max_out][hc][dim] head input rows */
   float *presel;              /**< [max_out][hc] */
+  double *accept_scratch;     /**< [2][vocab] for accept */
   /* test hook (cpu_test_hooks.h): the fault_after-th block call from now fails with fault */
   int32_t fault_after;
   dsv4_status fault;
@@ -86,6 +87,8 @@ dsv4_status dsv4i_cpu_be_block(dsv4i_backend *be, int32_t layer, dsv4i_bbuf h, d
                                dsv4i_bbuf taps);
 dsv4_status dsv4i_cpu_be_head(dsv4i_backend *be, dsv4i_bbuf h, dsv4i_bbuf pre, dsv4i_bbuf logits);
 dsv4_status dsv4i_cpu_be_run(dsv4i_backend *be, const dsv4i_step_io *io);
+dsv4_status dsv4i_cpu_be_accept(dsv4i_backend *be, dsv4i_bbuf logits, int32_t row,
+                                const dsv4i_accept_req *req, int32_t *accepted, int32_t *token);
 dsv4_status dsv4i_cpu_be_sample(dsv4i_backend *be, dsv4i_bbuf logits, int32_t n,
                                 const dsv4i_sample_req *req, int32_t *tokens);
 

@@ -139,6 +139,17 @@ dsv4_status dsv4i_cpu_be_sample(dsv4i_backend *be, dsv4i_bbuf logits, int32_t n,
   return DSV4_OK;
 }
 
+dsv4_status dsv4i_cpu_be_accept(dsv4i_backend *be, dsv4i_bbuf logits, int32_t row,
+                                const dsv4i_accept_req *req, int32_t *accepted, int32_t *token) {
+  cpu_backend *b = CPU(be);
+  if (row < 0 || row >= b->max_out || !req || req->draft < 0 || req->draft >= b->vocab ||
+      !accepted || !token)
+    return dsv4i_error(DSV4_ERR_INVALID_ARG, "cpu accept: row %d", (int)row);
+  dsv4i_accept_row((const float *)logits.impl + (size_t)row * (size_t)b->vocab, b->vocab, req,
+                   b->accept_scratch, accepted, token);
+  return DSV4_OK;
+}
+
 dsv4_status dsv4i_cpu_be_run(dsv4i_backend *be, const dsv4i_step_io *io) {
   return dsv4i_backend_run_blocks(be, io, NULL);
 }
