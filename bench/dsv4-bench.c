@@ -83,9 +83,9 @@ int main(int argc, char **argv) {
   int32_t cfg_block = 8;
   dsv4_model_params mp;
   dsv4_model *cm = NULL;
-  dsv4_model_params_init(&mp, sizeof mp);
+  const dsv4_status ps = dsv4_model_params_init(&mp, sizeof mp);
   mp.flags = DSV4_MODEL_F_CONFIG_ONLY;
-  if (dsv4_model_load(o->model, &mp, &cm) == DSV4_OK) {
+  if (ps == DSV4_OK && dsv4_model_load(o->model, &mp, &cm) == DSV4_OK) {
     dsv4_model_info ci;
     if (dsv4_model_get_info(cm, &ci, sizeof ci) == DSV4_OK) cfg_block = ci.dspark_block_size;
     dsv4_model_free(cm);

@@ -412,15 +412,19 @@ static int engine_plan(const char *dir, int32_t max_seqs, int64_t max_ctx, int32
                        int64_t budget, int json) {
   dsv4_model_params mp;
   dsv4_model *m = NULL;
-  dsv4_model_params_init(&mp, sizeof mp);
+  dsv4_status st = dsv4_model_params_init(&mp, sizeof mp);
   mp.flags = DSV4_MODEL_F_CONFIG_ONLY;
-  dsv4_status st = dsv4_model_load(dir, &mp, &m);
+  if (st == DSV4_OK) st = dsv4_model_load(dir, &mp, &m);
   if (st != DSV4_OK) {
     fprintf(stderr, "dsv4-plan: %s: %s\n", dsv4_status_string(st), dsv4_last_error());
     return 1;
   }
   dsv4_engine_params ep;
-  dsv4_engine_params_init(&ep, sizeof ep);
+  if ((st = dsv4_engine_params_init(&ep, sizeof ep)) != DSV4_OK) {
+    dsv4_model_free(m);
+    fprintf(stderr, "dsv4-plan: %s: %s\n", dsv4_status_string(st), dsv4_last_error());
+    return 1;
+  }
   if (max_seqs > 0) ep.max_sequences = max_seqs;
   if (max_ctx > 0) ep.max_context = max_ctx;
   if (chunk > 0) ep.prefill_chunk = chunk;

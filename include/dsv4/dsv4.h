@@ -833,7 +833,7 @@ DSV4_NODISCARD DSV4_API dsv4_status dsv4_engine_get_info(const dsv4_engine *engi
  *         the message gives the figures). No state change; *info untouched on failure.
  * Thread-safe with respect to the model (reads only). @since 0.1
  */
-DSV4_API dsv4_status dsv4_engine_plan_query(const dsv4_model *model,
+DSV4_NODISCARD DSV4_API dsv4_status dsv4_engine_plan_query(const dsv4_model *model,
                                             const dsv4_engine_params *params,
                                             dsv4_engine_info *info, size_t struct_size);
 

@@ -41,7 +41,7 @@ static void decode_to(dsv4_engine *e, int32_t n, const int64_t *ids, int64_t ctx
     if (m == 0) return;
     const dsv4_status s = dsv4_engine_decode(e, m, live, tok, NULL, NULL, NULL);
     if (s) fail_msg("%s: decode of %d sequences: %s: %s", what, (int)m, dsv4_status_string(s),
-                    dsv4_engine_last_error(e));
+                    dsv4_last_error());
   }
 }
 
@@ -56,10 +56,10 @@ static void forks_reach_context(int32_t max_seqs, int64_t ctx, int64_t prompt) {
   for (int64_t i = 0; i < prompt; i++) p[i] = (int32_t)(5 + i % 300);
   assert_int_equal(dsv4_engine_seq_create(e, &ids[0]), DSV4_OK);
   dsv4_status s = dsv4_engine_prefill(e, ids[0], p, prompt, NULL, NULL, NULL);
-  if (s) fail_msg("%s: prefill: %s", what, dsv4_engine_last_error(e));
+  if (s) fail_msg("%s: prefill: %s", what, dsv4_last_error());
   for (int32_t i = 1; i < max_seqs; i++) {
     s = dsv4_engine_seq_fork(e, ids[0], &ids[i]);
-    if (s) fail_msg("%s: fork %d: %s", what, (int)i, dsv4_engine_last_error(e));
+    if (s) fail_msg("%s: fork %d: %s", what, (int)i, dsv4_last_error());
   }
   decode_to(e, max_seqs, ids, ctx, what);
   free(p);
@@ -77,15 +77,15 @@ static void chain_reaches_context(int32_t max_seqs, int64_t ctx) {
   assert_int_equal(dsv4_engine_seq_create(e, &ids[0]), DSV4_OK);
   assert_int_equal(dsv4_engine_prefill(e, ids[0], p, 3, NULL, NULL, NULL), DSV4_OK);
   const int64_t stride = (ctx - 3) / max_seqs;
+  int32_t t[16];
+  for (int32_t i = 0; i < 16; i++) t[i] = 11 + i;
   for (int32_t i = 1; i < max_seqs; i++) {
-    const int32_t t = 11;
     for (int64_t k = 0; k < stride; k++) {
-      const dsv4_status s = dsv4_engine_decode(e, i, ids, &t, NULL, NULL, NULL);
-      (void)t;
-      if (s) fail_msg("%s: decode before fork %d: %s", what, (int)i, dsv4_engine_last_error(e));
+      const dsv4_status s = dsv4_engine_decode(e, i, ids, t, NULL, NULL, NULL);
+      if (s) fail_msg("%s: decode before fork %d: %s", what, (int)i, dsv4_last_error());
     }
     const dsv4_status s = dsv4_engine_seq_fork(e, ids[i - 1], &ids[i]);
-    if (s) fail_msg("%s: fork %d: %s", what, (int)i, dsv4_engine_last_error(e));
+    if (s) fail_msg("%s: fork %d: %s", what, (int)i, dsv4_last_error());
   }
   decode_to(e, max_seqs, ids, ctx, what);
   dsv4_engine_free(e);
@@ -103,7 +103,7 @@ static void creates_reach_context(int32_t max_seqs, int64_t ctx) {
     assert_int_equal(dsv4_engine_seq_create(e, &ids[i]), DSV4_OK);
     const int64_t n = 1 + (ctx - 1) * i / max_seqs;
     const dsv4_status s = dsv4_engine_prefill(e, ids[i], p, n, NULL, NULL, NULL);
-    if (s) fail_msg("%s: prefill %d: %s", what, (int)i, dsv4_engine_last_error(e));
+    if (s) fail_msg("%s: prefill %d: %s", what, (int)i, dsv4_last_error());
   }
   decode_to(e, max_seqs, ids, ctx, what);
   dsv4_engine_free(e);

@@ -97,7 +97,7 @@ static uint64_t run_case(const char *fixture, const char *mode, int32_t n_thread
     int32_t *in = input_ids(&f, prompts[r], &n);
     assert_int_equal(dsv4_engine_seq_create(e, &seq[r]), DSV4_OK);
     s = dsv4_engine_prefill(e, seq[r], in, n, NULL, lg, &tok[r]);
-    if (s) fail_msg("prefill: %s", dsv4_engine_last_error(e));
+    if (s) fail_msg("prefill: %s", dsv4_last_error());
     h = fnv(h, lg, sizeof *lg * V);
     h = fnv(h, &tok[r], sizeof tok[r]);
     free(in);
@@ -105,7 +105,7 @@ static uint64_t run_case(const char *fixture, const char *mode, int32_t n_thread
   for (int k = 0; k < N_DECODE; k++) {
     const int32_t in[2] = {tok[0], tok[1]};
     s = dsv4_engine_decode(e, n_seq, seq, in, NULL, lg, tok);
-    if (s) fail_msg("decode step %d: %s", k, dsv4_engine_last_error(e));
+    if (s) fail_msg("decode step %d: %s", k, dsv4_last_error());
     h = fnv(h, lg, sizeof *lg * V * (size_t)n_seq);
     h = fnv(h, tok, sizeof *tok * (size_t)n_seq);
   }
