@@ -826,7 +826,8 @@ DSV4_NODISCARD DSV4_API dsv4_status dsv4_engine_get_info(const dsv4_engine *engi
  * n_threads as requested, 0 = one per core).
  * @param model   [in] any model, DSV4_MODEL_F_CONFIG_ONLY included (no weights read).
  * @param params  [in] NULL for defaults; validated as dsv4_engine_create does.
- * @param info    [out] caller-owned; struct_size = sizeof(dsv4_engine_info).
+ * @param info    [out] caller-owned, struct_size bytes.
+ * @param struct_size sizeof(dsv4_engine_info) as the caller compiled it (at least the 0.1 size).
  * @return DSV4_OK; DSV4_ERR_INVALID_ARG (NULL, struct_size too small, a parameter out of
  *         range); DSV4_ERR_PARAMS_SIZE; DSV4_ERR_UNSUPPORTED (backend CUDA);
  *         DSV4_ERR_DOES_NOT_FIT (the request does not fit the KV budget or this machine;
