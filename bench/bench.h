@@ -92,8 +92,7 @@ typedef struct bytes_model {
   int64_t win_rec, comp_rec, idxk_rec, cstate_rec;
   int64_t payload, n_tensors;
 } bytes_model;
-int json_int_at(json_t *cfg, const char *key, int32_t def);
-void bytes_model_build(const dsv4_model *model, const char *dir, bytes_model *b);
+void bytes_model_build(const dsv4_model *model, bytes_model *b);
 double weight_bytes_step(const bytes_model *b, double t);
 double draft_weight_bytes(const bytes_model *b, double t);
 double kv_bytes_seq(const bytes_model *b, int64_t len);

@@ -5,14 +5,7 @@
 
 #include "bench.h"
 
-int json_int_at(json_t *cfg, const char *key, int32_t def) {
-  json_t *tc = json_object_get(cfg, "text_config");
-  json_t *v = json_object_get(tc ? tc : cfg, key);
-  if (!v) v = json_object_get(cfg, key);
-  return json_is_integer(v) ? (int32_t)json_integer_value(v) : def;
-}
-
-void bytes_model_build(const dsv4_model *model, const char *dir, bytes_model *b) {
+void bytes_model_build(const dsv4_model *model, bytes_model *b) {
   memset(b, 0, sizeof *b);
   dsv4_model_info mi;
   if (dsv4_model_get_info(model, &mi, sizeof mi)) die("dsv4_model_get_info failed");
@@ -25,24 +18,16 @@ void bytes_model_build(const dsv4_model *model, const char *dir, bytes_model *b)
   b->hidden = mi.hidden_size;
   b->payload = mi.payload_bytes;
   b->n_tensors = mi.n_tensors;
-  /* facts the public info struct does not carry: from config.json */
-  char path[4096];
-  snprintf(path, sizeof path, "%s/config.json", dir);
-  json_error_t jerr;
-  json_t *cfg = json_load_file(path, 0, &jerr);
-  if (!cfg) die("%s: %s (line %d)", path, jerr.text, jerr.line);
-  b->index_head_dim = json_int_at(cfg, "index_head_dim", 128);
-  b->index_topk = json_int_at(cfg, "index_topk", 512);
-  b->engram_rows_per_token =
-      (json_int_at(cfg, "engram_max_ngram_size", 4) - 1) * json_int_at(cfg, "engram_n_heads", 8);
-  b->mtp_experts = json_int_at(cfg, "dspark_n_routed_experts", b->n_experts);
-  b->mtp_top_k = json_int_at(cfg, "dspark_num_experts_per_tok", b->top_k);
-  json_decref(cfg);
-  /* record sizes of spec §5.8 (the CPU engine stores these records) */
-  b->win_rec = b->head_dim + b->head_dim / 32;
-  b->comp_rec = b->head_dim / 2 + b->head_dim / 16;
-  b->idxk_rec = b->index_head_dim / 2 + b->index_head_dim / 32;
-  b->cstate_rec = 2LL * b->head_dim * 4;
+  /* the library's facts (dsv4_model_info): indexer, Engram, DSpark, KV record sizes */
+  b->index_head_dim = mi.index_head_dim;
+  b->index_topk = mi.index_topk;
+  b->engram_rows_per_token = mi.engram_cols;
+  b->mtp_experts = mi.dspark_n_routed_experts;
+  b->mtp_top_k = mi.dspark_n_experts_per_tok;
+  b->win_rec = mi.window_record_bytes;
+  b->comp_rec = mi.compressed_record_bytes;
+  b->idxk_rec = mi.index_key_record_bytes;
+  b->cstate_rec = mi.compressor_state_record_bytes;
 
   b->layer = xcalloc((size_t)b->n_layers, sizeof *b->layer);
   for (int32_t l = 0; l < b->n_layers; l++) {

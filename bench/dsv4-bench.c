@@ -1,6 +1,6 @@
 /*
  * dsv4-bench: serving benchmark of libdsv4 over a checkpoint directory
- * (issue 6). Public API only, plus jansson for config.json and the report.
+ * Public API only, plus jansson for config.json and the report.
  *
  *   dsv4-bench -m DIR [-c 1,2,4,8,16] [-p PROMPT_LEN] [-n OUTPUT_LEN]
  *              [--prompt-file FILE] [--dspark off|on|both|auto] [--backend cpu|cuda|auto]
@@ -79,12 +79,17 @@ int main(int argc, char **argv) {
   ep.max_sequences = b->max_c;
   ep.n_threads = o->threads;
   ep.prefill_chunk = o->chunk;
-  /* room for a last verify of a full block past the output (block read from config.json) */
-  char cfg_path[4096];
-  snprintf(cfg_path, sizeof cfg_path, "%s/config.json", o->model);
-  json_t *cfg = json_load_file(cfg_path, 0, NULL);
-  const int32_t cfg_block = cfg ? json_int_at(cfg, "dspark_block_size", 8) : 8;
-  json_decref(cfg);
+  /* room for a last verify of a full block past the output (the model's block size) */
+  int32_t cfg_block = 8;
+  dsv4_model_params mp;
+  dsv4_model *cm = NULL;
+  const dsv4_status ps = dsv4_model_params_init(&mp, sizeof mp);
+  mp.flags = DSV4_MODEL_F_CONFIG_ONLY;
+  if (ps == DSV4_OK && dsv4_model_load(o->model, &mp, &cm) == DSV4_OK) {
+    dsv4_model_info ci;
+    if (dsv4_model_get_info(cm, &ci, sizeof ci) == DSV4_OK) cfg_block = ci.dspark_block_size;
+    dsv4_model_free(cm);
+  }
   ep.max_context = o->prompt_len + o->output_len + (cfg_block > 0 ? cfg_block : 8) + 8;
   ep.progress_fn = o->quiet ? NULL : progress;
   const int64_t tc0 = now_ns();
@@ -94,7 +99,7 @@ int main(int argc, char **argv) {
   b->model = dsv4_engine_model(b->eng);
   if (dsv4_model_get_info(b->model, &b->mi, sizeof b->mi)) die("dsv4_model_get_info failed");
   if ((s = dsv4_engine_get_info(b->eng, &b->ei, sizeof b->ei))) fail_engine(b, "dsv4_engine_get_info", s);
-  bytes_model_build(b->model, o->model, &b->bm);
+  bytes_model_build(b->model, &b->bm);
 
   /* DSpark modes: no-DSpark first, then DSpark when asked and possible */
   const mode *modes[2];

@@ -11,6 +11,11 @@
  * per host: Engram tables; KV bytes per token and per sequence, token
  * capacity and concurrency. `dsv4-plan --help` lists the options.
  *
+ * With --engine (and --model DIR) it prints instead the memory plan of a CPU
+ * engine on that model (dsv4_engine_plan_query: the function the engine sizes
+ * its pools with) for --max-sequences, --max-context, --prefill-chunk and
+ * --kv-budget.
+ *
  * Exit status: 0 the plan fits; 3 it does not fit (the figures are printed,
  * then the message naming what overflowed); 1 any other error; 2 bad usage.
  * Uses the public API (dsv4/dsv4.h) only. docs/planner.md explains the rules.
@@ -74,6 +79,9 @@ static void usage(FILE *f) {
           "  --page-entries N     KV records per page, 0 = no rounding (default 64)\n"
           "  --no-dspark          leave out the DSpark draft head\n"
           "  --no-vision          leave out the vision tower\n"
+          "  --engine             the CPU engine's plan on --model DIR instead (what\n"
+          "                       dsv4_engine_create allocates), for --max-sequences N\n"
+          "                       (default 8), --max-context, --prefill-chunk, --kv-budget SIZE\n"
           "  --json               JSON output\n"
           "  --version            print the tool's and the library's version\n"
           "SIZE: a byte count with an optional suffix: K, M, G, T (powers of 1024; also\n"
@@ -399,6 +407,59 @@ static void print_json(const dsv4_plan *pl, const char *what, dsv4_status st, co
          pl->concurrency_at_max_context);
 }
 
+/* --engine: the engine's own plan (the figures dsv4_engine_get_info reports after create). */
+static int engine_plan(const char *dir, int32_t max_seqs, int64_t max_ctx, int32_t chunk,
+                       int64_t budget, int json) {
+  dsv4_model_params mp;
+  dsv4_model *m = NULL;
+  dsv4_status st = dsv4_model_params_init(&mp, sizeof mp);
+  mp.flags = DSV4_MODEL_F_CONFIG_ONLY;
+  if (st == DSV4_OK) st = dsv4_model_load(dir, &mp, &m);
+  if (st != DSV4_OK) {
+    fprintf(stderr, "dsv4-plan: %s: %s\n", dsv4_status_string(st), dsv4_last_error());
+    return 1;
+  }
+  dsv4_engine_params ep;
+  if ((st = dsv4_engine_params_init(&ep, sizeof ep)) != DSV4_OK) {
+    dsv4_model_free(m);
+    fprintf(stderr, "dsv4-plan: %s: %s\n", dsv4_status_string(st), dsv4_last_error());
+    return 1;
+  }
+  if (max_seqs > 0) ep.max_sequences = max_seqs;
+  if (max_ctx > 0) ep.max_context = max_ctx;
+  if (chunk > 0) ep.prefill_chunk = chunk;
+  ep.kv_budget_bytes = budget;
+  dsv4_engine_info in;
+  st = dsv4_engine_plan_query(m, &ep, &in, sizeof in);
+  dsv4_model_free(m);
+  if (st != DSV4_OK) {
+    fprintf(stderr, "dsv4-plan: %s: %s\n", dsv4_status_string(st), dsv4_last_error());
+    return st == DSV4_ERR_DOES_NOT_FIT ? 3 : 1;
+  }
+  if (json) {
+    printf("{\"engine\": {\"max_sequences\": %d, \"max_context\": %lld, \"prefill_chunk\": %d, "
+           "\"kv_page_bytes\": %lld, \"kv_pages_total\": %lld, \"kv_pages_per_sequence\": %lld, "
+           "\"kv_bytes\": %lld, \"kv_bytes_per_token\": %lld, \"workspace_bytes\": %lld, "
+           "\"prepared_weight_bytes\": %lld}}\n",
+           (int)in.max_sequences, (long long)in.max_context, (int)in.prefill_chunk,
+           (long long)in.kv_page_bytes, (long long)in.kv_pages_total,
+           (long long)in.kv_pages_per_sequence, (long long)in.kv_bytes,
+           (long long)in.kv_bytes_per_token, (long long)in.workspace_bytes,
+           (long long)in.prepared_weight_bytes);
+    return 0;
+  }
+  printf("CPU engine on %s: %d sequences x %lld positions, prefill chunk %d\n", dir,
+         (int)in.max_sequences, (long long)in.max_context, (int)in.prefill_chunk);
+  printf("  KV pool: %lld pages x %lld B (%lld pages per sequence at max context)\n",
+         (long long)in.kv_pages_total, (long long)in.kv_page_bytes,
+         (long long)in.kv_pages_per_sequence);
+  printf("  KV bytes (pool + sequence slots): %lld\n", (long long)in.kv_bytes);
+  printf("  KV record bytes per position: %lld\n", (long long)in.kv_bytes_per_token);
+  printf("  workspace bytes: %lld\n", (long long)in.workspace_bytes);
+  printf("  prepared weight bytes: %lld\n", (long long)in.prepared_weight_bytes);
+  return 0;
+}
+
 int main(int argc, char **argv) {
   dsv4_plan_params p;
   if (dsv4_plan_params_init(&p, sizeof p) != DSV4_OK) {
@@ -406,7 +467,9 @@ int main(int argc, char **argv) {
     return 1;
   }
   const char *config = NULL, *model_dir = NULL;
-  int json = 0;
+  int json = 0, engine = 0;
+  int32_t e_seqs = 0;
+  int64_t e_budget = 0;
   for (int i = 1; i < argc; i++) {
     const char *o = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
     int ok = 1, takes = 1;
@@ -418,6 +481,9 @@ int main(int argc, char **argv) {
       return TOOL_EXIT_OK;
     } else if (!strcmp(o, "--json")) {
       json = 1;
+      takes = 0;
+    } else if (!strcmp(o, "--engine")) {
+      engine = 1;
       takes = 0;
     } else if (!strcmp(o, "--no-dspark")) {
       p.flags |= DSV4_PLAN_F_NO_DSPARK;
@@ -461,6 +527,8 @@ int main(int argc, char **argv) {
     } else if (!strcmp(o, "--graph-bytes")) ok = parse_size(v, &p.graph_bytes);
     else if (!strcmp(o, "--nccl-bytes")) ok = parse_size(v, &p.nccl_bytes);
     else if (!strcmp(o, "--page-entries")) ok = parse_i32(v, &p.kv_page_entries);
+    else if (!strcmp(o, "--max-sequences")) ok = parse_i32(v, &e_seqs);
+    else if (!strcmp(o, "--kv-budget")) ok = parse_size(v, &e_budget);
     else {
       fprintf(stderr, "dsv4-plan: unknown option %s\n", o);
       usage(stderr);
@@ -476,6 +544,20 @@ int main(int argc, char **argv) {
   if (config && model_dir) {
     fprintf(stderr, "dsv4-plan: give --config or --model, not both\n");
     return 2;
+  }
+  if (engine) {
+    if (!model_dir) {
+      fprintf(stderr, "dsv4-plan: --engine needs --model DIR\n");
+      return 2;
+    }
+    /* --max-context / --prefill-chunk: only when given (p holds the topology defaults) */
+    int64_t ctx = 0;
+    int32_t chunk = 0;
+    for (int i = 1; i + 1 < argc; i++) {
+      if (!strcmp(argv[i], "--max-context")) ctx = p.max_context;
+      if (!strcmp(argv[i], "--prefill-chunk")) chunk = p.prefill_chunk;
+    }
+    return engine_plan(model_dir, e_seqs, ctx, chunk, e_budget, json);
   }
 
   dsv4_plan plan;

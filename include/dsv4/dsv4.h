@@ -337,6 +337,21 @@ typedef struct dsv4_model_info {
   int64_t max_position_embeddings; /**< longest context the config allows (positions) */
   int64_t n_tensors;           /**< tensors in the table (checkpoint, or contract with CONFIG_ONLY) */
   int64_t payload_bytes;       /**< sum of their byte sizes */
+  /* Filled when struct_size covers them (added in 0.1.x; older builds leave them 0). */
+  int32_t index_n_heads;       /**< indexer heads (64) */
+  int32_t index_head_dim;      /**< indexer key width (128) */
+  int32_t index_topk;          /**< compressed positions each query selects (512) */
+  int32_t engram_cols;         /**< Engram table rows per token and layer:
+                                *   (max n-gram - 1) x Engram heads; 0 without Engram */
+  int32_t engram_head_dim;     /**< bytes of e4m3 per Engram row */
+  int32_t n_engram_layers;     /**< backbone layers with an Engram module */
+  int32_t dspark_n_routed_experts;   /**< experts of a DSpark stage */
+  int32_t dspark_n_experts_per_tok;  /**< top-k of a DSpark stage */
+  int32_t window_record_bytes;       /**< KV record of one window position (spec §5.8; 528) */
+  int32_t compressed_record_bytes;   /**< KV record of one compressed group (288) */
+  int32_t index_key_record_bytes;    /**< KV record of one index key (68) */
+  int32_t compressor_state_record_bytes; /**< ratio > 1 compressor input per position
+                                          *   (fp32 k and gate: 8 x head_dim bytes) */
 } dsv4_model_info;
 
 /**
@@ -802,6 +817,26 @@ typedef struct dsv4_engine_info {
  */
 DSV4_NODISCARD DSV4_API dsv4_status dsv4_engine_get_info(const dsv4_engine *engine, dsv4_engine_info *info,
                                           size_t struct_size);
+
+/**
+ * The memory plan of an engine that dsv4_engine_create(model, params) would
+ * build, without building it: the same function sizes the engine's pools
+ * (what dsv4-plan --engine prints). Every field as dsv4_engine_get_info
+ * would report right after creation (kv_pages_used and sequences_live 0;
+ * n_threads as requested, 0 = one per core).
+ * @param model   [in] any model, DSV4_MODEL_F_CONFIG_ONLY included (no weights read).
+ * @param params  [in] NULL for defaults; validated as dsv4_engine_create does.
+ * @param info    [out] caller-owned, struct_size bytes.
+ * @param struct_size sizeof(dsv4_engine_info) as the caller compiled it (at least the 0.1 size).
+ * @return DSV4_OK; DSV4_ERR_INVALID_ARG (NULL, struct_size too small, a parameter out of
+ *         range); DSV4_ERR_PARAMS_SIZE; DSV4_ERR_UNSUPPORTED (backend CUDA);
+ *         DSV4_ERR_DOES_NOT_FIT (the request does not fit the KV budget or this machine;
+ *         the message gives the figures). No state change; *info untouched on failure.
+ * Thread-safe with respect to the model (reads only). @since 0.1
+ */
+DSV4_NODISCARD DSV4_API dsv4_status dsv4_engine_plan_query(const dsv4_model *model,
+                                            const dsv4_engine_params *params,
+                                            dsv4_engine_info *info, size_t struct_size);
 
 /* ---- sequences ----------------------------------------------------------- */
 

@@ -26,6 +26,7 @@ static size_t min_size(size_t a, size_t b) { return a < b ? a : b; }
 
 /* Copy the thread's message into the engine's slot when a call on it fails. */
 dsv4_status dsv4i_api_on_engine(const dsv4_engine *e, dsv4_status s) {
+  if (e) dsv4i_engine_note((struct dsv4_engine *)e, s);
   if (s != DSV4_OK && e && e->last_error) {
     strncpy(e->last_error, dsv4i_error_message(), DSV4I_ERROR_CAP - 1);
     e->last_error[DSV4I_ERROR_CAP - 1] = '\0';
@@ -125,7 +126,7 @@ DSV4_API dsv4_status dsv4_engine_create(const dsv4_model *model, const dsv4_engi
   if (!model || !out)
     return dsv4i_error(DSV4_ERR_INVALID_ARG, "dsv4_engine_create: %s is NULL", model ? "out" : "model");
   dsv4i_engine_args a;
-  dsv4_status s = make_args(params, model->cfg.max_position_embeddings, &a, "dsv4_engine_create");
+  dsv4_status s = make_args(params, dsv4i_model_config(model)->max_position_embeddings, &a, "dsv4_engine_create");
   if (!s) s = dsv4i_engine_create((struct dsv4_model *)model, &a, out);
   return s;
 }
@@ -153,7 +154,7 @@ DSV4_API dsv4_status dsv4_engine_create_from_dir(const char *dir, const dsv4_eng
   ep_defaults(&p);
   if (params) memcpy(&p, params, min_size(params->struct_size, sizeof p));
   if (!p.max_context)
-    a.max_ctx = m->cfg.max_position_embeddings < DEFAULT_CTX ? m->cfg.max_position_embeddings
+    a.max_ctx = dsv4i_model_config(m)->max_position_embeddings < DEFAULT_CTX ? dsv4i_model_config(m)->max_position_embeddings
                                                              : DEFAULT_CTX;
   if ((s = dsv4i_engine_create(m, &a, out))) {
     dsv4i_model_close(m);
@@ -185,31 +186,62 @@ static dsv4_status out_struct(const dsv4_engine *e, const void *p, size_t size, 
   return DSV4_OK;
 }
 
+/* Plan figures of an engine (or of one that would be created) into the public struct. */
+static void plan_info(const dsv4i_plan *p, int32_t backend, int32_t n_threads,
+                      dsv4_engine_info *v) {
+  v->backend = backend;
+  v->n_threads = n_threads;
+  v->max_sequences = p->max_seqs;
+  v->prefill_chunk = p->chunk;
+  v->max_context = p->max_ctx;
+  v->kv_page_bytes = p->fmt.page_bytes;
+  v->kv_pages_total = p->pool_pages;
+  v->kv_pages_per_sequence = p->pages_per_seq;
+  v->kv_bytes = p->kv_bytes;
+  v->kv_bytes_per_token = p->fmt.bytes_per_pos;
+  v->workspace_bytes = p->act_bytes;
+  v->prepared_weight_bytes = p->extra_weight_bytes;
+  v->mapped_bytes = p->mapped_bytes;
+}
+
 DSV4_API dsv4_status dsv4_engine_get_info(const dsv4_engine *engine, dsv4_engine_info *info,
                                           size_t struct_size) {
   dsv4_status s = out_struct(engine, info, struct_size, sizeof *info, "dsv4_engine_get_info");
   if (s) return s;
-  const dsv4i_plan *p = &engine->plan;
   dsv4i_cache_usage u;
   engine->be->ops->usage(engine->be, &u);
   dsv4_engine_info v;
   memset(&v, 0, sizeof v);
   v.struct_size = (uint32_t)min_size(struct_size, sizeof v);
-  v.backend = engine->be->kind;
-  v.n_threads = engine->be->n_threads;
-  v.max_sequences = p->max_seqs;
-  v.prefill_chunk = p->chunk;
+  plan_info(&engine->plan, engine->be->kind, engine->be->n_threads, &v);
   v.sequences_live = dsv4i_seq_count(engine);
-  v.max_context = p->max_ctx;
-  v.kv_page_bytes = p->fmt.page_bytes;
-  v.kv_pages_total = u.pages_total;
+  v.kv_pages_total = u.pages_total; /* what the backend allocated */
   v.kv_pages_used = u.pages_used;
-  v.kv_pages_per_sequence = p->pages_per_seq;
-  v.kv_bytes = p->kv_bytes;
-  v.kv_bytes_per_token = p->fmt.bytes_per_pos;
-  v.workspace_bytes = p->act_bytes;
-  v.prepared_weight_bytes = p->extra_weight_bytes;
-  v.mapped_bytes = p->mapped_bytes;
+  memset(info, 0, struct_size);
+  memcpy(info, &v, sizeof v);
+  return DSV4_OK;
+}
+
+DSV4_API dsv4_status dsv4_engine_plan_query(const dsv4_model *model,
+                                            const dsv4_engine_params *params,
+                                            dsv4_engine_info *info, size_t struct_size) {
+  dsv4i_error_clear();
+  if (!model || !info)
+    return dsv4i_error(DSV4_ERR_INVALID_ARG, "dsv4_engine_plan_query: %s is NULL",
+                       model ? "info" : "model");
+  if (struct_size < sizeof *info || struct_size > UINT32_MAX)
+    return dsv4i_error(DSV4_ERR_INVALID_ARG, "dsv4_engine_plan_query: struct_size %zu is below "
+                       "the 0.1 size %zu", struct_size, sizeof *info);
+  dsv4i_engine_args a;
+  dsv4_status s = make_args(params, dsv4i_model_config(model)->max_position_embeddings, &a,
+                            "dsv4_engine_plan_query");
+  dsv4i_plan p;
+  if (!s) s = dsv4i_engine_plan(model, &a, &p);
+  if (s) return s;
+  dsv4_engine_info v;
+  memset(&v, 0, sizeof v);
+  v.struct_size = (uint32_t)min_size(struct_size, sizeof v);
+  plan_info(&p, a.backend, a.n_threads, &v);
   memset(info, 0, struct_size);
   memcpy(info, &v, sizeof v);
   return DSV4_OK;
@@ -244,7 +276,8 @@ DSV4_API dsv4_status dsv4_engine_seq_length(const dsv4_engine *engine, int64_t i
                                          engine ? "len" : "engine"));
   dsv4_status s;
   const dsv4i_seq *q = dsv4i_seq_find((struct dsv4_engine *)engine, id, &s);
-  if (!q && s == DSV4_ERR_UNKNOWN_SEQUENCE) return dsv4i_api_on_engine(engine, s);
+  if (!q && (s == DSV4_ERR_UNKNOWN_SEQUENCE || s == DSV4_ERR_DEVICE_LOST))
+    return dsv4i_api_on_engine(engine, s);
   /* a damaged sequence still has a length */
   const int64_t idx = id & ((INT64_C(1) << DSV4I_SEQ_IDX_BITS) - 1);
   *len = q ? q->len : engine->seqs[idx].len;

@@ -19,9 +19,10 @@ static size_t min_size(size_t a, size_t b) { return a < b ? a : b; }
 
 /* Copy the thread's message into the handle's slot when a call on it fails. */
 static dsv4_status on_handle(const dsv4_model *m, dsv4_status s) {
-  if (s < 0 && m && m->last_error) {
-    strncpy(m->last_error, dsv4i_error_message(), DSV4I_ERROR_CAP - 1);
-    m->last_error[DSV4I_ERROR_CAP - 1] = '\0';
+  char *slot = m ? dsv4i_model_error_slot(m) : NULL;
+  if (s < 0 && slot) {
+    strncpy(slot, dsv4i_error_message(), DSV4I_ERROR_CAP - 1);
+    slot[DSV4I_ERROR_CAP - 1] = '\0';
   }
   return s;
 }
@@ -77,7 +78,7 @@ DSV4_API dsv4_status dsv4_model_load(const char *dir, const dsv4_model_params *p
 DSV4_API void dsv4_model_free(dsv4_model *model) { dsv4i_model_close(model); }
 
 DSV4_API const char *dsv4_model_last_error(const dsv4_model *model) {
-  return model && model->last_error ? model->last_error : "";
+  return model && dsv4i_model_error_slot(model) ? dsv4i_model_error_slot(model) : "";
 }
 
 /* Size-prefixed output: zero the caller's struct_size bytes, then fill ours. */
@@ -95,9 +96,11 @@ static dsv4_status out_struct(const dsv4_model *m, const void *info, size_t stru
 DSV4_API dsv4_status dsv4_model_get_info(const dsv4_model *model, dsv4_model_info *info,
                                          size_t struct_size) {
   dsv4i_error_clear();
-  dsv4_status s = out_struct(model, info, struct_size, sizeof *info, "dsv4_model_get_info");
+  /* the 0.1 size ends at payload_bytes; later fields are filled when struct_size covers them */
+  dsv4_status s = out_struct(model, info, struct_size, offsetof(dsv4_model_info, index_n_heads),
+                             "dsv4_model_get_info");
   if (s) return s;
-  const dsv4i_config *c = &model->cfg;
+  const dsv4i_config *c = dsv4i_model_config(model);
   dsv4_model_info v;
   memset(&v, 0, sizeof v);
   v.struct_size = (uint32_t)min_size(struct_size, sizeof v);
@@ -119,10 +122,22 @@ DSV4_API dsv4_status dsv4_model_get_info(const dsv4_model *model, dsv4_model_inf
   v.dspark_noise_token_id = c->dspark_noise_token_id;
   v.dspark_block_size = c->dspark_block_size;
   v.max_position_embeddings = c->max_position_embeddings;
-  v.n_tensors = (int64_t)model->contract.n;
-  v.payload_bytes = (int64_t)model->contract.payload_bytes;
+  v.n_tensors = (int64_t)dsv4i_model_contract(model)->n;
+  v.payload_bytes = (int64_t)dsv4i_model_contract(model)->payload_bytes;
+  v.index_n_heads = c->index_n_heads;
+  v.index_head_dim = c->index_head_dim;
+  v.index_topk = c->index_topk;
+  v.engram_cols = c->n_engram > 0 ? (c->engram_max_ngram - 1) * c->engram_n_heads : 0;
+  v.engram_head_dim = c->engram_head_dim;
+  v.n_engram_layers = c->n_engram;
+  v.dspark_n_routed_experts = c->dspark_n_routed_experts;
+  v.dspark_n_experts_per_tok = c->dspark_n_experts_per_tok;
+  v.window_record_bytes = (int32_t)dsv4i_kv_record_bytes(c, DSV4I_KVREC_WINDOW);
+  v.compressed_record_bytes = (int32_t)dsv4i_kv_record_bytes(c, DSV4I_KVREC_COMPRESSED);
+  v.index_key_record_bytes = (int32_t)dsv4i_kv_record_bytes(c, DSV4I_KVREC_INDEX_KEY);
+  v.compressor_state_record_bytes = 2 * c->head_dim * (int32_t)sizeof(float);
   memset(info, 0, struct_size);
-  memcpy(info, &v, sizeof v);
+  memcpy(info, &v, min_size(struct_size, sizeof v));
   return DSV4_OK;
 }
 
@@ -131,11 +146,12 @@ DSV4_API dsv4_status dsv4_model_get_layer(const dsv4_model *model, int32_t layer
   dsv4i_error_clear();
   dsv4_status s = out_struct(model, info, struct_size, sizeof *info, "dsv4_model_get_layer");
   if (s) return s;
-  if (layer < 0 || layer >= model->cfg.n_total_layers)
+  const dsv4i_config *c = dsv4i_model_config(model);
+  if (layer < 0 || layer >= c->n_total_layers)
     return on_handle(model, dsv4i_error(DSV4_ERR_INVALID_ARG,
                                         "dsv4_model_get_layer: layer %d is outside [0, %d)",
-                                        (int)layer, (int)model->cfg.n_total_layers));
-  const dsv4i_layer_role *r = &model->cfg.layers[layer];
+                                        (int)layer, (int)c->n_total_layers));
+  const dsv4i_layer_role *r = &c->layers[layer];
   dsv4_layer_info v;
   memset(&v, 0, sizeof v);
   v.struct_size = (uint32_t)min_size(struct_size, sizeof v);
@@ -158,18 +174,19 @@ DSV4_API dsv4_status dsv4_model_get_tensor(const dsv4_model *model, int64_t i,
   dsv4i_error_clear();
   dsv4_status s = out_struct(model, info, struct_size, sizeof *info, "dsv4_model_get_tensor");
   if (s) return s;
-  if (i < 0 || (uint64_t)i >= model->contract.n)
+  const dsv4i_contract *con = dsv4i_model_contract(model);
+  if (i < 0 || (uint64_t)i >= con->n)
     return on_handle(model, dsv4i_error(DSV4_ERR_INVALID_ARG,
                                         "dsv4_model_get_tensor: index %lld is outside [0, %zu)",
-                                        (long long)i, model->contract.n));
-  const dsv4i_tensor_spec *t = &model->contract.specs[i];
+                                        (long long)i, con->n));
+  const dsv4i_tensor_spec *t = &con->specs[i];
   dsv4_tensor_info v;
   memset(&v, 0, sizeof v);
   v.struct_size = (uint32_t)min_size(struct_size, sizeof v);
   v.dtype = t->dtype;
   v.ndim = t->ndim;
   v.component = t->component;
-  v.shard = model->shard_of[i];
+  v.shard = dsv4i_model_shard_of(model, (size_t)i);
   for (int32_t d = 0; d < t->ndim && d < 4; d++) v.shape[d] = t->shape[d];
   v.nbytes = (int64_t)t->nbytes;
   v.name = t->name;

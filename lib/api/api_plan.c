@@ -208,11 +208,12 @@ DSV4_API dsv4_status dsv4_model_plan(const dsv4_model *model, const dsv4_plan_pa
   if (!model) {
     st = dsv4i_error(DSV4_ERR_INVALID_ARG, "dsv4_model_plan: model is NULL");
   } else if ((st = prepare("dsv4_model_plan", params, plan, struct_size, &ip)) == DSV4_OK) {
-    st = run(&model->cfg, &model->contract, &ip, plan, struct_size);
+    st = run(dsv4i_model_config(model), dsv4i_model_contract(model), &ip, plan, struct_size);
   }
-  if (st < 0 && model && model->last_error) {
-    strncpy(model->last_error, dsv4i_error_message(), DSV4I_ERROR_CAP - 1);
-    model->last_error[DSV4I_ERROR_CAP - 1] = '\0';
+  char *slot = model ? dsv4i_model_error_slot(model) : NULL;
+  if (st < 0 && slot) {
+    strncpy(slot, dsv4i_error_message(), DSV4I_ERROR_CAP - 1);
+    slot[DSV4I_ERROR_CAP - 1] = '\0';
   }
   return st;
 }

@@ -1,48 +1,11 @@
 /*
  * CPU backend: the attention sublayer (spec §5.4) over the per-sequence
- * caches of kvcache.h, batched over tokens of several sequences.
- *
- * One call = one layer for n_tok tokens. Each token names its sequence's
- * caches, its position and its index-row layout. A sequence's tokens are
- * consecutive in the batch, at consecutive positions starting at the
- * sequence's committed length (seq->n_pos), all below seq->n_resv
- * (dsv4i_kv_reserve first). Results for a token depend only on its inputs,
- * its position, its layout flag and its sequence's caches — never on the
- * other sequences in the batch (no cross-row reductions; every sum has a
- * fixed order).
- *
- * Index-row layouts (spec §5.4 step 4: the 64-entry blocking of the online
- * softmax makes the order and width of the row part of the numerics):
- * - DSV4I_ATTN_DECODE (0): the reference's decode row. Window part of
- *   `window` entries, entry i = position p − window + 1 + i (−1 below 0),
- *   i.e. the ring slots oldest first; then the top-k row. Use it for every
- *   generated token, whether decoded one per step or verified several at once.
- * - W in 1..window: the reference's prefill row with window part width W:
- *   positions max(0, p − window + 1) .. p ascending, then −1 up to W; then the
- *   top-k row. The reference's single-chunk prefill of s tokens is W =
- *   min(s, window); an engine that ingests a prompt in chunks passes
- *   W = min(end of the prompt being ingested, window) for all of them, so
- *   chunking changes nothing (the window part's positions come from the ring
- *   or from the call, bit-identical either way).
- * The compressed part of both is the query's selection (ascending); its
- * trailing −1 padding contributes nothing (an all-invalid block is an exact
- * no-op) and is not materialised.
- *
- * Per-forward shared state (spec §5.4 "Shared runtime"): the latest index
- * source's top-k and the candidate source's blocks are handed to the later
- * layers of the same forward through dsv4i_attn_shared, per token.
- *
- * Numerics: the reference's rounding points everywhere (bf16 GEMM outputs,
- * QDQ of window KV / index q and k / compressed KV, bf16 index scores at
- * each of their three rounding points, bf16 probabilities relative to the
- * running max). Where torch leaves an fp32 summation order open (einsum dot
- * products, p.sum over a block), the sum runs sequentially in index order;
- * this moves a result by an fp32 ulp now and then, rarely a bf16 ulp of the
- * output. The selection of a query is the top min(index_topk, visible) of
- * its visible keys, which equals the reference's chunk-wide top-k after its
- * "index >= visible -> −1" step under the lower-index tie rule.
- * Every layer reads its index-key source's own keys at every position
- * (spec §5.4 3b step 4: the reference's stale-slot defect is not reproduced).
+ * caches of kvcache.h, batched over tokens of several sequences. One call =
+ * one layer for n_tok tokens; a sequence's tokens are consecutive at
+ * consecutive positions from its committed length. A token's result depends
+ * only on its inputs, position, index-row layout and its sequence's caches.
+ * Index-row layouts, the per-forward shared state and the numerics are in
+ * docs/attention.md.
  */
 #ifndef DSV4I_ATTENTION_H
 #define DSV4I_ATTENTION_H
@@ -55,7 +18,6 @@
 #include "cpu/kvcache.h"
 #include "model/config.h"
 
-struct dsv4i_checkpoint;
 
 /** Layout flag of a token: the decode index row (see the top of this file). */
 #define DSV4I_ATTN_DECODE 0
@@ -97,11 +59,11 @@ typedef struct dsv4i_attn_layer {
 } dsv4i_attn_layer;
 
 /**
- * Bind one layer's attention weights from a checkpoint (names
- * "layers.L.attn.*" or "mtp.S.attn.*"), dequantise wo_a to bf16 and build
+ * Bind one layer's attention weights from the weight table (backbone layer
+ * or DSpark stage n_layers + S), dequantise wo_a to bf16 and build
  * the RoPE frequencies (ratio 0: rope_theta, no YaRN; ratio > 0:
- * compress_rope_theta with YaRN). The checkpoint must outlive *out.
- * @param ck    [in] open checkpoint.
+ * compress_rope_theta with YaRN). The model must outlive *out.
+ * @param wt    [in] the model's weight table.
  * @param cfg   [in] config (roles derived); must outlive nothing (values copied).
  * @param layer 0 .. cfg->n_total_layers − 1.
  * @param out   [out] filled; release with dsv4i_attn_layer_free.
@@ -109,7 +71,7 @@ typedef struct dsv4i_attn_layer {
  *         (a tensor missing or of the wrong dtype / shape; message names it);
  *         DSV4_ERR_OUT_OF_MEMORY. On failure *out holds nothing.
  */
-dsv4_status dsv4i_attn_layer_load(const struct dsv4i_checkpoint *ck, const dsv4i_config *cfg,
+dsv4_status dsv4i_attn_layer_load(const dsv4i_weights *wt, const dsv4i_config *cfg,
                                   int32_t layer, dsv4i_attn_layer *out);
 /** Free what dsv4i_attn_layer_load allocated; *L is zeroed. NULL ok. */
 void dsv4i_attn_layer_free(dsv4i_attn_layer *L);

@@ -35,7 +35,7 @@ static void pool_group(int32_t r, int32_t hd, const float *const *k, const float
   }
 }
 
-dsv4_status attn_compress(attn_call *c, const uint16_t *x, uint16_t *lat) {
+dsv4_status dsv4i_attn_compress(attn_call *c, const uint16_t *x, uint16_t *lat) {
   const dsv4i_attn_layer *L = c->L;
   const int32_t hd = L->head_dim, r = L->ratio, n = c->n, layer = L->layer;
   c->n_emit = 0;
@@ -93,7 +93,7 @@ dsv4_status attn_compress(attn_call *c, const uint16_t *x, uint16_t *lat) {
   return st;
 }
 
-dsv4_status attn_comp_store(const attn_call *c, uint16_t *lat) {
+dsv4_status dsv4i_attn_comp_store(const attn_call *c, uint16_t *lat) {
   const dsv4i_attn_layer *L = c->L;
   const int32_t hd = L->head_dim, rd = L->rope_dim, r = L->ratio, ne = c->n_emit;
   if (ne == 0) return DSV4_OK;

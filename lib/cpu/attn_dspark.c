@@ -34,7 +34,7 @@ dsv4_status dsv4i_attn_dspark_store(const dsv4i_attn_layer *L, int32_t n,
   uint16_t *kv = dsv4i_malloc((size_t)n * (size_t)hd * 2 * sizeof *kv, "dspark main_kv");
   st = (c.cs && kv) ? DSV4_OK : DSV4_ERR_OUT_OF_MEMORY;
   if (st == DSV4_OK) st = dsv4i_rope_cs(L->freqs, L->n_freq, n, pos, c.cs);
-  if (st == DSV4_OK) st = attn_window_kv(&c, main_x, kv, kv + (size_t)n * (size_t)hd);
+  if (st == DSV4_OK) st = dsv4i_attn_window_kv(&c, main_x, kv, kv + (size_t)n * (size_t)hd);
   /* later entries win if two share a slot (as the reference's sequential writes) */
   if (st == DSV4_OK)
     for (int32_t t = 0; t < n; t++) {
@@ -77,7 +77,7 @@ dsv4_status dsv4i_attn_dspark(const dsv4i_attn_layer *L, int32_t n_blk, dsv4i_kv
   if (st == DSV4_OK) st = dsv4i_cpu_rmsnorm(n, L->q_lora, qr, L->q_lora, L->q_norm, L->eps, qr, L->q_lora);
   if (st == DSV4_OK) st = dsv4i_cpu_linear(&L->wq_b, n, qr, L->q_lora, q, (int64_t)qs);
   if (st == DSV4_OK) st = dsv4i_cpu_rope(n, H, L->n_freq, q + (hd - rd), (int64_t)qs, hd, c.cs, 0);
-  if (st == DSV4_OK) st = attn_window_kv(&c, x, kv, kvw);
+  if (st == DSV4_OK) st = dsv4i_attn_window_kv(&c, x, kv, kvw);
   if (st != DSV4_OK) goto done;
   /* index row: the reference ring's slots 0 .. min(win, i+1) - 1 in slot order
    * (slot s holds the newest position <= i congruent to s), then the block */
@@ -107,7 +107,7 @@ dsv4_status dsv4i_attn_dspark(const dsv4i_attn_layer *L, int32_t n_blk, dsv4i_kv
     dsv4i_attn_sparse(H, hd, q + (size_t)t * qs, ptr + (size_t)b * (size_t)width, nr + block,
                       L->sink, L->softmax_scale, o + (size_t)t * qs, h, h + 1);
   }
-  st = attn_output(&c, o, out);
+  st = dsv4i_attn_output(&c, o, out);
 done:
   free(pos);
   free(c.cs);

@@ -95,15 +95,15 @@ dsv4_status dsv4i_attn_forward(const dsv4i_attn_layer *L, const dsv4i_attn_batch
   if (st == DSV4_OK) st = dsv4i_cpu_linear(&L->wq_b, n, qr, L->q_lora, q, (int64_t)H * hd);
   if (st == DSV4_OK) st = dsv4i_cpu_rope(n, H, L->n_freq, q + (hd - rd), (int64_t)H * hd, hd, c.cs, 0);
   /* 2. window KV */
-  if (st == DSV4_OK) st = attn_window_kv(&c, x, kv, kvw);
+  if (st == DSV4_OK) st = dsv4i_attn_window_kv(&c, x, kv, kvw);
   /* 3. compressed path */
   const int32_t *sel = NULL;
   if (st == DSV4_OK && L->ratio > 0) {
-    if (kv_source) st = attn_compress(&c, x, lat);
+    if (kv_source) st = dsv4i_attn_compress(&c, x, lat);
     if (st == DSV4_OK && kv_source && (roles & DSV4_ROLE_INDEX_OWN_KEYS))
-      st = attn_index_keys(&c, lat);
-    if (st == DSV4_OK && index_source) st = attn_indexer(&c, x, qr, sh);
-    if (st == DSV4_OK && kv_source) st = attn_comp_store(&c, lat);
+      st = dsv4i_attn_index_keys(&c, lat);
+    if (st == DSV4_OK && index_source) st = dsv4i_attn_indexer(&c, x, qr, sh);
+    if (st == DSV4_OK && kv_source) st = dsv4i_attn_comp_store(&c, lat);
     sel = index_source && sh->force_topk ? sh->force_topk : sh->topk;
     /* every selected record must be visible to its query (a consumer layer run
      * without its index source, or a bad test hook, would read stale rows) */
@@ -118,10 +118,10 @@ dsv4_status dsv4i_attn_forward(const dsv4i_attn_layer *L, const dsv4i_attn_batch
     }
   }
   /* 4. sparse attention, then the ring takes this call's window records */
-  if (st == DSV4_OK) st = attn_attend(&c, q, kvw, sel, sel ? sh->topk_ld : 0, o);
-  if (st == DSV4_OK) attn_window_store(&c, kv);
+  if (st == DSV4_OK) st = dsv4i_attn_attend(&c, q, kvw, sel, sel ? sh->topk_ld : 0, o);
+  if (st == DSV4_OK) dsv4i_attn_window_store(&c, kv);
   /* 5-6. inverse RoPE, wo_a, wo_b */
-  if (st == DSV4_OK) st = attn_output(&c, o, out);
+  if (st == DSV4_OK) st = dsv4i_attn_output(&c, o, out);
 done:
   free(c.run0);
   free(c.cs);

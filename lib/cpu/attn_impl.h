@@ -41,7 +41,7 @@ static inline int64_t attn_first_pos(const attn_call *c, int32_t t) {
  * @param kv  [out] bf16 [n][hd] before the QDQ (what the ring record encodes).
  * @param kvw [out] bf16 [n][hd] after the QDQ (what attention reads).
  */
-dsv4_status attn_window_kv(const attn_call *c, const uint16_t *x, uint16_t *kv, uint16_t *kvw);
+dsv4_status dsv4i_attn_window_kv(const attn_call *c, const uint16_t *x, uint16_t *kv, uint16_t *kvw);
 
 /**
  * The window rows of one run as fp32 (bf16 values): positions
@@ -51,12 +51,12 @@ dsv4_status attn_window_kv(const attn_call *c, const uint16_t *x, uint16_t *kv, 
  * @param rows  [out] float [(first − lo) + len][hd].
  * @return lo.
  */
-int64_t attn_window_rows(const attn_call *c, int32_t r0, int32_t len, const uint16_t *kvw,
+int64_t dsv4i_attn_window_rows(const attn_call *c, int32_t r0, int32_t len, const uint16_t *kvw,
                          float *rows);
 
 /** Write every token's window record (act_quant of kv [n][hd], pre-QDQ) into
  *  its sequence's ring (after attending). */
-void attn_window_store(const attn_call *c, const uint16_t *kv);
+void dsv4i_attn_window_store(const attn_call *c, const uint16_t *kv);
 
 /**
  * Compressor (spec §5.4 3a) of a KV source: for each token that completes a
@@ -65,21 +65,21 @@ void attn_window_store(const attn_call *c, const uint16_t *kv);
  * the CSTATE ring (after reading what it needs).
  * @param x   [in] bf16 [n][dim]; lat [out] bf16 [n][hd] (row e = emit e).
  */
-dsv4_status attn_compress(attn_call *c, const uint16_t *x, uint16_t *lat);
+dsv4_status dsv4i_attn_compress(attn_call *c, const uint16_t *x, uint16_t *lat);
 
 /**
  * Store the compressed KV of emitted groups (spec §5.4 3c): RoPE at the
  * group's first position j·ratio, fp4/E4M3 record into COMP slot j.
  * @param lat [in,out] bf16 [n_emit][hd] (rotated in place).
  */
-dsv4_status attn_comp_store(const attn_call *c, uint16_t *lat);
+dsv4_status dsv4i_attn_comp_store(const attn_call *c, uint16_t *lat);
 
 /**
  * Index keys of emitted groups (spec §5.4 3b step 1): k_norm(wk(latent)),
  * RoPE at j·ratio, MXFP4 record into IDXK slot j.
  * @param lat [in] bf16 [n_emit][hd] (pre-RoPE latents).
  */
-dsv4_status attn_index_keys(const attn_call *c, const uint16_t *lat);
+dsv4_status dsv4i_attn_index_keys(const attn_call *c, const uint16_t *lat);
 
 /**
  * Indexer selection of an index source (spec §5.4 3b steps 2–8) for every
@@ -87,7 +87,7 @@ dsv4_status attn_index_keys(const attn_call *c, const uint16_t *lat);
  * sh->scores when set).
  * @param x [in] bf16 [n][dim]; qr [in] bf16 [n][q_lora].
  */
-dsv4_status attn_indexer(const attn_call *c, const uint16_t *x, const uint16_t *qr,
+dsv4_status dsv4i_attn_indexer(const attn_call *c, const uint16_t *x, const uint16_t *qr,
                          dsv4i_attn_shared *sh);
 
 /**
@@ -96,7 +96,7 @@ dsv4_status attn_indexer(const attn_call *c, const uint16_t *x, const uint16_t *
  * NULL for ratio 0).
  * @param q [in] bf16 [n][H][hd]; kvw [in] bf16 [n][hd]; o [out] bf16 [n][H][hd].
  */
-dsv4_status attn_attend(const attn_call *c, const uint16_t *q, const uint16_t *kvw,
+dsv4_status dsv4i_attn_attend(const attn_call *c, const uint16_t *q, const uint16_t *kvw,
                         const int32_t *sel, int32_t sel_ld, uint16_t *o);
 
 /**
@@ -104,6 +104,6 @@ dsv4_status attn_attend(const attn_call *c, const uint16_t *q, const uint16_t *k
  * (bf16), wo_b (fp8).
  * @param o [in,out] bf16 [n][H][hd]; out [out] bf16 [n][dim].
  */
-dsv4_status attn_output(const attn_call *c, uint16_t *o, uint16_t *out);
+dsv4_status dsv4i_attn_output(const attn_call *c, uint16_t *o, uint16_t *out);
 
 #endif /* DSV4I_ATTN_IMPL_H */

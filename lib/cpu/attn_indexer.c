@@ -91,7 +91,7 @@ dsv4_status dsv4i_attn_candidates(const float *score, int64_t visible, int32_t b
 
 /* ---- index keys ------------------------------------------------------ */
 
-dsv4_status attn_index_keys(const attn_call *c, const uint16_t *lat) {
+dsv4_status dsv4i_attn_index_keys(const attn_call *c, const uint16_t *lat) {
   const dsv4i_attn_layer *L = c->L;
   const int32_t hd = L->head_dim, ihd = L->index_head_dim, rd = L->rope_dim, ne = c->n_emit;
   if (ne == 0) return DSV4_OK;
@@ -180,7 +180,7 @@ static dsv4_status select_token(const attn_call *c, int32_t t, float *key, int64
   return dsv4i_attn_topk(key, vis, k, row);
 }
 
-dsv4_status attn_indexer(const attn_call *c, const uint16_t *x, const uint16_t *qr,
+dsv4_status dsv4i_attn_indexer(const attn_call *c, const uint16_t *x, const uint16_t *qr,
                          dsv4i_attn_shared *sh) {
   const dsv4i_attn_layer *L = c->L;
   const int32_t n = c->n, IH = L->index_heads, ihd = L->index_head_dim, rd = L->rope_dim;

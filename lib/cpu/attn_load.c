@@ -8,39 +8,30 @@
 #include <string.h>
 
 #include "cpu/attn_impl.h"
-#include "io/safetensors.h"
-
-/* "<prefix><name>" into buf */
-static const char *tname(char *buf, size_t cap, const char *prefix, const char *name) {
-  snprintf(buf, cap, "%s%s", prefix, name);
-  return buf;
-}
 
 /* A weight matrix of a given shape (any format ops A supports). */
-static dsv4_status get_w(const struct dsv4i_checkpoint *ck, const char *prefix, const char *name,
-                         int32_t rows, int32_t cols, dsv4i_wview *w) {
-  char buf[160];
-  dsv4_status st = dsv4i_wview_from_checkpoint(ck, tname(buf, sizeof buf, prefix, name), w);
+static dsv4_status get_w(const dsv4i_weights *wt, int32_t role, int32_t layer, int32_t rows,
+                         int32_t cols, dsv4i_wview *w) {
+  const dsv4i_weight *e;
+  dsv4_status st = dsv4i_weights_get(wt, role, layer, -1, -1, -1, &e);
+  if (!st) st = dsv4i_wview_from_weight(e, w);
   if (st != DSV4_OK) return st;
   if (w->rows != rows || w->cols != cols)
-    return dsv4i_error(DSV4_ERR_WEIGHTS, "weight %s is [%d, %d], the config needs [%d, %d]", buf,
-                       (int)w->rows, (int)w->cols, (int)rows, (int)cols);
+    return dsv4i_error(DSV4_ERR_WEIGHTS, "weight %s is [%d, %d], the config needs [%d, %d]",
+                       dsv4i_weight_name(e), (int)w->rows, (int)w->cols, (int)rows, (int)cols);
   return DSV4_OK;
 }
 
 /* A 1-D tensor of n elements of one dtype. */
-static dsv4_status get_vec(const struct dsv4i_checkpoint *ck, const char *prefix,
-                           const char *name, int32_t dtype, int64_t n, const void **out) {
-  char buf[160];
-  tname(buf, sizeof buf, prefix, name);
-  const dsv4i_ckpt_entry *e = dsv4i_checkpoint_find(ck, buf);
-  if (!e) return dsv4i_error(DSV4_ERR_NOT_FOUND, "weight %s: not in the checkpoint", buf);
-  if (e->t->dtype != dtype || e->t->ndim != 1 || e->t->shape[0] != n)
-    return dsv4i_error(DSV4_ERR_WEIGHTS, "weight %s: want %s [%lld], found %s with %d dims",
-                       buf, dsv4i_dtype_name(dtype), (long long)n, dsv4i_dtype_name(e->t->dtype),
-                       (int)e->t->ndim);
-  *out = dsv4i_checkpoint_data(ck, e);
-  return DSV4_OK;
+static dsv4_status get_vec(const dsv4i_weights *wt, int32_t role, int32_t layer, int32_t dtype,
+                           int64_t n, const void **out) {
+  const dsv4i_weight *e;
+  dsv4_status st = dsv4i_weights_get(wt, role, layer, -1, dtype, n, &e);
+  if (!st && e->ndim != 1)
+    st = dsv4i_error(DSV4_ERR_WEIGHTS, "weight %s: want 1 dimension, found %d",
+                     dsv4i_weight_name(e), (int)e->ndim);
+  if (!st) *out = e->data;
+  return st;
 }
 
 #define TRY(x)                                                                                 \
@@ -49,11 +40,11 @@ static dsv4_status get_vec(const struct dsv4i_checkpoint *ck, const char *prefix
     if (st != DSV4_OK) goto fail;                                                              \
   } while (0)
 
-dsv4_status dsv4i_attn_layer_load(const struct dsv4i_checkpoint *ck, const dsv4i_config *cfg,
+dsv4_status dsv4i_attn_layer_load(const dsv4i_weights *wt, const dsv4i_config *cfg,
                                   int32_t layer, dsv4i_attn_layer *out) {
   if (!out) return dsv4i_error(DSV4_ERR_INVALID_ARG, "attn_layer_load: NULL out");
   memset(out, 0, sizeof *out);
-  if (!ck || !cfg || layer < 0 || layer >= cfg->n_total_layers)
+  if (!wt || !cfg || layer < 0 || layer >= cfg->n_total_layers)
     return dsv4i_error(DSV4_ERR_INVALID_ARG, "attn_layer_load: layer %d", (int)layer);
   dsv4i_attn_layer *L = out;
   dsv4_status st = DSV4_OK;
@@ -85,17 +76,14 @@ dsv4_status dsv4i_attn_layer_load(const struct dsv4i_checkpoint *ck, const dsv4i
       L->rope_dim > hd || hd % 32 || G <= 0 || (H * hd) % G || L->window <= 0)
     return dsv4i_error(DSV4_ERR_INVALID_ARG, "attn_layer_load: unsupported dims (head_dim %d, "
                        "rope %d, groups %d)", (int)hd, (int)L->rope_dim, (int)G);
-  char prefix[64];
-  if (layer < cfg->n_layers) snprintf(prefix, sizeof prefix, "layers.%d.attn.", (int)layer);
-  else snprintf(prefix, sizeof prefix, "mtp.%d.attn.", (int)(layer - cfg->n_layers));
 
   const void *v;
-  TRY(get_w(ck, prefix, "wq_a.weight", L->q_lora, L->dim, &L->wq_a));
-  TRY(get_w(ck, prefix, "wq_b.weight", H * hd, L->q_lora, &L->wq_b));
-  TRY(get_w(ck, prefix, "wkv.weight", hd, L->dim, &L->wkv));
-  TRY(get_w(ck, prefix, "wo_b.weight", L->dim, G * L->o_lora, &L->wo_b));
+  TRY(get_w(wt, DSV4I_W_ATTN_WQ_A, layer, L->q_lora, L->dim, &L->wq_a));
+  TRY(get_w(wt, DSV4I_W_ATTN_WQ_B, layer, H * hd, L->q_lora, &L->wq_b));
+  TRY(get_w(wt, DSV4I_W_ATTN_WKV, layer, hd, L->dim, &L->wkv));
+  TRY(get_w(wt, DSV4I_W_ATTN_WO_B, layer, L->dim, G * L->o_lora, &L->wo_b));
   dsv4i_wview woa;
-  TRY(get_w(ck, prefix, "wo_a.weight", G * L->o_lora, H * hd / G, &woa));
+  TRY(get_w(wt, DSV4I_W_ATTN_WO_A, layer, G * L->o_lora, H * hd / G, &woa));
   L->wo_a_bf16 = dsv4i_malloc((size_t)woa.rows * (size_t)woa.cols * sizeof(uint16_t), "wo_a");
   if (!L->wo_a_bf16) {
     st = DSV4_ERR_OUT_OF_MEMORY;
@@ -103,18 +91,18 @@ dsv4_status dsv4i_attn_layer_load(const struct dsv4i_checkpoint *ck, const dsv4i
   }
   TRY(dsv4i_wview_dequant_bf16(&woa, L->wo_a_bf16));
   TRY(dsv4i_wview_init(&L->wo_a, DSV4I_W_BF16, woa.rows, woa.cols, L->wo_a_bf16, NULL));
-  TRY(get_vec(ck, prefix, "q_norm.weight", DSV4_DTYPE_BF16, L->q_lora, &v));
+  TRY(get_vec(wt, DSV4I_W_ATTN_Q_NORM, layer, DSV4_DTYPE_BF16, L->q_lora, &v));
   L->q_norm = v;
-  TRY(get_vec(ck, prefix, "kv_norm.weight", DSV4_DTYPE_BF16, hd, &v));
+  TRY(get_vec(wt, DSV4I_W_ATTN_KV_NORM, layer, DSV4_DTYPE_BF16, hd, &v));
   L->kv_norm = v;
-  TRY(get_vec(ck, prefix, "attn_sink", DSV4_DTYPE_F32, H, &v));
+  TRY(get_vec(wt, DSV4I_W_ATTN_SINK, layer, DSV4_DTYPE_F32, H, &v));
   L->sink = v;
 
   const uint32_t roles = L->role.roles;
   if (L->ratio > 0 && (roles & DSV4_ROLE_KV_SOURCE)) {
-    TRY(get_w(ck, prefix, "compressor.wkv.weight", hd, L->dim, &L->c_wkv));
-    if (L->ratio > 1) TRY(get_w(ck, prefix, "compressor.wgate.weight", hd, L->dim, &L->c_wgate));
-    TRY(get_vec(ck, prefix, "compressor.norm.weight", DSV4_DTYPE_BF16, hd, &v));
+    TRY(get_w(wt, DSV4I_W_COMP_WKV, layer, hd, L->dim, &L->c_wkv));
+    if (L->ratio > 1) TRY(get_w(wt, DSV4I_W_COMP_WGATE, layer, hd, L->dim, &L->c_wgate));
+    TRY(get_vec(wt, DSV4I_W_COMP_NORM, layer, DSV4_DTYPE_BF16, hd, &v));
     L->c_norm = v;
     if ((L->ratio == 1 && L->c_wkv.fmt != DSV4I_W_BF16) ||
         (L->ratio > 1 && (L->c_wkv.fmt > DSV4I_W_BF16 || L->c_wgate.fmt > DSV4I_W_BF16))) {
@@ -129,11 +117,11 @@ dsv4_status dsv4i_attn_layer_load(const struct dsv4i_checkpoint *ck, const dsv4i
       st = dsv4i_error(DSV4_ERR_INVALID_ARG, "layer %d: indexer dims", (int)layer);
       goto fail;
     }
-    TRY(get_w(ck, prefix, "indexer.wq_b.weight", IH * ihd, L->q_lora, &L->i_wq_b));
-    TRY(get_w(ck, prefix, "indexer.weights_proj.weight", IH, L->dim, &L->i_wproj));
+    TRY(get_w(wt, DSV4I_W_IDX_WQ_B, layer, IH * ihd, L->q_lora, &L->i_wq_b));
+    TRY(get_w(wt, DSV4I_W_IDX_WPROJ, layer, IH, L->dim, &L->i_wproj));
     if (roles & DSV4_ROLE_INDEX_OWN_KEYS) {
-      TRY(get_w(ck, prefix, "indexer.wk.weight", ihd, hd, &L->i_wk));
-      TRY(get_vec(ck, prefix, "indexer.k_norm.weight", DSV4_DTYPE_BF16, ihd, &v));
+      TRY(get_w(wt, DSV4I_W_IDX_WK, layer, ihd, hd, &L->i_wk));
+      TRY(get_vec(wt, DSV4I_W_IDX_K_NORM, layer, DSV4_DTYPE_BF16, ihd, &v));
       L->i_knorm = v;
     }
     if ((roles & DSV4_ROLE_CANDIDATE_SOURCE) && (L->cand_blocks <= 0 || L->cand_block_size <= 0)) {

@@ -8,7 +8,7 @@
 
 #include "cpu/attn_impl.h"
 
-dsv4_status attn_output(const attn_call *c, uint16_t *o, uint16_t *out) {
+dsv4_status dsv4i_attn_output(const attn_call *c, uint16_t *o, uint16_t *out) {
   const dsv4i_attn_layer *L = c->L;
   const int32_t H = L->n_heads, hd = L->head_dim, rd = L->rope_dim;
   const int32_t G = L->o_groups, olr = L->o_lora, gw = H * hd / G;

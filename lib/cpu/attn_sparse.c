@@ -82,7 +82,7 @@ static int32_t build_row(const attn_call *c, int32_t t, const float *rows, int64
   return w + k;
 }
 
-dsv4_status attn_attend(const attn_call *c, const uint16_t *q, const uint16_t *kvw,
+dsv4_status dsv4i_attn_attend(const attn_call *c, const uint16_t *q, const uint16_t *kvw,
                         const int32_t *sel, int32_t sel_ld, uint16_t *o) {
   const dsv4i_attn_layer *L = c->L;
   const int32_t H = L->n_heads, hd = L->head_dim, win = L->window, n = c->n;
@@ -103,7 +103,7 @@ dsv4_status attn_attend(const attn_call *c, const uint16_t *q, const uint16_t *k
     return DSV4_ERR_OUT_OF_MEMORY;
   }
   for (int32_t r0 = 0; r0 < n; r0 = c->run1[r0])
-    lo[r0] = attn_window_rows(c, r0, c->run1[r0] - r0, kvw, rows + (size_t)off[r0] * (size_t)hd);
+    lo[r0] = dsv4i_attn_window_rows(c, r0, c->run1[r0] - r0, kvw, rows + (size_t)off[r0] * (size_t)hd);
   dsv4_status st = DSV4_OK;
   if (n >= 2 * dsv4i_cpu_threads()) {
     /* many tokens: one token (all heads) per thread at a time */

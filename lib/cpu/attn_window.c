@@ -5,7 +5,7 @@
 #include "cpu/attn_impl.h"
 #include "model/formats.h"
 
-dsv4_status attn_window_kv(const attn_call *c, const uint16_t *x, uint16_t *kv, uint16_t *kvw) {
+dsv4_status dsv4i_attn_window_kv(const attn_call *c, const uint16_t *x, uint16_t *kv, uint16_t *kvw) {
   const dsv4i_attn_layer *L = c->L;
   const int32_t hd = L->head_dim, rd = L->rope_dim;
   dsv4_status st = dsv4i_cpu_linear(&L->wkv, c->n, x, L->dim, kv, hd);
@@ -29,7 +29,7 @@ int32_t dsv4i_attn_window_row(int64_t pos, int32_t layout, int32_t window, int64
   return layout;
 }
 
-int64_t attn_window_rows(const attn_call *c, int32_t r0, int32_t len, const uint16_t *kvw,
+int64_t dsv4i_attn_window_rows(const attn_call *c, int32_t r0, int32_t len, const uint16_t *kvw,
                          float *rows) {
   const dsv4i_attn_layer *L = c->L;
   const int32_t hd = L->head_dim;
@@ -49,7 +49,7 @@ int64_t attn_window_rows(const attn_call *c, int32_t r0, int32_t len, const uint
   return lo;
 }
 
-void attn_window_store(const attn_call *c, const uint16_t *kv) {
+void dsv4i_attn_window_store(const attn_call *c, const uint16_t *kv) {
   const dsv4i_attn_layer *L = c->L;
   const int32_t hd = L->head_dim;
   DSV4I_AOMP(omp parallel for schedule(static) if ((int64_t)c->n * hd >= (1 << 16)))

@@ -1,5 +1,5 @@
 /*
- * CPU implementation of the engine's backend interface (engine/backend.h):
+ * CPU implementation of the engine's backend interface (backend/backend.h):
  * storage format for the planner, create/destroy, host buffers, cache slots
  * over the paged caches of kvcache.h, and the step metadata. The step ops
  * are in cpu_backend_ops.c, weight binding in cpu_backend_load.c.
@@ -21,7 +21,7 @@ static size_t page_bytes_for(const dsv4i_config *c) {
   return (size_t)((p + 63) / 64 * 64);
 }
 
-dsv4_status dsv4i_cpu_backend_format(const struct dsv4i_config *c, int64_t max_positions,
+static dsv4_status cpu_format(const struct dsv4i_config *c, int64_t max_positions,
                                      dsv4i_cache_format *f) {
   memset(f, 0, sizeof *f);
   dsv4i_kv_layout lay;
@@ -68,6 +68,14 @@ static dsv4_status buf_read(dsv4i_backend *be, dsv4i_bbuf b, size_t off, size_t 
   (void)be;
   if (!b.impl || !dst) return dsv4i_error(DSV4_ERR_INVALID_ARG, "cpu buf_read: NULL");
   memcpy(dst, (const char *)b.impl + off, bytes);
+  return DSV4_OK;
+}
+
+static dsv4_status buf_write(dsv4i_backend *be, dsv4i_bbuf b, size_t off, size_t bytes,
+                             const void *src) {
+  (void)be;
+  if (!b.impl || !src) return dsv4i_error(DSV4_ERR_INVALID_ARG, "cpu buf_write: NULL");
+  memcpy((char *)b.impl + off, src, bytes);
   return DSV4_OK;
 }
 
@@ -147,9 +155,10 @@ static void usage(const dsv4i_backend *be, dsv4i_cache_usage *u) {
 static dsv4_status set_batch(dsv4i_backend *be, const dsv4i_batch *m) {
   cpu_backend *b = (cpu_backend *)be;
   const int32_t n = m->n_tok;
-  if (n < 1 || n > b->max_tok || m->n_out < 0 || m->n_out > b->max_out || m->n_out > n)
-    return dsv4i_error(DSV4_ERR_INVALID_ARG, "cpu set_batch: %d tokens, %d outputs", (int)n,
-                       (int)m->n_out);
+  if (n < 1 || n > b->max_tok || m->n_pad < n || m->n_pad > b->max_tok || m->n_out < 0 ||
+      m->n_out > b->max_out || m->n_out > n)
+    return dsv4i_error(DSV4_ERR_INVALID_ARG, "cpu set_batch: %d tokens (bucket %d), %d outputs",
+                       (int)n, (int)m->n_pad, (int)m->n_out);
   dsv4i_cpu_set_threads(b->n_threads);
   memcpy(b->tok, m->tokens, sizeof *b->tok * (size_t)n);
   memcpy(b->pos, m->pos, sizeof *b->pos * (size_t)n);
@@ -211,7 +220,7 @@ static void destroy(dsv4i_backend *be) {
   dsv4i_cpu_dspark_free(b);
   dsv4i_attn_shared_free(&b->sh);
   void *bufs[] = {b->tok, b->slot, b->layout, b->out_tok, b->pos, b->engram_ids, b->image,
-                  b->tokseq, b->run_seq, b->run_end, b->slot_mark, b->x, b->y, b->mixes,
+                  b->tokseq, b->run_seq, b->run_end, b->slot_mark, b->accept_scratch, b->x, b->y, b->mixes,
                   b->a_pre, b->a_post, b->a_comb, b->f_post, b->f_comb, b->hsel, b->presel};
   for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
   free(b);
@@ -223,20 +232,23 @@ static const dsv4i_backend_ops cpu_ops = {
   .buf_alloc = buf_alloc,
   .buf_free = buf_free,
   .buf_read = buf_read,
+  .buf_write = buf_write,
   .slot_open = slot_open,
   .slot_reserve = slot_reserve,
   .slot_truncate = slot_truncate,
   .slot_fork = slot_fork,
   .slot_close = slot_close,
   .usage = usage,
+  .run = dsv4i_cpu_be_run,
   .set_batch = set_batch,
   .embed = dsv4i_cpu_be_embed,
   .engram = dsv4i_cpu_be_engram,
   .block = dsv4i_cpu_be_block,
   .head = dsv4i_cpu_be_head,
   .sample = dsv4i_cpu_be_sample,
+  .accept = dsv4i_cpu_be_accept,
   .sync = sync_noop,
-  .dspark_extend = dsv4i_cpu_be_dspark_extend, /* cpu_dspark.c (issue 5) */
+  .dspark_extend = dsv4i_cpu_be_dspark_extend, /* cpu_dspark.c */
   .dspark_draft = dsv4i_cpu_be_dspark_draft,
 };
 
@@ -252,21 +264,24 @@ static dsv4_status alloc_scratch(cpu_backend *b) {
            A(a_pre, nt * hc) && A(a_post, nt * hc) && A(a_comb, nt * hc * hc) &&
            A(f_post, nt * hc) && A(f_comb, nt * hc * hc) && A(hsel, no * hc * d) &&
            A(presel, no * hc) && A(engram_ids, nt * (size_t)b->n_engram_cols) &&
-           A(slots, (size_t)b->n_slots);
+           A(slots, (size_t)b->n_slots) && A(accept_scratch, 2 * (size_t)b->vocab);
 #undef A
   return ok ? DSV4_OK : DSV4_ERR_OUT_OF_MEMORY;
 }
 
-dsv4_status dsv4i_cpu_backend_create(const dsv4i_backend_desc *d, dsv4i_backend **out) {
+static dsv4_status cpu_create(const dsv4i_backend_desc *d, dsv4i_backend **out) {
   *out = NULL;
-  const dsv4i_config *c = &d->model->cfg;
+  const dsv4i_config *c = dsv4i_model_config(d->model);
   if (d->n_slots < 1 || d->max_batch_tokens < 1 || d->max_out_rows < 1 || d->pool_pages < 1 ||
       d->max_positions < 1)
     return dsv4i_error(DSV4_ERR_INVALID_ARG, "cpu backend: bad sizes");
   cpu_backend *b = dsv4i_calloc(1, sizeof *b, "cpu backend");
   if (!b) return DSV4_ERR_OUT_OF_MEMORY;
-  b->base.ops = &cpu_ops;
-  b->base.kind = DSV4_BACKEND_CPU;
+  dsv4_status s = dsv4i_backend_init(&b->base, &cpu_ops, DSV4_BACKEND_CPU, d, 1);
+  if (s) {
+    free(b);
+    return s;
+  }
   b->model = d->model;
   b->cfg = c;
   b->n_threads = d->n_threads;
@@ -278,7 +293,7 @@ dsv4_status dsv4i_cpu_backend_create(const dsv4i_backend_desc *d, dsv4i_backend 
   b->max_out = d->max_out_rows;
   b->n_slots = d->n_slots;
   dsv4i_cpu_set_threads(b->n_threads);
-  dsv4_status s = alloc_scratch(b);
+  s = alloc_scratch(b);
   if (!s) s = dsv4i_kv_layout_init(c, 0, page_bytes_for(c), &b->lay);
   if (!s) s = dsv4i_kv_pool_create(b->lay.page_bytes, d->pool_pages, &b->pool);
   if (!s) s = dsv4i_attn_shared_init(c, b->max_tok, &b->sh);
@@ -294,3 +309,10 @@ dsv4_status dsv4i_cpu_backend_create(const dsv4i_backend_desc *d, dsv4i_backend 
   *out = &b->base;
   return DSV4_OK;
 }
+
+const dsv4i_backend_entry dsv4i_cpu_backend_entry = {
+  .kind = DSV4_BACKEND_CPU,
+  .name = "cpu",
+  .format = cpu_format,
+  .create = cpu_create,
+};

@@ -1,6 +1,6 @@
 /*
  * Private state of the CPU implementation of the engine's backend interface
- * (engine/backend.h). Shared by cpu_backend.c (create, buffers, slots,
+ * (backend/backend.h). Shared by cpu_backend.c (create, buffers, slots,
  * batch) and cpu_backend_ops.c (embed, Engram, block, head, sample); nothing
  * else includes it.
  *
@@ -19,10 +19,12 @@
 #include "cpu/cpu_ops.h"
 #include "cpu/engram.h"
 #include "cpu/kvcache.h"
-#include "engine/backend.h"
+#include "backend/backend_impl.h"
+#include "cpu/cpu_test_hooks.h"
 #include "model/model.h"
 
-/** One backbone block's weights (all borrowed from the checkpoint except attn.wo_a). */
+/** One block's weights, backbone layer or DSpark stage (borrowed from the model except
+ *  attn.wo_a and the expert table). */
 typedef struct cpu_block {
   const float *hc_fn[2];     /**< [0] attention, [1] FFN: F32 [(2+hc)·hc][hc·dim] */
   const float *hc_scale[2];  /**< F32 [3] */
@@ -72,6 +74,10 @@ typedef struct cpu_backend {
   float *a_pre, *a_post, *a_comb, *f_post, *f_comb; /**< [max_tok][hc] / [hc·hc] */
   uint16_t *hsel;             /**< bf16 [max_out][hc][dim] head input rows */
   float *presel;              /**< [max_out][hc] */
+  double *accept_scratch;     /**< [2][vocab] for accept */
+  /* test hook (cpu_test_hooks.h): the fault_after-th block call from now fails with fault */
+  int32_t fault_after;
+  dsv4_status fault;
 } cpu_backend;
 
 /* cpu_backend_ops.c: the step entry points of the vtable */
@@ -80,10 +86,20 @@ dsv4_status dsv4i_cpu_be_engram(dsv4i_backend *be, int32_t layer, dsv4i_bbuf h);
 dsv4_status dsv4i_cpu_be_block(dsv4i_backend *be, int32_t layer, dsv4i_bbuf h, dsv4i_bbuf pre,
                                dsv4i_bbuf taps);
 dsv4_status dsv4i_cpu_be_head(dsv4i_backend *be, dsv4i_bbuf h, dsv4i_bbuf pre, dsv4i_bbuf logits);
+dsv4_status dsv4i_cpu_be_run(dsv4i_backend *be, const dsv4i_step_io *io);
+dsv4_status dsv4i_cpu_be_accept(dsv4i_backend *be, dsv4i_bbuf logits, int32_t row,
+                                const dsv4i_accept_req *req, int32_t *accepted, int32_t *token);
 dsv4_status dsv4i_cpu_be_sample(dsv4i_backend *be, dsv4i_bbuf logits, int32_t n,
                                 const dsv4i_sample_req *req, int32_t *tokens);
 
-/* cpu_backend_load.c: weights of the backbone blocks */
+/* cpu_backend_load.c: weights by role (backbone blocks and DSpark stages, layer
+ * n_layers + S, share one loader) */
+dsv4_status dsv4i_cpu_weight_data(const cpu_backend *b, int32_t role, int32_t layer,
+                                  int32_t dtype, int64_t n, const void **out);
+dsv4_status dsv4i_cpu_weight_view(const cpu_backend *b, int32_t role, int32_t layer, int32_t expert,
+                                  dsv4i_wview *out);
+dsv4_status dsv4i_cpu_load_block(cpu_backend *b, int32_t L, cpu_block *k);
+void dsv4i_cpu_free_block(cpu_block *k);
 dsv4_status dsv4i_cpu_be_load_blocks(cpu_backend *b, const dsv4i_backend_desc *d);
 void dsv4i_cpu_be_free_blocks(cpu_backend *b);
 

@@ -1,5 +1,5 @@
 /*
- * CPU backend step ops (engine/backend.h): embedding and HC expansion,
+ * CPU backend step ops (backend/backend.h): embedding and HC expansion,
  * Engram, the backbone block with lagged hyper-connections, head, sampling.
  * Each is a sequence of cpu_ops / attention / engram calls in the
  * reference's order (spec §5.1-§5.6); no arithmetic of its own except the
@@ -14,6 +14,9 @@
 
 dsv4_status dsv4i_cpu_be_embed(dsv4i_backend *be, dsv4i_bbuf hb, dsv4i_bbuf preb) {
   cpu_backend *b = CPU(be);
+  if (!be->has_embed)
+    return dsv4i_error(DSV4_ERR_INVALID_ARG, "cpu embed: the stage [%d, %d) is not the first",
+                       (int)be->first_layer, (int)be->last_layer);
   uint16_t *h = hb.impl;
   float *pre = preb.impl;
   const size_t d = (size_t)b->dim, hc = (size_t)b->hc;
@@ -29,7 +32,7 @@ dsv4_status dsv4i_cpu_be_embed(dsv4i_backend *be, dsv4i_bbuf hb, dsv4i_bbuf preb
 
 dsv4_status dsv4i_cpu_be_engram(dsv4i_backend *be, int32_t layer, dsv4i_bbuf hb) {
   cpu_backend *b = CPU(be);
-  if (layer < 0 || layer >= b->cfg->n_layers || b->blocks[layer].engram_slot < 0)
+  if (layer < be->first_layer || layer >= be->last_layer || b->blocks[layer].engram_slot < 0)
     return dsv4i_error(DSV4_ERR_INVALID_ARG, "cpu engram: layer %d is not an Engram layer",
                        (int)layer);
   const cpu_block *k = &b->blocks[layer];
@@ -66,9 +69,11 @@ dsv4_status dsv4i_cpu_be_block(dsv4i_backend *be, int32_t layer, dsv4i_bbuf hb, 
                                dsv4i_bbuf taps) {
   cpu_backend *b = CPU(be);
   const dsv4i_config *c = b->cfg;
-  if (layer < 0 || layer >= c->n_layers || b->n_tok < 1)
-    return dsv4i_error(DSV4_ERR_INVALID_ARG, "cpu block: layer %d, %d tokens", (int)layer,
-                       (int)b->n_tok);
+  if (layer < be->first_layer || layer >= be->last_layer || b->n_tok < 1)
+    return dsv4i_error(DSV4_ERR_INVALID_ARG, "cpu block: layer %d (stage [%d, %d)), %d tokens",
+                       (int)layer, (int)be->first_layer, (int)be->last_layer, (int)b->n_tok);
+  if (b->fault_after > 0 && --b->fault_after == 0) /* test hook (cpu_test_hooks.h) */
+    return dsv4i_error(b->fault, "cpu block: injected fault at layer %d", (int)layer);
   const cpu_block *k = &b->blocks[layer];
   uint16_t *h = hb.impl;
   float *pre = preb.impl;
@@ -81,7 +86,8 @@ dsv4_status dsv4i_cpu_be_block(dsv4i_backend *be, int32_t layer, dsv4i_bbuf hb, 
   if (!s) s = dsv4i_cpu_rmsnorm(n, b->dim, b->x, d, k->attn_norm, c->norm_eps, b->x, d);
   if (!s) {
     const dsv4i_attn_batch ab = {b->n_tok, b->tokseq, b->pos, b->layout};
-    if (layer == 0) { /* a new forward: no shared runtime state carried over */
+    if (layer == be->first_layer) { /* a new forward: no shared runtime state carried over
+                                     * (a stage starts at an index source: design §6) */
       if (b->sh.topk) memset(b->sh.topk, 0xff, sizeof(int32_t) * (size_t)n * (size_t)b->sh.topk_ld);
       if (b->sh.cand) memset(b->sh.cand, 0xff, sizeof(int32_t) * (size_t)n * (size_t)b->sh.cand_ld);
     }
@@ -96,8 +102,8 @@ dsv4_status dsv4i_cpu_be_block(dsv4i_backend *be, int32_t layer, dsv4i_bbuf hb, 
   if (!s) s = dsv4i_cpu_moe(&k->moe, n, b->x, d, b->has_image ? b->image : NULL, b->y, d);
   if (!s) s = dsv4i_cpu_hc_post(n, b->hc, b->dim, b->y, h, b->f_post, b->f_comb, h);
 
-  /* after the last block every layer holds the batch positions: commit */
-  if (!s && layer == c->n_layers - 1)
+  /* after the stage's last block every layer holds the batch positions: commit */
+  if (!s && layer == be->last_layer - 1)
     for (int32_t r = 0; r < b->n_run && !s; r++)
       s = dsv4i_kv_seq_commit(b->run_seq[r], b->run_end[r]);
   return s;
@@ -106,6 +112,9 @@ dsv4_status dsv4i_cpu_be_block(dsv4i_backend *be, int32_t layer, dsv4i_bbuf hb, 
 dsv4_status dsv4i_cpu_be_head(dsv4i_backend *be, dsv4i_bbuf hb, dsv4i_bbuf preb,
                               dsv4i_bbuf logits) {
   cpu_backend *b = CPU(be);
+  if (!be->has_head)
+    return dsv4i_error(DSV4_ERR_INVALID_ARG, "cpu head: the stage [%d, %d) is not the last",
+                       (int)be->first_layer, (int)be->last_layer);
   const uint16_t *h = hb.impl;
   const float *pre = preb.impl;
   const size_t d = (size_t)b->dim, hc = (size_t)b->hc;
@@ -128,4 +137,25 @@ dsv4_status dsv4i_cpu_be_sample(dsv4i_backend *be, dsv4i_bbuf logits, int32_t n,
     tokens[r] = dsv4i_cpu_sample(l + (size_t)r * (size_t)b->vocab, b->vocab, req[r].temperature,
                                  req[r].seed, req[r].counter);
   return DSV4_OK;
+}
+
+dsv4_status dsv4i_cpu_be_accept(dsv4i_backend *be, dsv4i_bbuf logits, int32_t row,
+                                const dsv4i_accept_req *req, int32_t *accepted, int32_t *token) {
+  cpu_backend *b = CPU(be);
+  if (row < 0 || row >= b->max_out || !req || req->draft < 0 || req->draft >= b->vocab ||
+      !accepted || !token)
+    return dsv4i_error(DSV4_ERR_INVALID_ARG, "cpu accept: row %d", (int)row);
+  dsv4i_accept_row((const float *)logits.impl + (size_t)row * (size_t)b->vocab, b->vocab, req,
+                   b->accept_scratch, accepted, token);
+  return DSV4_OK;
+}
+
+dsv4_status dsv4i_cpu_be_run(dsv4i_backend *be, const dsv4i_step_io *io) {
+  return dsv4i_backend_run_blocks(be, io, NULL);
+}
+
+void dsv4i_cpu_backend_inject_fault(dsv4i_backend *be, int32_t after_blocks, dsv4_status st) {
+  cpu_backend *b = CPU(be);
+  b->fault_after = after_blocks;
+  b->fault = st;
 }

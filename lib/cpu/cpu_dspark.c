@@ -10,18 +10,9 @@
 #include "cpu/cpu_dspark.h"
 #include "model/formats.h"
 
-/* One stage's block weights (everything borrowed except attn.wo_a and the expert table). */
-typedef struct dspark_stage {
-  const float *hc_fn[2], *hc_scale[2], *hc_base[2]; /**< [0] attention, [1] FFN */
-  const uint16_t *attn_norm, *ffn_norm;
-  dsv4i_attn_layer attn;
-  dsv4i_moe moe;
-  dsv4i_wview *experts; /**< owned: [3][n_experts] w1, w2, w3 */
-} dspark_stage;
-
 struct cpu_dspark {
   int32_t n_stages, block, rank, n_taps;
-  dspark_stage *st;           /**< [n_stages] */
+  cpu_block *st;              /**< [n_stages]: layers n_layers + S */
   dsv4i_wview main_proj;      /**< FP8 [dim][n_taps·dim] */
   const uint16_t *main_norm;  /**< bf16 [dim] */
   const uint16_t *norm;       /**< bf16 [dim]: the last stage's norm */
@@ -33,91 +24,20 @@ struct cpu_dspark {
 
 /* ---- weights ---------------------------------------------------------------- */
 
-static dsv4_status tensor(const cpu_backend *b, const char *name, int32_t dtype, int64_t n,
-                          const void **out) {
-  const void *data = NULL;
-  const dsv4i_tensor_spec *sp = dsv4i_model_tensor(b->model, name, &data);
-  if (!sp || !data) return dsv4i_error(DSV4_ERR_NOT_FOUND, "cpu DSpark: tensor %s is missing", name);
-  int64_t cnt = 1;
-  for (int32_t i = 0; i < sp->ndim; i++) cnt *= sp->shape[i];
-  if (sp->dtype != dtype || cnt != n)
-    return dsv4i_error(DSV4_ERR_WEIGHTS,
-                       "cpu DSpark: tensor %s has dtype %d and %lld elements; expected dtype %d "
-                       "and %lld", name, (int)sp->dtype, (long long)cnt, (int)dtype, (long long)n);
-  *out = data;
-  return DSV4_OK;
-}
-
-static dsv4_status view(const cpu_backend *b, const char *name, int32_t rows, int32_t cols,
-                        dsv4i_wview *out) {
-  dsv4_status s = dsv4i_wview_from_checkpoint(&b->model->ckpt, name, out);
+static dsv4_status view(const cpu_backend *b, int32_t role, int32_t layer, int32_t rows,
+                        int32_t cols, dsv4i_wview *out) {
+  dsv4_status s = dsv4i_cpu_weight_view(b, role, layer, -1, out);
   if (!s && (out->rows != rows || out->cols != cols))
-    s = dsv4i_error(DSV4_ERR_WEIGHTS, "cpu DSpark: %s is [%d, %d]; expected [%d, %d]", name,
-                    (int)out->rows, (int)out->cols, (int)rows, (int)cols);
-  return s;
-}
-
-static dsv4_status load_stage(cpu_backend *b, int32_t S, dspark_stage *k) {
-  const dsv4i_config *c = b->cfg;
-  const int64_t hc = c->hc_mult, nm = (2 + hc) * hc;
-  char nm_[DSV4I_NAME_MAX + 48];
-  static const char *part[2] = {"attn", "ffn"}, *wn[3] = {"w1", "w2", "w3"};
-  dsv4_status s = DSV4_OK;
-  for (int32_t i = 0; !s && i < 2; i++) {
-    snprintf(nm_, sizeof nm_, "mtp.%d.hc_%s_fn", (int)S, part[i]);
-    s = tensor(b, nm_, DSV4_DTYPE_F32, nm * hc * c->dim, (const void **)&k->hc_fn[i]);
-    snprintf(nm_, sizeof nm_, "mtp.%d.hc_%s_scale", (int)S, part[i]);
-    if (!s) s = tensor(b, nm_, DSV4_DTYPE_F32, 3, (const void **)&k->hc_scale[i]);
-    snprintf(nm_, sizeof nm_, "mtp.%d.hc_%s_base", (int)S, part[i]);
-    if (!s) s = tensor(b, nm_, DSV4_DTYPE_F32, nm, (const void **)&k->hc_base[i]);
-  }
-  snprintf(nm_, sizeof nm_, "mtp.%d.attn_norm.weight", (int)S);
-  if (!s) s = tensor(b, nm_, DSV4_DTYPE_BF16, c->dim, (const void **)&k->attn_norm);
-  snprintf(nm_, sizeof nm_, "mtp.%d.ffn_norm.weight", (int)S);
-  if (!s) s = tensor(b, nm_, DSV4_DTYPE_BF16, c->dim, (const void **)&k->ffn_norm);
-  if (!s) s = dsv4i_attn_layer_load(&b->model->ckpt, c, c->n_layers + S, &k->attn);
-  if (s) return s;
-  /* MoE: the stage's own experts and top-k, no VL bias (spec §5.5, §6.1) */
-  dsv4i_moe *m = &k->moe;
-  m->n_experts = c->dspark_n_routed_experts;
-  m->top_k = c->dspark_n_experts_per_tok;
-  m->dim = c->dim;
-  m->inter = c->moe_inter_dim;
-  m->route_scale = c->route_scale;
-  m->swiglu_limit = c->swiglu_limit;
-  m->norm_topk_prob = c->norm_topk_prob;
-  m->bias_vl = NULL;
-  k->experts = dsv4i_calloc(3 * (size_t)m->n_experts, sizeof *k->experts, "DSpark expert views");
-  if (!k->experts) return DSV4_ERR_OUT_OF_MEMORY;
-  snprintf(nm_, sizeof nm_, "mtp.%d.ffn.gate.weight", (int)S);
-  s = dsv4i_wview_from_checkpoint(&b->model->ckpt, nm_, &m->gate);
-  snprintf(nm_, sizeof nm_, "mtp.%d.ffn.gate.bias", (int)S);
-  if (!s) s = tensor(b, nm_, DSV4_DTYPE_F32, m->n_experts, (const void **)&m->bias);
-  for (int32_t e = 0; !s && e < m->n_experts; e++)
-    for (int32_t j = 0; !s && j < 3; j++) {
-      snprintf(nm_, sizeof nm_, "mtp.%d.ffn.experts.%d.%s.weight", (int)S, (int)e, wn[j]);
-      s = dsv4i_wview_from_checkpoint(&b->model->ckpt, nm_,
-                                      &k->experts[(size_t)j * (size_t)m->n_experts + (size_t)e]);
-    }
-  m->w1 = k->experts;
-  m->w2 = k->experts + m->n_experts;
-  m->w3 = k->experts + 2 * m->n_experts;
-  m->has_shared = c->n_shared_experts > 0;
-  dsv4i_wview *sw[3] = {&m->sw1, &m->sw2, &m->sw3};
-  for (int32_t j = 0; !s && m->has_shared && j < 3; j++) {
-    snprintf(nm_, sizeof nm_, "mtp.%d.ffn.shared_experts.%s.weight", (int)S, wn[j]);
-    s = dsv4i_wview_from_checkpoint(&b->model->ckpt, nm_, sw[j]);
-  }
+    s = dsv4i_error(DSV4_ERR_WEIGHTS, "cpu DSpark: %s of stage %d is [%d, %d]; expected [%d, %d]",
+                    dsv4i_weight_role_name(role), (int)(layer - b->cfg->n_layers), (int)out->rows,
+                    (int)out->cols, (int)rows, (int)cols);
   return s;
 }
 
 void dsv4i_cpu_dspark_free(cpu_backend *b) {
   cpu_dspark *d = b ? b->dspark : NULL;
   if (!d) return;
-  for (int32_t S = 0; d->st && S < d->n_stages; S++) {
-    dsv4i_attn_layer_free(&d->st[S].attn);
-    free(d->st[S].experts);
-  }
+  for (int32_t S = 0; d->st && S < d->n_stages; S++) dsv4i_cpu_free_block(&d->st[S]);
   free(d->st);
   free(d->main_x);
   free(d);
@@ -127,7 +47,8 @@ void dsv4i_cpu_dspark_free(cpu_backend *b) {
 dsv4_status dsv4i_cpu_dspark_load(cpu_backend *b) {
   const dsv4i_config *c = b->cfg;
   b->dspark = NULL;
-  if (c->n_mtp_layers <= 0 || c->dspark_block_size <= 0) return DSV4_OK;
+  if (c->n_mtp_layers <= 0 || c->dspark_block_size <= 0 || !b->base.has_head)
+    return DSV4_OK; /* DSpark runs on the last stage */
   if (c->n_dspark_targets <= 0)
     return dsv4i_error(DSV4_ERR_WEIGHTS, "cpu DSpark: %d stages but no target layers",
                        (int)c->n_mtp_layers);
@@ -139,27 +60,26 @@ dsv4_status dsv4i_cpu_dspark_load(cpu_backend *b) {
   d->rank = c->dspark_markov_rank;
   d->n_taps = c->n_dspark_targets;
   const int32_t last = d->n_stages - 1, V = c->vocab_size, dim = c->dim;
-  char nm[DSV4I_NAME_MAX + 48];
   d->st = dsv4i_calloc((size_t)d->n_stages, sizeof *d->st, "DSpark stages");
   d->main_x = dsv4i_calloc((size_t)b->max_tok * (size_t)dim, sizeof *d->main_x, "DSpark main_x");
   dsv4_status s = d->st && d->main_x ? DSV4_OK : DSV4_ERR_OUT_OF_MEMORY;
-  if (!s) s = view(b, "mtp.0.main_proj.weight", dim, d->n_taps * dim, &d->main_proj);
-  if (!s) s = tensor(b, "mtp.0.main_norm.weight", DSV4_DTYPE_BF16, dim, (const void **)&d->main_norm);
-  snprintf(nm, sizeof nm, "mtp.%d.norm.weight", (int)last);
-  if (!s) s = tensor(b, nm, DSV4_DTYPE_BF16, dim, (const void **)&d->norm);
-  snprintf(nm, sizeof nm, "mtp.%d.markov_head.embed.weight", (int)last);
-  if (!s) s = tensor(b, nm, DSV4_DTYPE_BF16, (int64_t)V * d->rank, (const void **)&d->mk_embed);
-  snprintf(nm, sizeof nm, "mtp.%d.markov_head.head.weight", (int)last);
-  if (!s) s = view(b, nm, V, d->rank, &d->mk_head);
-  snprintf(nm, sizeof nm, "mtp.%d.confidence_head.proj.weight", (int)last);
-  if (!s) s = view(b, nm, 1, dim + d->rank, &d->conf);
+  const int32_t first_l = c->n_layers, last_l = c->n_layers + last;
+  if (!s) s = view(b, DSV4I_W_DSPARK_MAIN_PROJ, first_l, dim, d->n_taps * dim, &d->main_proj);
+  if (!s) s = dsv4i_cpu_weight_data(b, DSV4I_W_DSPARK_MAIN_NORM, first_l, DSV4_DTYPE_BF16, dim,
+                                    (const void **)&d->main_norm);
+  if (!s) s = dsv4i_cpu_weight_data(b, DSV4I_W_DSPARK_NORM, last_l, DSV4_DTYPE_BF16, dim,
+                                    (const void **)&d->norm);
+  if (!s) s = dsv4i_cpu_weight_data(b, DSV4I_W_DSPARK_MARKOV_EMBED, last_l, DSV4_DTYPE_BF16,
+                                    (int64_t)V * d->rank, (const void **)&d->mk_embed);
+  if (!s) s = view(b, DSV4I_W_DSPARK_MARKOV_HEAD, last_l, V, d->rank, &d->mk_head);
+  if (!s) s = view(b, DSV4I_W_DSPARK_CONF_PROJ, last_l, 1, dim + d->rank, &d->conf);
   if (!s && (d->main_proj.fmt != DSV4I_W_FP8 ||
              (d->mk_head.fmt != DSV4I_W_BF16 && d->mk_head.fmt != DSV4I_W_F32) ||
              (d->conf.fmt != DSV4I_W_BF16 && d->conf.fmt != DSV4I_W_F32)))
     s = dsv4i_error(DSV4_ERR_WEIGHTS, "cpu DSpark: main_proj must be FP8, the Markov head and "
                     "the confidence projection BF16 or F32");
   for (int32_t S = 0; !s && S < d->n_stages; S++) {
-    s = load_stage(b, S, &d->st[S]);
+    s = dsv4i_cpu_load_block(b, c->n_layers + S, &d->st[S]);
     if (s) dsv4i_error_prefix("cpu DSpark stage %d", (int)S);
   }
   if (s) dsv4i_cpu_dspark_free(b);
@@ -223,7 +143,7 @@ static dsv4_status ws_alloc(const cpu_backend *b, int32_t n, draft_ws *w) {
 }
 
 /* One stage: the lagged-hc block of spec §5.3 with the DSpark attention, in place on h / pre. */
-static dsv4_status stage_block(const cpu_backend *b, const dspark_stage *k, int32_t n,
+static dsv4_status stage_block(const cpu_backend *b, const cpu_block *k, int32_t n,
                                dsv4i_kv_seq *const *seq, const int64_t *pos, draft_ws *w) {
   const dsv4i_config *c = b->cfg;
   const int32_t hc = b->hc, dim = b->dim, B = b->dspark->block;

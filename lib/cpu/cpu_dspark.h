@@ -1,35 +1,17 @@
 /*
  * CPU backend: the DSpark draft head (spec §6.1), the implementation of the
- * engine's dspark_extend / dspark_draft hooks (engine/backend.h).
- *
- * Weights (spec §4.2 "DSpark extras", all views into the mmapped checkpoint
- * except each stage's wo_a, dequantised to bf16 like the backbone's):
- *   mtp.0.main_proj (fp8 [dim][n_taps·dim]), mtp.0.main_norm,
- *   per stage S: hc_{attn,ffn}_{fn,scale,base}, attn_norm, ffn_norm, attn.*
- *   (window only), ffn.* (dspark_n_routed_experts, top dspark_n_experts_per_tok,
- *   shared expert), and on the last stage: norm, markov_head.embed / .head,
- *   confidence_head.proj. embed and head are the backbone's (shared).
- *
- * Rings: each stage's 128-slot (here: window) ring is the WINDOW cache of
- * layer n_layers + S in the sequence's kv_seq, so slot_fork copies it and
- * slot_truncate rolls it back with the backbone's rings (spare records).
- *
- * Numerics follow the reference's DSparkBlock / forward_spec:
- *   main_x = main_norm(main_proj(main_hidden))                       (bf16)
- *   ring[S][p] = MXFP8(RoPE_p(kv_norm_S(wkv_S(main_x))))  (attn_dspark.c)
- *   h = embed[a, noise x (B−1)] in hc copies, pre = one-hot copy 0
- *   per stage: lagged-hc block, attention = dsv4i_attn_dspark, MoE of the stage
- *   x = hc_pre(h, pre); base = head(norm_last(x)) fp32 [B][V]
- *   k = 0..B−1: e_k = markov.embed[tok_k]; logits_k = base_k + e_k·markov.headᵀ
- *   (fp32); tok_{k+1} = sample(logits_k); c_k = proj([x_k, e_k]) (fp32).
- * Every row's result depends only on its own sequence (batch-invariant).
+ * engine's dspark_extend / dspark_draft entries (backend/backend.h). A stage S
+ * is layer n_layers + S of the weight table and of the sequence's caches (its
+ * ring is that layer's WINDOW cache, so fork and truncate follow the
+ * backbone's). Weights, rings and the numerics of the draft:
+ * docs/speculative.md.
  */
 #ifndef DSV4I_CPU_DSPARK_H
 #define DSV4I_CPU_DSPARK_H
 
 #include <stdint.h>
 
-#include "engine/backend.h"
+#include "backend/backend.h"
 
 struct cpu_backend;
 
@@ -48,11 +30,11 @@ dsv4_status dsv4i_cpu_dspark_load(struct cpu_backend *b);
 /** Release b->dspark (NULL-safe); b->dspark is NULL after. */
 void dsv4i_cpu_dspark_free(struct cpu_backend *b);
 
-/** Vtable entry dspark_extend (engine/backend.h): after a step, store
+/** Vtable entry dspark_extend (backend/backend.h): after a step, store
  *  main_kv of every batch token in every stage's ring. */
 dsv4_status dsv4i_cpu_be_dspark_extend(dsv4i_backend *be, dsv4i_bbuf taps);
 
-/** Vtable entry dspark_draft (engine/backend.h). */
+/** Vtable entry dspark_draft (backend/backend.h). */
 dsv4_status dsv4i_cpu_be_dspark_draft(dsv4i_backend *be, int32_t n, const int32_t *slots,
                                       const int64_t *pos, const int32_t *anchor, dsv4i_bbuf taps,
                                       const dsv4i_sample_req *req, int32_t *drafts,

@@ -2,49 +2,10 @@
  * CPU backend, numerical core (everything except attention): weight views,
  * linear layers for every checkpoint weight format, RMSNorm, the
  * hyper-connection mixes (hc_mixes, Sinkhorn, hc_pre, hc_post), RoPE/YaRN,
- * MoE (router + experts) and the head with sampling.
- *
- * These functions are the numerical oracle for every other backend: they
- * reproduce the reference (model-spec §3.3, §5, §8) operation by operation,
- * with its rounding points. Pure functions on caller-owned host arrays; no
- * global state. Scratch memory, where needed, is allocated per call.
- *
- * Conventions
- * - bf16 values travel as uint16_t bit patterns (lib/model/formats.h).
- * - Activations are row-major [n_tok][...]; "ld" arguments are row strides in
- *   elements (>= the row length), so callers can address column slices.
- * - Output buffers never alias inputs unless a function says so.
- * - Threads: work is split with OpenMP (when built with it) over the calling
- *   thread's OpenMP width (dsv4i_cpu_set_threads). Results never depend on
- *   the thread count: every sum has a fixed order.
- * - Floating point: the library is built with -ffp-contract=off; no fused
- *   multiply-adds except where the product is exact (then fma == mul+add).
- *
- * Accumulation rules (the reference's torch CPU GEMMs have an unspecified
- * internal order; we fix one and document it):
- * - Dot products whose terms are exact in fp32 (bf16 x bf16, e4m3 x e4m3,
- *   e2m1 x e4m3): fp32, sequentially in increasing k — what a GEMM
- *   micro-kernel does over an unsplit K. For the fp8/fp4 GEMMs this is the
- *   per-32-block partial of §3.3; for bf16/fp32-upcast weights it runs over
- *   all of K.
- * - Reductions the reference writes as torch `.sum()` / `.mean()` (Σx² of
- *   the norms and of hc_mixes, the router's top-k weight sum): fp32 in
- *   torch's CPU order (dsv4i_cpu_sum_torch, cpu/engram.h: the order with
- *   which the Engram goldens come out bit for bit).
- * - The hc_mixes projection X·fn (bf16 values times fp32 fn, inexact
- *   products, a torch GEMM of unknown internal order): exact products summed
- *   in double with a fixed association, rounded once to fp32.
- * - Measured: the fp32 head logits of both fixtures are within 1.7e-7 of the
- *   golden relative to the largest logit (about half bit-equal): torch's
- *   GEMM order is not recoverable, the difference is fp32 summation noise.
- * - exp in silu, sigmoid and the Sinkhorn softmax is torch's vectorised
- *   CPU exp (dsv4i_cpu_expf_vec, cpu/engram.h). The reference runs the
- *   last (elements mod 32) of each elementwise call, e.g. all of a
- *   one-token decode step's hc sigmoid, through libm's expf instead (<= 1
- *   ulp apart); we use one exp for every token, so results do not depend
- *   on the batch. The router's softplus uses libm (log1pf(expf(z))), the
- *   RoPE table cos/sin in double rounded once; sqrtf is exact.
- *
+ * MoE (router + experts) and the head with sampling. The numerical oracle for
+ * every other backend: the reference's rounding points operation by operation,
+ * a fixed summation order everywhere (results never depend on the thread
+ * count or the batch). Conventions and accumulation rules: docs/cpu-numerics.md.
  * Thread-safety: all functions are thread-safe (no shared mutable state).
  */
 #ifndef DSV4I_CPU_OPS_H
@@ -55,7 +16,7 @@
 
 #include "base/base.h"
 
-struct dsv4i_checkpoint; /* io/safetensors.h */
+#include "model/weights.h"
 
 /* ======================================================================
  * Threads
@@ -117,17 +78,15 @@ dsv4_status dsv4i_wview_init(dsv4i_wview *w, int32_t fmt, int32_t rows, int32_t 
                              const void *data, const uint8_t *scale);
 
 /**
- * View of a checkpoint weight by tensor name (e.g. "layers.3.attn.wq_a.weight").
- * The format follows the stored dtype: F32, BF16, F8_E4M3 (needs the sibling
- * "<stem>.scale" F8_E8M0 [ceil(rows/32)][ceil(cols/32)]) or I8 (packed e2m1
- * [rows][cols/2] with "<stem>.scale" F8_E8M0 [rows][cols/32]), where <stem> is
- * the name without ".weight". Shapes are checked.
- * @return DSV4_OK; DSV4_ERR_NOT_FOUND (tensor or its scale absent);
- *         DSV4_ERR_WEIGHTS (unsupported dtype, wrong rank or shape).
- *         On failure *out is zeroed.
+ * View of a weight-table entry (model/weights.h). The format follows the
+ * stored dtype: F32, BF16, F8_E4M3 (with its F8_E8M0 scale
+ * [ceil(rows/32)][ceil(cols/32)]) or I8 (packed e2m1 [rows][cols/2] with its
+ * F8_E8M0 scale [rows][cols/32]). Shapes are checked.
+ * @return DSV4_OK; DSV4_ERR_INVALID_ARG (NULL or unmapped); DSV4_ERR_NOT_FOUND
+ *         (scale absent); DSV4_ERR_WEIGHTS (unsupported dtype, wrong rank or
+ *         shape). On failure *out is zeroed.
  */
-dsv4_status dsv4i_wview_from_checkpoint(const struct dsv4i_checkpoint *ck, const char *name,
-                                        dsv4i_wview *out);
+dsv4_status dsv4i_wview_from_weight(const dsv4i_weight *w, dsv4i_wview *out);
 
 /**
  * Rows [row0, row0 + n_rows) of w as a view (same cols). FP8 needs row0 a

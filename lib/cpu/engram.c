@@ -16,7 +16,6 @@
 
 #include "cpu/cpu_impl.h"
 #include "cpu/engram.h"
-#include "io/safetensors.h"
 #include "model/config.h"
 #include "model/formats.h"
 #include "model/ref_math.h"
@@ -104,32 +103,25 @@ float dsv4i_cpu_expf_vec(float d) { return dsv4i_expf_torch(d); }
 
 /* ---- weights -------------------------------------------------------------- */
 
-static dsv4_status find_tensor(const dsv4i_checkpoint *ck, const char *name, int32_t dtype,
-                               int64_t d0, int64_t d1, const void **data) {
-  const dsv4i_ckpt_entry *en = dsv4i_checkpoint_find(ck, name);
-  if (!en) return dsv4i_error(DSV4_ERR_NOT_FOUND, "engram: tensor %s not in the checkpoint", name);
-  const dsv4i_st_tensor *t = en->t;
-  if (t->dtype != dtype || t->ndim != 2 || t->shape[0] != d0 || t->shape[1] != d1) {
-    char shp[64] = "";
-    size_t off = 0;
-    for (int32_t i = 0; i < t->ndim && off < sizeof shp - 24; i++)
-      off += (size_t)snprintf(shp + off, sizeof shp - off, "%s%lld", i ? ", " : "",
-                              (long long)t->shape[i]);
-    return dsv4i_error(DSV4_ERR_WEIGHTS, "engram: %s is %s [%s], want %s [%lld, %lld]", name,
-                       dsv4i_dtype_name(t->dtype), shp, dsv4i_dtype_name(dtype), (long long)d0,
-                       (long long)d1);
-  }
-  *data = dsv4i_checkpoint_data(ck, en);
+/* A 2-D weight of one dtype and shape. */
+static dsv4_status find_tensor(const dsv4i_weights *wt, int32_t role, int32_t layer, int32_t dtype,
+                               int64_t d0, int64_t d1, const dsv4i_weight **out) {
+  dsv4_status st = dsv4i_weights_get(wt, role, layer, -1, -1, -1, out);
+  if (st) return st;
+  const dsv4i_weight *w = *out;
+  if (w->dtype != dtype || w->ndim != 2 || w->shape[0] != d0 || w->shape[1] != d1)
+    return dsv4i_error(DSV4_ERR_WEIGHTS, "engram: %s is %s [%lld, %lld] (%d dims), want %s "
+                       "[%lld, %lld]", dsv4i_weight_name(w), dsv4i_weight_dtype_name(w->dtype),
+                       (long long)w->shape[0], (long long)w->shape[1], (int)w->ndim,
+                       dsv4i_weight_dtype_name(dtype), (long long)d0, (long long)d1);
   return DSV4_OK;
 }
 
-dsv4_status dsv4i_engram_layer_from_checkpoint(const dsv4i_checkpoint *ck,
-                                               const dsv4i_config *cfg, int32_t slot,
-                                               dsv4i_engram_layer *out) {
-  if (!out) return dsv4i_error(DSV4_ERR_INVALID_ARG, "engram_layer_from_checkpoint: NULL out");
+dsv4_status dsv4i_engram_layer_load(const dsv4i_weights *wt, const dsv4i_config *cfg,
+                                    int32_t slot, dsv4i_engram_layer *out) {
+  if (!out) return dsv4i_error(DSV4_ERR_INVALID_ARG, "engram_layer_load: NULL out");
   memset(out, 0, sizeof *out);
-  if (!ck || !cfg)
-    return dsv4i_error(DSV4_ERR_INVALID_ARG, "engram_layer_from_checkpoint: NULL argument");
+  if (!wt || !cfg) return dsv4i_error(DSV4_ERR_INVALID_ARG, "engram_layer_load: NULL argument");
   if (slot < 0 || slot >= cfg->n_engram || slot >= DSV4I_MAX_ENGRAM)
     return dsv4i_error(DSV4_ERR_INVALID_ARG, "engram: slot %d outside [0, %d)", (int)slot,
                        (int)cfg->n_engram);
@@ -151,26 +143,29 @@ dsv4_status dsv4i_engram_layer_from_checkpoint(const dsv4i_checkpoint *ck,
   e.rows = rows;
   e.eps = cfg->norm_eps;
 
-  char name[128];
-  const void *p;
+  const dsv4i_weight *w;
   dsv4_status st;
-#define TENSOR(suffix, dtype, d0, d1, dst)                                             \
-  do {                                                                                \
-    snprintf(name, sizeof name, "layers.%d.engram.%s", (int)layer, suffix);           \
-    if ((st = find_tensor(ck, name, dtype, d0, d1, &p)) != DSV4_OK) return st;        \
-    dst = p;                                                                          \
-  } while (0)
-  TENSOR("embed.weight", DSV4_DTYPE_F8_E4M3, rows, hd, e.table);
-  TENSOR("embed.scale", DSV4_DTYPE_F8_E8M0, rows, hd / 32, e.table_scale);
-  TENSOR("q_weight", DSV4_DTYPE_BF16, e.hc, e.dim, e.q_weight);
-  TENSOR("k_weight", DSV4_DTYPE_BF16, e.hc, e.dim, e.k_weight);
-#undef TENSOR
-  snprintf(name, sizeof name, "layers.%d.engram.wkv.weight", (int)layer);
-  if ((st = dsv4i_wview_from_checkpoint(ck, name, &e.wkv)) != DSV4_OK) return st;
+  if ((st = find_tensor(wt, DSV4I_W_ENGRAM_EMBED, layer, DSV4_DTYPE_F8_E4M3, rows, hd, &w)))
+    return st;
+  e.table = w->data;
+  if (w->scale_dtype != DSV4_DTYPE_F8_E8M0 || w->scale_shape[0] != rows ||
+      w->scale_shape[1] != hd / 32)
+    return dsv4i_error(DSV4_ERR_WEIGHTS, "engram: the scale of %s is %s [%lld, %lld], want "
+                       "F8_E8M0 [%lld, %lld]", dsv4i_weight_name(w), dsv4i_weight_dtype_name(w->scale_dtype),
+                       (long long)w->scale_shape[0], (long long)w->scale_shape[1], (long long)rows,
+                       (long long)(hd / 32));
+  e.table_scale = w->scale;
+  if ((st = find_tensor(wt, DSV4I_W_ENGRAM_Q, layer, DSV4_DTYPE_BF16, e.hc, e.dim, &w))) return st;
+  e.q_weight = w->data;
+  if ((st = find_tensor(wt, DSV4I_W_ENGRAM_K, layer, DSV4_DTYPE_BF16, e.hc, e.dim, &w))) return st;
+  e.k_weight = w->data;
+  if ((st = dsv4i_weights_get(wt, DSV4I_W_ENGRAM_WKV, layer, -1, -1, -1, &w)) ||
+      (st = dsv4i_wview_from_weight(w, &e.wkv)))
+    return st;
   if (e.wkv.fmt != DSV4I_W_FP8 || e.wkv.rows != (e.hc + 1) * e.dim ||
       e.wkv.cols != e.n_cols * e.head_dim)
     return dsv4i_error(DSV4_ERR_WEIGHTS, "engram: %s is [%d, %d] (format %d), want fp8 [%d, %d]",
-                       name, (int)e.wkv.rows, (int)e.wkv.cols, (int)e.wkv.fmt,
+                       dsv4i_weight_name(w), (int)e.wkv.rows, (int)e.wkv.cols, (int)e.wkv.fmt,
                        (int)((e.hc + 1) * e.dim), (int)(e.n_cols * e.head_dim));
   *out = e;
   return DSV4_OK;

@@ -1,54 +1,11 @@
 /*
  * Engram module of the CPU backend (spec §5.2 "Module", steps 1-6): table
- * row gather, the fp8 wkv projection, the normalised key·stream gate and
- * the gated residual update, for a batch of tokens.
- *
- * The row ids come from the hashing code (model/engram_hash.h); this file
- * only consumes them. The Engram table is read straight from the mmapped
- * checkpoint (about 100 GB per layer in the release): only the rows the
- * ids name are touched.
- *
- * Numerics: bit-exact with the reference `Engram.forward` (model.py) run on
- * the CPU through torch, as checked against b.engram_out of the
- * tiny-v41-a and tiny-v41-e2e-a fixtures (every element equal). The
- * points that decide it:
- *  - rows: e4m3 · 2^(s − 127) in fp32, then bf16 (ParallelEngramEmbedding);
- *  - kv: dsv4i_cpu_linear (act_quant + block-scaled fp8 GEMM, bf16 out);
- *  - every reduction over `dim` (Σx², Σkey², Σ x·w·key) in torch's CPU
- *    summation order (dsv4i_cpu_sum_torch below) — a double-precision sum
- *    rounded once does NOT reproduce the golden (2 elements of 49,152 differ
- *    on tiny-v41-a), nor does a sequential fp32 sum;
- *  - mean = sum / fp32(dim) (torch's CPU mean is sum then true division);
- *  - rstd = (1/sqrtf(mean(x²) + eps)) · (1/sqrtf(mean(key²) + eps));
- *  - dot = ((Σ (x·w)·key) · rstd) · fp32(dim^-0.5), products rounded to
- *    fp32 left to right as written in the reference;
- *  - gate = 1/(1 + exp(−s)), s = copysignf(sqrtf(max(|dot|, 1e-6f)), dot),
- *    with torch's exp: the reference's sigmoid over the call's gate tensor
- *    [n_tok][hc] (flat index t·hc + c) runs torch's vectorised loop (32
- *    elements per step on AVX-512 hosts, the default there) with a
- *    SLEEF-style exp (dsv4i_cpu_expf_vec), and its last (n_tok·hc) mod 32
- *    elements through the scalar loop with libm's expf (so a decode step is
- *    all libm). Measured on torch 2.11 (same build as the goldens):
- *    dsv4i_cpu_expf_vec gives torch's sigmoid in all but 6 (AVX2) / 11
- *    (AVX-512) of 600,000 arguments, 1 fp32 ulp off there; libm's expf in
- *    the vector part would miss 3.6% of them;
- *  - h[c][d] = bf16(x + gate·value[d]), the product rounded to fp32 first.
- * Also checked at the release size (dim 5120, hc 4) against torch 2.11
- * evaluating the reference's lines on random bf16 data, n_tok = 1, 8, 13
- * and 64: all 1,761,280 outputs equal (with libm's expf everywhere, 3 of
- * the 1,310,720 at n_tok = 64 differ). torch's sum order is the same under
- * its AVX2, AVX-512 and default dispatch (sum has no AVX-512 kernel).
- *
- * Batching: because of the vector/scalar split of the exp above, a token's
- * gate depends on the call's n_tok (not on anything else of the batch):
- * calls whose n_tok·hc is a multiple of 32 (release: n_tok a multiple of 8)
- * can be split and merged freely; the reference's own split is one call
- * per prefill (bit-exact up to n_tok·hc < 32768, where torch starts to
- * cut the tensor per thread) and one call per decode step.
- *
- * Thread-safety: pure functions on caller memory, no global state; the
- * OpenMP width is the calling thread's (dsv4i_cpu_set_threads). Results do
- * not depend on the thread count.
+ * row gather (only the rows the ids name are touched), the fp8 wkv projection,
+ * the normalised key·stream gate and the gated residual update, for a batch of
+ * tokens. Row ids come from model/engram_hash.h. Bit-exact with the reference
+ * on both fixtures; the points that decide it (torch's summation order and
+ * exp, the batching rule of its vector/scalar split) are in
+ * docs/cpu-numerics.md. Thread-safety: pure functions, no global state.
  */
 #ifndef DSV4I_CPU_ENGRAM_H
 #define DSV4I_CPU_ENGRAM_H
@@ -59,7 +16,6 @@
 #include "base/base.h"
 #include "cpu/cpu_ops.h"
 
-struct dsv4i_checkpoint; /* io/safetensors.h */
 struct dsv4i_config;     /* model/config.h */
 
 /**
@@ -83,13 +39,13 @@ typedef struct dsv4i_engram_layer {
 
 /**
  * Fill *out for Engram slot `slot` of cfg (layer cfg->engram_layers[slot])
- * from a checkpoint, checking every dtype and shape against the config:
+ * from the weight table, checking every dtype and shape against the config:
  * embed.weight F8_E4M3 [engram_num_embeddings[slot]][engram_head_dim],
  * embed.scale F8_E8M0 [rows][head_dim/32], wkv FP8
  * [(hc_mult+1)·dim][(engram_max_ngram−1)·engram_n_heads·engram_head_dim]
  * with its 32×32 scale, q_weight / k_weight BF16 [hc_mult][dim].
  * Nothing is read from the table (no page is touched).
- * @param ck   [in] open checkpoint; must outlive *out.
+ * @param wt   [in] the model's weight table; the model must outlive *out.
  * @param cfg  [in] parsed config.
  * @param slot Engram slot in [0, cfg->n_engram).
  * @param out  [out] zeroed on failure.
@@ -97,9 +53,8 @@ typedef struct dsv4i_engram_layer {
  *         not a multiple of 32); DSV4_ERR_NOT_FOUND (a tensor absent);
  *         DSV4_ERR_WEIGHTS (wrong dtype or shape).
  */
-dsv4_status dsv4i_engram_layer_from_checkpoint(const struct dsv4i_checkpoint *ck,
-                                               const struct dsv4i_config *cfg, int32_t slot,
-                                               dsv4i_engram_layer *out);
+dsv4_status dsv4i_engram_layer_load(const dsv4i_weights *wt, const struct dsv4i_config *cfg,
+                                    int32_t slot, dsv4i_engram_layer *out);
 
 /**
  * Step 1: gather and dequantise table rows (spec §3.2 "Engram row"):

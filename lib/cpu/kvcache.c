@@ -68,6 +68,11 @@ struct dsv4i_kv_pool {
   int32_t *ref;      /* [n_pages] holders of each page; 0 = free */
   int32_t *free_ids; /* stack of free page ids */
   int64_t n_free;
+  /* reserve's count of copy-on-write: holders of a shared page met so far in the
+   * reserve being checked (all 0 between calls), and the pages it touched */
+  int32_t *seen;
+  int32_t *touched;
+  int64_t n_touched;
 };
 
 /* ---- pool ------------------------------------------------------------ */
@@ -88,7 +93,9 @@ dsv4_status dsv4i_kv_pool_create(size_t page_bytes, int64_t n_pages, dsv4i_kv_po
   p->mem = dsv4i_malloc((size_t)total, "KV pool pages");
   p->ref = dsv4i_calloc((size_t)n_pages, sizeof *p->ref, "KV pool refcounts");
   p->free_ids = dsv4i_malloc((size_t)n_pages * sizeof *p->free_ids, "KV pool free list");
-  if (!p->mem || !p->ref || !p->free_ids) {
+  p->seen = dsv4i_calloc((size_t)n_pages, sizeof *p->seen, "KV pool copy-on-write counts");
+  p->touched = dsv4i_malloc((size_t)n_pages * sizeof *p->touched, "KV pool copy-on-write list");
+  if (!p->mem || !p->ref || !p->free_ids || !p->seen || !p->touched) {
     dsv4i_kv_pool_free(p);
     return DSV4_ERR_OUT_OF_MEMORY;
   }
@@ -104,6 +111,8 @@ void dsv4i_kv_pool_free(dsv4i_kv_pool *p) {
   free(p->mem);
   free(p->ref);
   free(p->free_ids);
+  free(p->seen);
+  free(p->touched);
   free(p);
 }
 
@@ -282,6 +291,7 @@ dsv4_status dsv4i_kv_reserve(dsv4i_kv_seq *const *seqs, const int64_t *targets, 
   }
   /* pass 1: grow page tables (no logical change) and count the pages each
    * pool must provide */
+  dsv4_status st = DSV4_OK;
   dsv4i_kv_pool *pools[DSV4I_KV_KINDS * 8];
   int64_t want[DSV4I_KV_KINDS * 8];
   int n_pools = 0;
@@ -295,28 +305,54 @@ dsv4_status dsv4i_kv_reserve(dsv4i_kv_seq *const *seqs, const int64_t *targets, 
         write_range(lay, k, l, from, to, &first, &need);
         if (need == 0) continue;
         dsv4i_kv_ptab *t = tab_of(s, k, l);
-        if (tab_grow(t, need) != DSV4_OK) return DSV4_ERR_OUT_OF_MEMORY;
+        if (tab_grow(t, need) != DSV4_OK) {
+          st = DSV4_ERR_OUT_OF_MEMORY;
+          goto checked;
+        }
+        /* new pages, and copies of shared ones: of the h holders of a page with r
+         * references that write it in this reserve, the first min(h, r - 1) copy it
+         * (pass 2 goes in the same order; the last holder keeps the original) */
+        dsv4i_kv_pool *kp = s->pool[k];
         int64_t cnt = 0;
-        for (int64_t pg = first; pg < need; pg++)
-          if (pg >= t->n || s->pool[k]->ref[t->page[pg]] > 1) cnt++;
+        for (int64_t pg = first; pg < need; pg++) {
+          if (pg >= t->n) {
+            cnt++;
+            continue;
+          }
+          const int32_t id = t->page[pg];
+          if (kp->ref[id] <= 1) continue;
+          if (kp->seen[id] == 0) kp->touched[kp->n_touched++] = id;
+          if (kp->ref[id] - kp->seen[id]++ > 1) cnt++;
+        }
         if (!cnt) continue;
         int pi = 0;
         while (pi < n_pools && pools[pi] != s->pool[k]) pi++;
         if (pi == n_pools) {
-          if (n_pools == (int)DSV4I_ARRAY_LEN(pools))
-            return dsv4i_error(DSV4_ERR_INVALID_ARG, "kv_reserve: too many distinct pools");
+          if (n_pools == (int)DSV4I_ARRAY_LEN(pools)) {
+            st = dsv4i_error(DSV4_ERR_INVALID_ARG, "kv_reserve: too many distinct pools");
+            goto checked;
+          }
           pools[n_pools] = s->pool[k];
           want[n_pools++] = 0;
         }
         want[pi] += cnt;
       }
   }
-  for (int pi = 0; pi < n_pools; pi++)
+  for (int pi = 0; !st && pi < n_pools; pi++)
     if (want[pi] > pools[pi]->n_free)
-      return dsv4i_error(DSV4_KV_FULL, "KV cache full: the step needs %lld more pages of %zu "
-                         "bytes, the pool has %lld free of %lld", (long long)want[pi],
-                         pools[pi]->page_bytes, (long long)pools[pi]->n_free,
-                         (long long)pools[pi]->n_pages);
+      st = dsv4i_error(DSV4_KV_FULL, "KV cache full: the step needs %lld more pages of %zu "
+                       "bytes, the pool has %lld free of %lld", (long long)want[pi],
+                       pools[pi]->page_bytes, (long long)pools[pi]->n_free,
+                       (long long)pools[pi]->n_pages);
+checked:
+  for (int32_t i = 0; i < n; i++) /* clear the copy-on-write counts */
+    for (int k = 0; k < DSV4I_KV_KINDS; k++) {
+      dsv4i_kv_pool *kp = seqs[i]->pool[k];
+      if (!kp) continue;
+      for (int64_t j = 0; j < kp->n_touched; j++) kp->seen[kp->touched[j]] = 0;
+      kp->n_touched = 0;
+    }
+  if (st) return st;
   /* pass 2: take the pages (cannot fail now) */
   for (int32_t i = 0; i < n; i++) {
     dsv4i_kv_seq *s = seqs[i];

@@ -1,49 +1,13 @@
 /*
- * Per-sequence attention caches of the CPU backend (design §5, spec §5.8):
- * a page pool, the cache layout a config implies, and one sequence's caches
- * with reserve / commit / truncate / fork. Also the native record codecs.
- *
- * Cache kinds (one page table per (kind, layer) and sequence):
- * - WINDOW  every layer (backbone and DSpark stages): a ring of R = window +
- *           spare records, position p in slot p mod R; the logical view is the
- *           last `window` positions. Record = the MXFP8 form of the post-RoPE
- *           window KV: head_dim E4M3 bytes then head_dim/32 UE8M0 bytes
- *           (528 B for head_dim 512), exactly act_quant(kv) (spec §8.1).
- * - COMP    KV-source layers: compressed KV, append-only, record j = group j
- *           (positions j·ratio .. j·ratio + ratio − 1). Record = head_dim/2
- *           packed E2M1 bytes (even element in the low nibble) then
- *           head_dim/16 E4M3 scale bytes (288 B), exactly
- *           fp4_act_quant(latent, 16, E4M3) of the RoPE'd latent.
- * - IDXK    KV sources that own index keys: append-only, record j = the
- *           index key of group j: index_head_dim/2 packed E2M1 bytes then
- *           index_head_dim/32 UE8M0 bytes (68 B), fp4_act_quant(k, 32, UE8M0).
- * - CSTATE  ratio > 1 KV sources: a ring of P = ratio + spare records, one
- *           per position: the compressor inputs k = wkv(x), g = wgate(x) as
- *           fp32 [2][head_dim] (k first). The ratio-2 "pending group" of the
- *           reference (kv_state / score_state) is the positions
- *           ratio·floor(n/ratio) .. n − 1 of this ring, so truncation restores
- *           it for free.
- * Decoding a record gives exactly the bf16 QDQ values the reference keeps in
- * its bf16 caches (bit for bit; tested).
- *
- * Records live in fixed-size pages of a pool: page p holds records
- * [p·rpp, p·rpp + rpp) of one (kind, layer) table, contiguously, rpp =
- * floor(page_bytes / record bytes). Pages of append-only tables can be
- * shared between sequences (fork) with reference counts; a shared page is
- * copied before it is written (copy-on-write, done by reserve).
- *
- * Lifecycle of a step (engine): dsv4i_kv_reserve(seqs, targets) — all
- * capacity checks happen here, DSV4_KV_FULL changes nothing; the forward
- * marks (dsv4i_kv_seq_mark) and writes records for positions [len, target)
- * layer by layer; then dsv4i_kv_seq_commit(seq, target). Speculative
- * rollback: dsv4i_kv_seq_truncate(seq, n) for n >= (highest written
- * position + 1) − spare: rings were sized so that writes of rejected
- * positions never clobbered anything a later query can see, and the
- * append-only tables just shrink. Fork and truncate between steps only.
- *
- * Thread-safety: pool and sequence functions are handle-exclusive (one
- * thread at a time for a pool and all sequences drawing from it). Record
- * accessors may be used from many threads at once on distinct records.
+ * Per-sequence attention caches of the CPU backend (spec §5.8): the native
+ * record codecs (window MXFP8, compressed KV and index keys E2M1, compressor
+ * state fp32), a page pool, the cache layout a config implies and one
+ * sequence's page tables with reserve / commit / truncate / fork
+ * (copy-on-write of shared append-only pages, counted exactly by reserve).
+ * Cache kinds, ring sizes, the step lifecycle and rollback rules:
+ * docs/attention.md. Thread-safety: pool and sequence functions are
+ * handle-exclusive; record accessors may run from many threads on distinct
+ * records.
  */
 #ifndef DSV4I_KVCACHE_H
 #define DSV4I_KVCACHE_H

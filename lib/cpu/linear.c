@@ -15,7 +15,6 @@
 #include <string.h>
 
 #include "cpu/cpu_impl.h"
-#include "io/safetensors.h"
 #include "model/formats.h"
 
 #define TO DSV4I_TILE_O
@@ -95,37 +94,22 @@ dsv4_status dsv4i_wview_init(dsv4i_wview *w, int32_t fmt, int32_t rows, int32_t 
   return DSV4_OK;
 }
 
-static const char *shape_str(const dsv4i_st_tensor *t, char *buf, size_t cap) {
-  size_t used = 0;
-  buf[0] = 0;
-  for (int32_t i = 0; i < t->ndim && used + 24 < cap; i++)
-    used += (size_t)snprintf(buf + used, cap - used, "%s%lld", i ? ", " : "[",
-                             (long long)t->shape[i]);
-  snprintf(buf + used, cap - used, "]");
-  return buf;
-}
-
-dsv4_status dsv4i_wview_from_checkpoint(const struct dsv4i_checkpoint *ck, const char *name,
-                                        dsv4i_wview *out) {
-  if (!out) return dsv4i_error(DSV4_ERR_INVALID_ARG, "wview_from_checkpoint: NULL view");
+dsv4_status dsv4i_wview_from_weight(const dsv4i_weight *w, dsv4i_wview *out) {
+  if (!out) return dsv4i_error(DSV4_ERR_INVALID_ARG, "wview_from_weight: NULL view");
   memset(out, 0, sizeof *out);
-  if (!ck || !name) return dsv4i_error(DSV4_ERR_INVALID_ARG, "wview_from_checkpoint: NULL");
-  const dsv4i_ckpt_entry *e = dsv4i_checkpoint_find(ck, name);
-  if (!e) return dsv4i_error(DSV4_ERR_NOT_FOUND, "weight %s: not in the checkpoint", name);
-  const dsv4i_st_tensor *t = e->t;
-  char sb[96], sb2[96];
-  if (t->ndim != 2 || t->shape[0] <= 0 || t->shape[1] <= 0 || t->shape[0] > INT32_MAX ||
-      t->shape[1] > INT32_MAX / 2)
-    return dsv4i_error(DSV4_ERR_WEIGHTS, "weight %s: shape %s is not a 2-D matrix", name,
-                       shape_str(t, sb, sizeof sb));
-  int32_t rows = (int32_t)t->shape[0], cols = (int32_t)t->shape[1];
-  const void *data = dsv4i_checkpoint_data(ck, e);
+  if (!w || !w->data) return dsv4i_error(DSV4_ERR_INVALID_ARG, "wview_from_weight: no data");
+  const char *name = dsv4i_weight_name(w);
+  if (w->ndim != 2 || w->shape[0] <= 0 || w->shape[1] <= 0 || w->shape[0] > INT32_MAX ||
+      w->shape[1] > INT32_MAX / 2)
+    return dsv4i_error(DSV4_ERR_WEIGHTS, "weight %s: shape [%lld, %lld] is not a 2-D matrix",
+                       name, (long long)w->shape[0], (long long)w->shape[1]);
+  int32_t rows = (int32_t)w->shape[0], cols = (int32_t)w->shape[1];
   int32_t fmt;
-  switch (t->dtype) {
+  switch (w->dtype) {
   case DSV4_DTYPE_F32:
-    return dsv4i_wview_init(out, DSV4I_W_F32, rows, cols, data, NULL);
+    return dsv4i_wview_init(out, DSV4I_W_F32, rows, cols, w->data, NULL);
   case DSV4_DTYPE_BF16:
-    return dsv4i_wview_init(out, DSV4I_W_BF16, rows, cols, data, NULL);
+    return dsv4i_wview_init(out, DSV4I_W_BF16, rows, cols, w->data, NULL);
   case DSV4_DTYPE_F8_E4M3:
     fmt = DSV4I_W_FP8;
     break;
@@ -135,31 +119,20 @@ dsv4_status dsv4i_wview_from_checkpoint(const struct dsv4i_checkpoint *ck, const
     break;
   default:
     return dsv4i_error(DSV4_ERR_WEIGHTS, "weight %s: dtype %s is not a weight format", name,
-                       dsv4i_dtype_name(t->dtype));
+                       dsv4i_weight_dtype_name(w->dtype));
   }
-  /* quantised: the sibling "<stem>.scale" */
-  size_t len = strlen(name);
-  static const char suffix[] = ".weight";
-  if (len < sizeof suffix || strcmp(name + len - (sizeof suffix - 1), suffix) != 0 ||
-      len > 512)
-    return dsv4i_error(DSV4_ERR_WEIGHTS, "weight %s: quantised weight name without .weight",
-                       name);
-  char sname[520];
-  memcpy(sname, name, len - (sizeof suffix - 1));
-  strcpy(sname + len - (sizeof suffix - 1), ".scale");
-  const dsv4i_ckpt_entry *se = dsv4i_checkpoint_find(ck, sname);
-  if (!se) return dsv4i_error(DSV4_ERR_NOT_FOUND, "weight %s: scale %s absent", name, sname);
-  int64_t want0 = fmt == DSV4I_W_FP8 ? (rows + 31) / 32 : rows;
-  int64_t want1 = (cols + 31) / 32;
+  if (!w->scale) return dsv4i_error(DSV4_ERR_NOT_FOUND, "weight %s: its scale is absent", name);
+  const int64_t want0 = fmt == DSV4I_W_FP8 ? (rows + 31) / 32 : rows, want1 = (cols + 31) / 32;
   if (fmt == DSV4I_W_FP4 && cols % 32 != 0)
     return dsv4i_error(DSV4_ERR_WEIGHTS, "weight %s: fp4 row of %d values is not whole 32-blocks",
                        name, (int)cols);
-  if (se->t->dtype != DSV4_DTYPE_F8_E8M0 || se->t->ndim != 2 || se->t->shape[0] != want0 ||
-      se->t->shape[1] != want1)
-    return dsv4i_error(DSV4_ERR_WEIGHTS, "weight %s %s: scale %s is %s %s, want F8_E8M0 [%lld, %lld]",
-                       name, shape_str(t, sb, sizeof sb), sname, dsv4i_dtype_name(se->t->dtype),
-                       shape_str(se->t, sb2, sizeof sb2), (long long)want0, (long long)want1);
-  return dsv4i_wview_init(out, fmt, rows, cols, data, dsv4i_checkpoint_data(ck, se));
+  if (w->scale_dtype != DSV4_DTYPE_F8_E8M0 || w->scale_shape[0] != want0 ||
+      w->scale_shape[1] != want1)
+    return dsv4i_error(DSV4_ERR_WEIGHTS, "weight %s [%lld, %lld]: scale is %s [%lld, %lld], want "
+                       "F8_E8M0 [%lld, %lld]", name, (long long)w->shape[0], (long long)w->shape[1],
+                       dsv4i_weight_dtype_name(w->scale_dtype), (long long)w->scale_shape[0],
+                       (long long)w->scale_shape[1], (long long)want0, (long long)want1);
+  return dsv4i_wview_init(out, fmt, rows, cols, w->data, w->scale);
 }
 
 dsv4_status dsv4i_wview_rows(const dsv4i_wview *w, int32_t row0, int32_t n_rows,

@@ -18,7 +18,7 @@ static dsv4_status make_engram(struct dsv4_engine *e) {
   const dsv4i_config *c = e->cfg;
   if (c->n_engram == 0) return DSV4_OK;
   dsv4i_tokenizer *tok = NULL;
-  dsv4_status s = dsv4i_tokenizer_load(e->model->dir, &tok);
+  dsv4_status s = dsv4i_tokenizer_load(dsv4i_model_dir(e->model), &tok);
   if (s) {
     dsv4i_error_prefix("Engram tables need the model's tokenizer");
     return s;
@@ -58,14 +58,28 @@ static dsv4_status alloc_workspace(struct dsv4_engine *e) {
   return DSV4_OK;
 }
 
+dsv4_status dsv4i_engine_plan(const struct dsv4_model *model, const dsv4i_engine_args *a,
+                              dsv4i_plan *out) {
+  dsv4i_plan_req rq;
+  memset(&rq, 0, sizeof rq);
+  rq.backend = a->backend;
+  rq.max_seqs = a->max_seqs;
+  rq.max_ctx = a->max_ctx;
+  rq.kv_budget = a->kv_budget;
+  rq.chunk = a->chunk;
+  rq.host_limit = a->backend == DSV4_BACKEND_CPU ? dsv4i_plan_host_memory() : 0;
+  rq.mapped_bytes = (int64_t)dsv4i_model_contract(model)->payload_bytes;
+  return dsv4i_plan_make(dsv4i_model_config(model), &rq, out);
+}
+
 dsv4_status dsv4i_engine_create(struct dsv4_model *model, const dsv4i_engine_args *a,
                                 struct dsv4_engine **out) {
   *out = NULL;
   const int64_t t0 = dsv4i_now_ns();
-  if (model->flags & DSV4_MODEL_F_CONFIG_ONLY)
+  if (dsv4i_model_flags(model) & DSV4_MODEL_F_CONFIG_ONLY)
     return dsv4i_error(DSV4_ERR_INVALID_ARG,
                        "engine: the model was loaded with DSV4_MODEL_F_CONFIG_ONLY (no weights)");
-  const dsv4i_config *c = &model->cfg;
+  const dsv4i_config *c = dsv4i_model_config(model);
   if (a->max_ctx > c->max_position_embeddings)
     return dsv4i_error(DSV4_ERR_INVALID_ARG,
                        "engine: max_context %lld exceeds the model's max_position_embeddings %lld",
@@ -83,16 +97,7 @@ dsv4_status dsv4i_engine_create(struct dsv4_model *model, const dsv4i_engine_arg
   e->last_error = dsv4i_calloc(1, DSV4I_ERROR_CAP, "engine error slot");
   dsv4_status s = e->last_error ? DSV4_OK : DSV4_ERR_OUT_OF_MEMORY;
 
-  dsv4i_plan_req rq;
-  memset(&rq, 0, sizeof rq);
-  rq.backend = a->backend;
-  rq.max_seqs = a->max_seqs;
-  rq.max_ctx = a->max_ctx;
-  rq.kv_budget = a->kv_budget;
-  rq.chunk = a->chunk;
-  rq.host_limit = a->backend == DSV4_BACKEND_CPU ? dsv4i_plan_host_memory() : 0;
-  rq.mapped_bytes = (int64_t)model->contract.payload_bytes;
-  if (!s) s = dsv4i_plan_make(c, &rq, &e->plan);
+  if (!s) s = dsv4i_engine_plan(model, a, &e->plan);
   if (!s) {
     const dsv4i_plan *p = &e->plan;
     dsv4i_log(&a->log, DSV4_LOG_INFO,
@@ -119,10 +124,16 @@ dsv4_status dsv4i_engine_create(struct dsv4_model *model, const dsv4i_engine_arg
     d.log = &e->args.log;
     d.progress = a->progress;
     d.progress_user = a->progress_user;
+    d.first_layer = 0; /* one stage, one rank: the whole model */
+    d.last_layer = c->n_layers;
+    d.tp_rank = 0;
+    d.tp_size = 1;
+    d.n_buckets = e->plan.n_buckets;
+    d.bucket_tokens = e->plan.buckets;
     s = dsv4i_backend_create(a->backend, &d, &e->be);
   }
   if (!s) s = alloc_workspace(e);
-  if (!s) s = dsv4i_spec_create(e); /* DSpark draft / verify (spec.c, issue 5) */
+  if (!s) s = dsv4i_spec_create(e); /* DSpark draft / verify (spec.c) */
   if (s) {
     dsv4i_engine_free(e);
     return s;
@@ -131,6 +142,17 @@ dsv4_status dsv4i_engine_create(struct dsv4_model *model, const dsv4i_engine_arg
   progress(a, "ready", 1, 1);
   *out = e;
   return DSV4_OK;
+}
+
+dsv4_status dsv4i_engine_note(struct dsv4_engine *e, dsv4_status s) {
+  if (s == DSV4_ERR_DEVICE_LOST && e) e->lost = s;
+  return s;
+}
+
+dsv4_status dsv4i_engine_live(const struct dsv4_engine *e) {
+  if (!e->lost) return DSV4_OK;
+  return dsv4i_error(DSV4_ERR_DEVICE_LOST, "engine: its device was lost in an earlier call; "
+                     "the engine cannot be used any more (free it)");
 }
 
 void dsv4i_engine_free(struct dsv4_engine *e) {

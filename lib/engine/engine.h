@@ -1,7 +1,7 @@
 /*
- * The engine behind the public dsv4_engine handle (issue 4): sequences,
+ * The engine behind the public dsv4_engine handle: sequences,
  * batch assembly, prefill / decode steps through the backend interface
- * (engine/backend.h), sampling glue, timings. The API layer (lib/api/
+ * (backend/backend.h), sampling glue, timings. The API layer (lib/api/
  * api_engine.c) checks arguments and captures errors; everything here
  * assumes non-NULL handles and records messages with dsv4i_error().
  *
@@ -20,7 +20,7 @@
 #include <stdint.h>
 
 #include "base/base.h"
-#include "engine/backend.h"
+#include "backend/backend.h"
 #include "engine/plan.h"
 #include "model/engram_hash.h"
 #include "model/model.h"
@@ -46,7 +46,7 @@ enum {
   DSV4I_OP_SAMPLE,
   DSV4I_OP_READ,
   DSV4I_OP_HOST, /**< engine-side work: validation, hashing, batch assembly */
-  DSV4I_OP_DSPARK, /**< DSpark ring extension and drafts (issue 5) */
+  DSV4I_OP_DSPARK, /**< DSpark ring extension and drafts */
   DSV4I_OP_COUNT
 };
 
@@ -93,10 +93,10 @@ struct dsv4_engine {
   /* step workspace (backend memory) */
   dsv4i_bbuf h, pre, logits;
   /** DSpark main_hidden taps, bf16 [max_batch_tokens][n_taps][dim], or {NULL}: when
-   *  set (by speculative decoding, issue 5), every step passes it to block() and
+   *  set (by speculative decoding), every step passes it to block() and
    *  then calls the backend's dspark_extend. Freed with the engine. */
   dsv4i_bbuf taps;
-  struct dsv4i_spec *spec;       /**< speculative-decoding state (issue 5), or NULL */
+  struct dsv4i_spec *spec;       /**< speculative-decoding state, or NULL */
   /* host batch scratch, [max_batch_tokens] each (engram: x n_engram_cols) */
   int32_t *b_tok, *b_slot, *b_out;
   int64_t *b_pos, *b_engram;
@@ -106,9 +106,22 @@ struct dsv4_engine {
   int64_t *b_len;                /**< [max_out_rows] decode: its length before the step */
   uint8_t *mark;                 /**< [max_seqs] duplicate detection */
   dsv4i_timings t;
+  /** DSV4_ERR_DEVICE_LOST once the backend reported it: sticky, every later call on
+   *  this engine returns it (other engines are unaffected). 0 otherwise. */
+  dsv4_status lost;
   char *last_error;              /**< [DSV4I_ERROR_CAP] */
 };
 
+/** Record a status the backend returned: DSV4_ERR_DEVICE_LOST makes the engine
+ *  sticky-failed. Returns s. */
+dsv4_status dsv4i_engine_note(struct dsv4_engine *e, dsv4_status s);
+/** DSV4_OK, or DSV4_ERR_DEVICE_LOST (recorded) when the engine is sticky-failed. */
+dsv4_status dsv4i_engine_live(const struct dsv4_engine *e);
+
+/** The memory plan an engine created with these args has: the one function that sizes
+ *  the pools (create calls it; so do dsv4_engine_plan_query and dsv4-plan --engine). */
+dsv4_status dsv4i_engine_plan(const struct dsv4_model *model, const dsv4i_engine_args *a,
+                              dsv4i_plan *out);
 /** Create (model borrowed; the caller sets owns_model afterwards if it should). */
 dsv4_status dsv4i_engine_create(struct dsv4_model *model, const dsv4i_engine_args *a,
                                 struct dsv4_engine **out);
@@ -140,7 +153,7 @@ dsv4_status dsv4i_engine_decode(struct dsv4_engine *e, int32_t n, const int64_t 
                                 const int32_t *tokens, const dsv4i_sampling *smp,
                                 float *logits, int32_t *sampled);
 
-/** Run one step through the backend (set_batch, embed, Engram + blocks, head). */
+/** Run one step through the backend (its run entry, or block by block with per-op timing). */
 dsv4_status dsv4i_engine_run_step(struct dsv4_engine *e, const dsv4i_batch *b);
 
 /* ---- timing (timing.c) ---- */

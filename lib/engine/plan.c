@@ -51,6 +51,10 @@ dsv4_status dsv4i_plan_make(const struct dsv4i_config *cfg, const dsv4i_plan_req
   out->max_ctx = req->max_ctx;
   out->max_batch_tokens = out->chunk > req->max_seqs ? out->chunk : req->max_seqs;
   out->max_out_rows = req->max_seqs;
+  out->n_buckets = 0;
+  for (int64_t b = 1; b < out->max_batch_tokens && out->n_buckets < DSV4I_PLAN_MAX_BUCKETS - 1; b *= 2)
+    out->buckets[out->n_buckets++] = (int32_t)b;
+  out->buckets[out->n_buckets++] = out->max_batch_tokens;
   out->mapped_bytes = req->mapped_bytes;
   out->extra_weight_bytes = f->weight_bytes;
   out->pages_per_seq = f->seq_pages;
@@ -107,4 +111,10 @@ dsv4_status dsv4i_plan_make(const struct dsv4i_config *cfg, const dsv4i_plan_req
                           : "max_sequences, max_context or the KV budget");
   }
   return DSV4_OK;
+}
+
+int32_t dsv4i_plan_bucket(const dsv4i_plan *p, int32_t n_tok) {
+  for (int32_t i = 0; i < p->n_buckets; i++)
+    if (p->buckets[i] >= n_tok) return p->buckets[i];
+  return p->max_batch_tokens;
 }

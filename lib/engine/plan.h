@@ -3,7 +3,7 @@
  * pages a request needs, what they cost with the chosen backend's storage
  * format, and whether it fits the KV budget and the machine — decided before
  * anything large is allocated. The one place the engine sizes its pools;
- * the planner of issue 6 (dsv4-plan) refines the same code.
+ * the topology planner (dsv4-plan) refines the same code.
  */
 #ifndef DSV4I_ENGINE_PLAN_H
 #define DSV4I_ENGINE_PLAN_H
@@ -11,7 +11,7 @@
 #include <stdint.h>
 
 #include "base/base.h"
-#include "engine/backend.h"
+#include "backend/backend.h"
 
 struct dsv4i_config;
 
@@ -27,12 +27,19 @@ typedef struct dsv4i_plan_req {
   int64_t mapped_bytes;     /**< checkpoint bytes (mmapped; reported, not charged) */
 } dsv4i_plan_req;
 
+#define DSV4I_PLAN_MAX_BUCKETS 32
+
 /** The plan. Every byte figure is exact for the backend's format. */
 typedef struct dsv4i_plan {
   dsv4i_cache_format fmt;    /**< the backend's storage sizes */
   int32_t max_seqs;
   int32_t max_batch_tokens;  /**< max(chunk, max_seqs) */
   int32_t max_out_rows;      /**< max_seqs */
+  /** Step plan: batch-size buckets, the padded shapes a step runs in (powers of two
+   *  below max_batch_tokens, then max_batch_tokens); every workspace is sized for the
+   *  largest, so a step allocates nothing. */
+  int32_t n_buckets;
+  int32_t buckets[DSV4I_PLAN_MAX_BUCKETS];
   int32_t chunk;
   int64_t max_ctx;
   int64_t pages_per_seq;     /**< fmt.seq_pages: one sequence at max_ctx */
@@ -62,11 +69,14 @@ typedef struct dsv4i_plan {
 dsv4_status dsv4i_plan_make(const struct dsv4i_config *cfg, const dsv4i_plan_req *req,
                             dsv4i_plan *out);
 
+/** The smallest bucket holding n_tok tokens (1 <= n_tok <= max_batch_tokens). */
+int32_t dsv4i_plan_bucket(const dsv4i_plan *p, int32_t n_tok);
+
 /** Physical memory of this machine in bytes (0 if unknown). */
 int64_t dsv4i_plan_host_memory(void);
 
 /* ==========================================================================
- * Topology memory planner (issue 6, dsv4-plan, dsv4_plan_*): for a config
+ * Topology memory planner (dsv4-plan, dsv4_plan_*): for a config
  * and a machine topology (nodes x GPUs, TP x PP, KV format, Engram
  * placement), what every GPU and every host holds: weights by component
  * from the exact tensor contract (split per design §6), Engram tables,
@@ -80,7 +90,6 @@ int64_t dsv4i_plan_host_memory(void);
 struct dsv4i_contract;
 
 #define DSV4I_PLAN_MAX_STAGES 16
-#define DSV4I_PLAN_MAX_BUCKETS 32
 #define DSV4I_PLAN_NCOMP 9 /* DSV4_COMP_* 0..8 */
 
 /** KV window record formats (values equal the public DSV4_KV_FORMAT_*). */

@@ -13,6 +13,7 @@
 
 #include "engine/plan.h"
 #include "model/config.h"
+#include "model/weights.h"
 
 /* Keys scored per tile by the indexer and the candidate stage (workspace rule). */
 #define KEY_TILE 4096
@@ -74,54 +75,42 @@ void dsv4i_topo_params_default(dsv4i_topo_params *p) {
 enum { PL_LAYER, PL_MTP, PL_EMBED, PL_HEAD, PL_VISION };
 enum { SPLIT_NONE = -1, SPLIT_ROWS = 0, SPLIT_COLS = 1, SPLIT_ENGRAM = 2 };
 
-static int starts(const char *s, const char *prefix) {
-  return strncmp(s, prefix, strlen(prefix)) == 0;
-}
+/* Placement, layer and TP split of every contract tensor (index = contract index),
+ * from the model's weight table (model/weights.h: the split rules of design §6
+ * live there); a scale tensor follows its weight. */
+typedef struct tinfo {
+  int8_t place, split, is_wo_a, is_wo_a_scale;
+  int32_t layer;
+} tinfo;
 
-/* Placement kind; *layer and *rest (the name after "layers.N." / "mtp.S.") for blocks. */
-static int place_of(const char *name, int32_t *layer, const char **rest) {
-  *layer = -1;
-  *rest = name;
-  if (starts(name, "layers.")) {
-    char *end;
-    long l = strtol(name + 7, &end, 10);
-    *layer = (int32_t)l;
-    *rest = *end == '.' ? end + 1 : end;
-    return PL_LAYER;
+static dsv4_status tensor_info(const dsv4i_config *cfg, const dsv4i_contract *con, tinfo **out) {
+  *out = NULL;
+  dsv4i_weights wt;
+  dsv4_status st = dsv4i_weights_build(cfg, con, &wt);
+  if (st) return st;
+  tinfo *ti = dsv4i_calloc(con->n ? con->n : 1, sizeof *ti, "the memory plan's tensor table");
+  if (!ti) {
+    dsv4i_weights_free(&wt);
+    return DSV4_ERR_OUT_OF_MEMORY;
   }
-  if (starts(name, "mtp.")) {
-    const char *dot = strchr(name + 4, '.');
-    *rest = dot ? dot + 1 : name;
-    return PL_MTP;
+  static const int8_t place[] = {[DSV4I_PLACE_INPUT] = PL_EMBED, [DSV4I_PLACE_LAYER] = PL_LAYER,
+                                 [DSV4I_PLACE_DSPARK] = PL_MTP, [DSV4I_PLACE_OUTPUT] = PL_HEAD,
+                                 [DSV4I_PLACE_VISION] = PL_VISION};
+  static const int8_t split[] = {[DSV4I_SPLIT_NONE] = SPLIT_NONE, [DSV4I_SPLIT_ROWS] = SPLIT_ROWS,
+                                 [DSV4I_SPLIT_COLS] = SPLIT_COLS, [DSV4I_SPLIT_ENGRAM] = SPLIT_ENGRAM};
+  for (size_t k = 0; k < wt.n; k++) {
+    const dsv4i_weight *w = &wt.w[k];
+    tinfo t = {place[w->placement], split[w->split], w->role == DSV4I_W_ATTN_WO_A, 0, w->layer};
+    ti[w->spec_index] = t;
+    if (w->scale_spec) {
+      t.is_wo_a_scale = t.is_wo_a;
+      t.is_wo_a = 0;
+      ti[w->scale_index] = t;
+    }
   }
-  if (starts(name, "embed.")) return PL_EMBED;
-  if (starts(name, "head.") || strcmp(name, "norm.weight") == 0) return PL_HEAD;
-  return PL_VISION; /* vision.*, aligner.*, image_* */
-}
-
-/*
- * TP rule (design §6): attention heads (wq_b rows, attn_sink), wo_a groups
- * (rows) and wo_b's input (columns), every expert's intermediate dimension
- * (w1/w3 rows, w2 columns; routed and shared), embed and head by vocabulary
- * rows. Everything else is replicated: wq_a, wkv, norms, compressor and
- * indexer (top-k and compressed KV are computed identically on every rank),
- * router gates, hc_*, Engram projections, DSpark main_proj / Markov /
- * confidence heads, the vision tower. Engram tables: SPLIT_ENGRAM (rows over
- * the ranks when placed on the device, host memory otherwise).
- */
-static int split_of(int place, const char *rest) {
-  if (place == PL_EMBED || place == PL_HEAD) return starts(rest, "norm.") ? SPLIT_NONE : SPLIT_ROWS;
-  if (place != PL_LAYER && place != PL_MTP) return SPLIT_NONE;
-  if (starts(rest, "attn.wq_b.") || strcmp(rest, "attn.attn_sink") == 0 ||
-      starts(rest, "attn.wo_a."))
-    return SPLIT_ROWS;
-  if (starts(rest, "attn.wo_b.")) return SPLIT_COLS;
-  if (starts(rest, "ffn.experts.") || starts(rest, "ffn.shared_experts.")) {
-    if (strstr(rest, ".w2.")) return SPLIT_COLS;
-    return SPLIT_ROWS; /* w1, w3 */
-  }
-  if (starts(rest, "engram.embed.")) return SPLIT_ENGRAM;
-  return SPLIT_NONE;
+  dsv4i_weights_free(&wt);
+  *out = ti;
+  return DSV4_OK;
 }
 
 /* Bytes of rank r's share when t is split along dim over tp ranks (remainder units to
@@ -151,6 +140,7 @@ int32_t dsv4i_plan_boundaries(const dsv4i_config *cfg, int32_t *layers, int32_t 
 typedef struct ctx {
   const dsv4i_config *cfg;
   const dsv4i_contract *con;
+  const tinfo *ti;            /* [con->n] */
   const dsv4i_topo_params *p;
   int dspark, vision;
   int32_t stage_of[DSV4I_MAX_LIST];
@@ -264,10 +254,9 @@ static dsv4_status resolve_stages(ctx *c, dsv4i_topo_params *p) {
     int64_t lb[DSV4I_MAX_LIST] = {0}, embed = 0, head = 0, mtp = 0, vision = 0;
     for (size_t i = 0; i < c->con->n; i++) {
       const dsv4i_tensor_spec *t = &c->con->specs[i];
-      int32_t layer;
-      const char *rest;
-      int pl = place_of(t->name, &layer, &rest);
-      if (split_of(pl, rest) == SPLIT_ENGRAM && p->engram_placement == DSV4I_ENGRAM_HOST) continue;
+      const int32_t layer = c->ti[i].layer;
+      const int pl = c->ti[i].place;
+      if (c->ti[i].split == SPLIT_ENGRAM && p->engram_placement == DSV4I_ENGRAM_HOST) continue;
       int64_t b = (int64_t)t->nbytes;
       if (pl == PL_LAYER && layer >= 0 && layer < cfg->n_layers) lb[layer] += b;
       else if (pl == PL_MTP) mtp += c->dspark ? b : 0;
@@ -490,11 +479,18 @@ dsv4_status dsv4i_plan_compute(const dsv4i_config *cfg, const dsv4i_contract *co
   }
   dsv4i_topo_params p = *params;
   if (p.context == 0) p.context = p.max_context;
-  ctx c = {cfg, contract, &p, 0, 0, {0}, 0};
+  tinfo *ti = NULL;
+  st = tensor_info(cfg, contract, &ti);
+  if (st) {
+    dsv4i_contract_free(&own);
+    return st;
+  }
+  ctx c = {cfg, contract, ti, &p, 0, 0, {0}, 0};
   c.dspark = cfg->n_mtp_layers > 0 && !(p.flags & DSV4I_PLAN_F_NO_DSPARK);
   c.vision = cfg->has_vision && !(p.flags & DSV4I_PLAN_F_NO_VISION);
   st = resolve_stages(&c, &p);
   if (st) {
+    free(ti);
     dsv4i_contract_free(&own);
     return st;
   }
@@ -508,6 +504,7 @@ dsv4_status dsv4i_plan_compute(const dsv4i_config *cfg, const dsv4i_contract *co
   out->gpu = dsv4i_calloc((size_t)out->n_gpus, sizeof *out->gpu, "the memory plan");
   out->host = dsv4i_calloc((size_t)p.nodes, sizeof *out->host, "the memory plan");
   if (!out->gpu || !out->host) {
+    free(ti);
     dsv4i_contract_free(&own);
     dsv4i_topo_plan_free(out);
     return DSV4_ERR_OUT_OF_MEMORY;
@@ -549,14 +546,12 @@ dsv4_status dsv4i_plan_compute(const dsv4i_config *cfg, const dsv4i_contract *co
     if (comp < 0 || comp >= DSV4I_PLAN_NCOMP) comp = DSV4_COMP_OTHER;
     int64_t nb = (int64_t)t->nbytes;
     out->component_bytes[comp] = add(&a, out->component_bytes[comp], nb);
-    int32_t layer, hs[2];
-    const char *rest;
-    int pl = place_of(t->name, &layer, &rest);
-    int n_h = holders(&c, pl, layer, hs);
+    int32_t hs[2];
+    const int pl = c.ti[i].place, split = c.ti[i].split;
+    int n_h = holders(&c, pl, c.ti[i].layer, hs);
     if (n_h == 0) continue;
-    int split = split_of(pl, rest);
     out->stage[hs[0]].owned[comp] = add(&a, out->stage[hs[0]].owned[comp], nb);
-    int is_wo_a = strcmp(rest, "attn.wo_a.weight") == 0, is_wo_a_scale = strcmp(rest, "attn.wo_a.scale") == 0;
+    const int is_wo_a = c.ti[i].is_wo_a, is_wo_a_scale = c.ti[i].is_wo_a_scale;
     for (int h = 0; h < n_h; h++) {
       int32_t s = hs[h];
       dsv4i_topo_stage *sg = &out->stage[s];
@@ -691,6 +686,7 @@ dsv4_status dsv4i_plan_compute(const dsv4i_config *cfg, const dsv4i_contract *co
       out->seqs_at_max_context = sg->seqs_at_max_context;
     if (conc < out->concurrency_at_max_context) out->concurrency_at_max_context = conc;
   }
+  free(ti);
   dsv4i_contract_free(&own);
   if (a.ovf) {
     dsv4i_topo_plan_free(out);

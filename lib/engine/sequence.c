@@ -16,6 +16,7 @@ static dsv4i_seq *lookup(struct dsv4_engine *e, int64_t id) {
 }
 
 dsv4i_seq *dsv4i_seq_find(struct dsv4_engine *e, int64_t id, dsv4_status *st) {
+  if ((*st = dsv4i_engine_live(e))) return NULL;
   dsv4i_seq *s = lookup(e, id);
   if (!s) {
     *st = dsv4i_error(DSV4_ERR_UNKNOWN_SEQUENCE, "sequence %lld does not exist (never created, or freed)",
@@ -54,7 +55,8 @@ static int64_t next_id(struct dsv4_engine *e, int32_t idx) {
 
 dsv4_status dsv4i_seq_create(struct dsv4_engine *e, int64_t *id) {
   int32_t idx = -1, slot = -1;
-  dsv4_status s = free_entry(e, &idx);
+  dsv4_status s = dsv4i_engine_live(e);
+  if (!s) s = free_entry(e, &idx);
   if (s) return s;
   dsv4i_engram_history *h = NULL;
   if (e->engram && (s = dsv4i_engram_history_create(e->engram, &h))) return s;
@@ -95,6 +97,8 @@ dsv4_status dsv4i_seq_fork(struct dsv4_engine *e, int64_t parent, int64_t *child
 }
 
 dsv4_status dsv4i_seq_free(struct dsv4_engine *e, int64_t id) {
+  dsv4_status s = dsv4i_engine_live(e);
+  if (s) return s;
   dsv4i_seq *q = lookup(e, id);
   if (!q)
     return dsv4i_error(DSV4_ERR_UNKNOWN_SEQUENCE, "sequence %lld does not exist (never created, or freed)",

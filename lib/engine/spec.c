@@ -9,13 +9,7 @@
 #include <string.h>
 
 #include "engine/spec.h"
-
-/* Stream tags xored into a sequence's seed: the draft's draws, the
- * acceptance uniforms and the residual draws never share noise with each
- * other or with the target sampler (which uses the seed itself). */
-#define TAG_DRAFT UINT64_C(0x44537061726b4466)  /* "DSparkDf" */
-#define TAG_ACCEPT UINT64_C(0x44537061726b4163) /* "DSparkAc" */
-#define TAG_RESID UINT64_C(0x44537061726b5273)  /* "DSparkRs" */
+#include "model/accept.h"
 
 /* The last draft of one sequence (index = its sequence-table entry). */
 typedef struct spec_rec {
@@ -39,46 +33,7 @@ struct dsv4i_spec {
   dsv4i_sample_req *req;
   /* per verify step: [cap] */
   int32_t *row_seq, *row_j, *row_tok;
-  float *row_logits;          /**< [cap][vocab] (sampling verify only) */
-  double *p, *qd;             /**< [vocab] */
 };
-
-/* ---- random draws ------------------------------------------------------- */
-
-static uint64_t mix64(uint64_t z) { /* SplitMix64 */
-  z += UINT64_C(0x9E3779B97F4A7C15);
-  z = (z ^ (z >> 30)) * UINT64_C(0xBF58476D1CE4E5B9);
-  z = (z ^ (z >> 27)) * UINT64_C(0x94D049BB133111EB);
-  return z ^ (z >> 31);
-}
-
-/* Uniform in (0, 1) with 53 bits, a pure function of (seed, tag, position, i). */
-static double uniform(uint64_t seed, uint64_t tag, int64_t pos, int64_t i) {
-  const uint64_t r = mix64(mix64(mix64(seed ^ tag) ^ (uint64_t)pos) ^ (uint64_t)i);
-  return ((double)(r >> 11) + 0.5) * 0x1p-53;
-}
-
-/* p = softmax(logits / T) in double (max-subtracted). */
-static void softmax(const float *logits, int32_t V, float T, double *p) {
-  const double t = T > 1e-5f ? (double)T : 1e-5;
-  double mx = -INFINITY, sum = 0.0;
-  for (int32_t v = 0; v < V; v++) mx = logits[v] > mx ? logits[v] : mx;
-  for (int32_t v = 0; v < V; v++) sum += p[v] = exp(((double)logits[v] - mx) / t);
-  for (int32_t v = 0; v < V; v++) p[v] /= sum;
-}
-
-/* A draw from the weights w[0..V) (not normalised, >= 0, some > 0):
- * exponential race argmax w_v / E_v, E_v = -log(u_v). */
-static int32_t race(const double *w, int32_t V, uint64_t seed, int64_t pos) {
-  int32_t best = -1;
-  double best_r = 0.0;
-  for (int32_t v = 0; v < V; v++) {
-    if (!(w[v] > 0.0)) continue;
-    const double r = w[v] / -log(uniform(seed, TAG_RESID, pos, v));
-    if (best < 0 || r > best_r) best = v, best_r = r;
-  }
-  return best;
-}
 
 /* ---- create / free ------------------------------------------------------ */
 
@@ -92,8 +47,7 @@ void dsv4i_spec_free(struct dsv4_engine *e) {
       free(sp->rec[i].q);
     }
   void *p[] = {sp->rec, (void *)sp->q, sp->len0, sp->pos, sp->slot, sp->done, sp->acc, sp->nd,
-               sp->seed, sp->req, sp->row_seq, sp->row_j, sp->row_tok, sp->row_logits, sp->p,
-               sp->qd};
+               sp->seed, sp->req, sp->row_seq, sp->row_j, sp->row_tok};
   for (size_t i = 0; i < DSV4I_ARRAY_LEN(p); i++) free(p[i]);
   free(sp);
   e->spec = NULL;
@@ -109,7 +63,7 @@ dsv4_status dsv4i_spec_create(struct dsv4_engine *e) {
   dsv4i_spec *sp = dsv4i_calloc(1, sizeof *sp, "speculative decoding");
   if (!sp) return DSV4_ERR_OUT_OF_MEMORY;
   e->spec = sp;
-  const size_t ns = (size_t)e->plan.max_seqs, V = (size_t)e->vocab;
+  const size_t ns = (size_t)e->plan.max_seqs;
   sp->block = c->dspark_block_size;
   sp->vocab = e->vocab;
   sp->cap = e->plan.max_batch_tokens < e->plan.max_out_rows ? e->plan.max_batch_tokens
@@ -125,7 +79,7 @@ dsv4_status dsv4i_spec_create(struct dsv4_engine *e) {
 #define A(p, n) ((sp->p = dsv4i_calloc((n), sizeof *sp->p, "speculative " #p)) != NULL)
   int ok = !s && A(rec, ns) && A(q, ns) && A(len0, ns) && A(pos, ns) && A(slot, ns) && A(done, ns) &&
            A(acc, ns) && A(nd, ns) && A(seed, ns) && A(req, ns) && A(row_seq, cap) &&
-           A(row_j, cap) && A(row_tok, cap) && A(p, V) && A(qd, V);
+           A(row_j, cap) && A(row_tok, cap);
 #undef A
   for (size_t i = 0; ok && i < ns; i++)
     ok = (sp->rec[i].drafts = dsv4i_calloc((size_t)sp->block, sizeof(int32_t), "draft record")) != NULL;
@@ -200,7 +154,7 @@ static dsv4_status spec_draft(struct dsv4_engine *e, int32_t n, const int64_t *i
     dsv4i_sample_req *r = &sp->req[i];
     memset(r, 0, sizeof *r);
     r->temperature = T;
-    r->seed = seed_of(smp, i) ^ TAG_DRAFT;
+    r->seed = seed_of(smp, i) ^ DSV4I_TAG_DRAFT;
     r->counter = (uint64_t)sp->q[i]->len + 1; /* position of draft 1 */
   }
   const size_t BV = (size_t)sp->block * (size_t)sp->vocab;
@@ -307,20 +261,6 @@ static dsv4_status verify_prepare(struct dsv4_engine *e, int32_t n, const int64_
   return s;
 }
 
-/* Probability q_k(d) of the draft distribution and the whole q (into sp->qd),
- * from the sequence's draft record when it produced exactly these drafts;
- * 1 and one-hot otherwise. */
-static double draft_q(dsv4i_spec *sp, const spec_rec *rc, int32_t k, int32_t d, int use_rec) {
-  const int32_t V = sp->vocab;
-  if (!use_rec) {
-    memset(sp->qd, 0, sizeof *sp->qd * (size_t)V);
-    sp->qd[d] = 1.0;
-    return 1.0;
-  }
-  softmax(rc->q + (size_t)k * (size_t)V, V, rc->temperature, sp->qd);
-  return sp->qd[d];
-}
-
 /* Whether the record of sequence i describes the drafts being verified. */
 static int rec_matches(const spec_rec *rc, int64_t id, int64_t len, int32_t anchor,
                        const int32_t *d, int32_t k) {
@@ -331,15 +271,16 @@ static int rec_matches(const spec_rec *rc, int64_t id, int64_t len, int32_t anch
   return 1;
 }
 
-/* The accept rule on one target row: row j of sequence i (spec.h). */
-static void decide(struct dsv4_engine *e, int32_t i, int32_t j, int32_t row_tok,
-                   const float *logits, float T, const int32_t *d, int use_rec, int32_t *next) {
+/* The accept rule on one target row: row j of sequence i (spec.h); batch row r of the
+ * logits. Sampled rows go to the backend's accept entry (model/accept.h), so the
+ * vocabulary-wide logits stay where they are. */
+static dsv4_status decide(struct dsv4_engine *e, int32_t i, int32_t j, int32_t r, int32_t row_tok,
+                          float T, const int32_t *d, int use_rec, int32_t *next) {
   dsv4i_spec *sp = e->spec;
-  const int32_t V = sp->vocab;
   if (j == sp->nd[i]) { /* bonus row: the target's own draw */
     next[i] = row_tok;
     sp->done[i] = 1;
-    return;
+    return DSV4_OK;
   }
   const int32_t dk = d[j];
   if (!(T > 0.0f)) { /* greedy: the draft must be the target's argmax */
@@ -349,27 +290,27 @@ static void decide(struct dsv4_engine *e, int32_t i, int32_t j, int32_t row_tok,
       next[i] = row_tok;
       sp->done[i] = 1;
     }
-    return;
+    return DSV4_OK;
   }
-  const int64_t pos = sp->len0[i] + j + 1; /* the draft's position */
   const spec_rec *rc = &sp->rec[sp->q[i] - e->seqs];
-  softmax(logits, V, T, sp->p);
-  double qk = draft_q(sp, rc, j, dk, use_rec);
-  if (!(qk > 0.0)) qk = draft_q(sp, rc, j, dk, 0); /* not a draw of that q: a fixed token */
-  if (uniform(sp->seed[i], TAG_ACCEPT, pos, 0) * qk < sp->p[dk]) {
+  dsv4i_accept_req req;
+  memset(&req, 0, sizeof req);
+  req.temperature = T;
+  req.q_temperature = rc->temperature;
+  req.draft = dk;
+  req.seed = sp->seed[i];
+  req.pos = sp->len0[i] + j + 1; /* the draft's position */
+  req.q = use_rec ? rc->q + (size_t)j * (size_t)sp->vocab : NULL;
+  int32_t accepted = 0, tok = -1;
+  const dsv4_status s = e->be->ops->accept(e->be, e->logits, r, &req, &accepted, &tok);
+  if (s) return s;
+  if (accepted) {
     sp->acc[i]++;
-    return;
+  } else {
+    next[i] = tok;
+    sp->done[i] = 1;
   }
-  /* rejected: draw from norm(max(0, p - q)) */
-  double *w = sp->p;
-  for (int32_t v = 0; v < V; v++) w[v] = w[v] > sp->qd[v] ? w[v] - sp->qd[v] : 0.0;
-  int32_t t = race(w, V, sp->seed[i], pos);
-  if (t < 0) { /* p == q to rounding: the residual is empty; draw from p */
-    softmax(logits, V, T, sp->p);
-    t = race(sp->p, V, sp->seed[i], pos);
-  }
-  next[i] = t;
-  sp->done[i] = 1;
+  return DSV4_OK;
 }
 
 static dsv4_status spec_verify(struct dsv4_engine *e, int32_t n, const int64_t *ids,
@@ -379,7 +320,7 @@ static dsv4_status spec_verify(struct dsv4_engine *e, int32_t n, const int64_t *
   dsv4_status s = need_spec(e, "verify");
   if (s) return s;
   dsv4i_spec *sp = e->spec;
-  const int32_t B = sp->block, V = sp->vocab;
+  const int32_t B = sp->block;
   const float T = smp ? smp->temperature : 0.0f;
   if (!n_drafts || !n_accepted || !next)
     return dsv4i_error(DSV4_ERR_INVALID_ARG, "verify: n_drafts, n_accepted or next is NULL");
@@ -421,35 +362,26 @@ static dsv4_status spec_verify(struct dsv4_engine *e, int32_t n, const int64_t *
       if (j0 <= sp->nd[i0]) break; /* the step is full inside this run: resume here */
     }
     if (m == 0) break;
-    const dsv4i_batch b = {m, e->b_tok, e->b_pos, e->b_slot, e->b_layout, NULL, m, e->b_out,
+    const dsv4i_batch b = {m, dsv4i_plan_bucket(&e->plan, m), e->b_tok, e->b_pos, e->b_slot, e->b_layout, NULL, m, e->b_out,
                            e->b_engram};
     dsv4i_op_end(e, tb, DSV4I_OP_HOST, -1);
     s = dsv4i_engine_run_step(e, &b);
     int64_t t = dsv4i_op_begin(e);
     if (!s) s = e->be->ops->sample(e->be, e->logits, m, e->b_req, sp->row_tok);
     dsv4i_op_end(e, t, DSV4I_OP_SAMPLE, -1);
-    if (!s && T > 0.0f) {
-      if (!sp->row_logits &&
-          !(sp->row_logits = dsv4i_malloc((size_t)sp->cap * (size_t)V * sizeof(float), "verify logits")))
-        s = DSV4_ERR_OUT_OF_MEMORY;
-      t = dsv4i_op_begin(e);
-      if (!s) s = e->be->ops->buf_read(e->be, e->logits, 0, (size_t)m * (size_t)V * sizeof(float),
-                                       sp->row_logits);
-      dsv4i_op_end(e, t, DSV4I_OP_READ, -1);
-    }
     if (s) return fail_rollback(e, s, n);
     t = dsv4i_op_begin(e);
-    for (int32_t r = 0; r < m; r++) {
+    for (int32_t r = 0; !s && r < m; r++) {
       const int32_t i = sp->row_seq[r];
       if (sp->done[i]) continue;
       const int32_t *d = drafts ? drafts + (size_t)i * (size_t)B : NULL;
       const int ur = T > 0.0f && sp->nd[i] > 0 &&
                      rec_matches(&sp->rec[sp->q[i] - e->seqs], ids[i], sp->len0[i], anchors[i], d,
                                  sp->nd[i]);
-      decide(e, i, sp->row_j[r], sp->row_tok[r],
-             sp->row_logits ? sp->row_logits + (size_t)r * (size_t)V : NULL, T, d, ur, next);
+      s = decide(e, i, sp->row_j[r], r, sp->row_tok[r], T, d, ur, next);
     }
-    dsv4i_op_end(e, t, DSV4I_OP_HOST, -1);
+    dsv4i_op_end(e, t, DSV4I_OP_SAMPLE, -1);
+    if (s) return fail_rollback(e, s, n);
   }
   for (int32_t i = 0; i < n; i++)
     if (!sp->done[i]) /* cannot happen: every run ends in its bonus row */
@@ -481,7 +413,9 @@ dsv4_status dsv4i_spec_draft(struct dsv4_engine *e, int32_t n, const int64_t *id
                              const int32_t *anchors, const dsv4i_sampling *smp, int32_t *drafts,
                              float *confidence) {
   const int64_t t0 = dsv4i_now_ns();
-  dsv4_status s = spec_draft(e, n, ids, anchors, smp, drafts, confidence);
+  dsv4_status s = dsv4i_engine_live(e);
+  if (s) return s;
+  s = spec_draft(e, n, ids, anchors, smp, drafts, confidence);
   if (s == DSV4_OK) {
     const int64_t dt = dsv4i_now_ns() - t0;
     e->t.draft_calls++;
@@ -497,6 +431,7 @@ dsv4_status dsv4i_spec_verify(struct dsv4_engine *e, int32_t n, const int64_t *i
                               const int32_t *drafts, const dsv4i_sampling *smp,
                               int32_t *n_accepted, int32_t *next) {
   const int64_t t0 = dsv4i_now_ns();
+  if (dsv4i_engine_live(e)) return DSV4_ERR_DEVICE_LOST;
   dsv4_status s = spec_verify(e, n, ids, anchors, n_drafts, drafts, smp, n_accepted, next);
   if (s == DSV4_OK) {
     const int64_t dt = dsv4i_now_ns() - t0;

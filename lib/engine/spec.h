@@ -1,47 +1,10 @@
 /*
- * Speculative decoding with the model's DSpark head (issue 5; spec §6):
- * draft and verify for a batch of sequences, through the backend's DSpark
- * hooks (engine/backend.h dspark_extend / dspark_draft) and the normal step.
- *
- * Rings. When the model has DSpark stages and the backend implements the
- * hooks, every step of the engine (prefill chunks, decode, verify) also
- * computes main_hidden (the taps of the DSpark target layers) and extends
- * the stages' rings with it for every batch position (e->taps, used by
- * dsv4i_engine_run_step). The rings live in the sequence's backend
- * slot, so fork copies them and slot_truncate rolls them back with the
- * backbone's caches. A sequence can therefore draft at any time after its
- * first position, whatever mix of prefill / decode / verify produced it.
- *
- * Draft (spec §6.1): sequence of length len with anchor a (the token it will
- * take at position len): block [a, noise x (B−1)] at len .. len+B−1 over the
- * rings (positions <= len−1), B drafts for positions len+1 .. len+B, and B
- * confidence logits. Greedy, or sampled at a temperature (the draft's
- * distribution is then kept per sequence for the verify's acceptance ratio).
- *
- * Verify (spec §6.2): the target over [a, d_1 .. d_n] at len .. len+n with
- * the decode layout, every row an output row, in steps of at most
- * min(max_batch_tokens, max_out_rows) tokens (a run may continue in the next
- * step; rows are batch-invariant, so the split changes nothing; a sequence
- * already decided sends no more rows). Accept rule:
- *   greedy  longest prefix with d_k == argmax row k−1, then the target's
- *           token at the first mismatch (or the bonus row n);
- *   T > 0   d_k accepted with probability min(1, p_k(d_k) / q_k(d_k)); on
- *           rejection the token is drawn from norm(max(0, p_k − q_k)); after
- *           n acceptances the bonus token is drawn from p_n exactly as a
- *           decode step would (backend sampler, counter = its position).
- *           q is one-hot for greedy drafts, for drafts not produced by this
- *           engine's last draft of the sequence, and for drafts that differ
- *           from it (always lossless: the drafts are fixed before the verify
- *           draws its noise).
- * Then each sequence keeps 1 + accepted positions; everything the rejected
- * tokens wrote (window and DSpark ring slots, compressor state, compressed
- * and index-key records, Engram history) is rolled back by truncation.
- *
- * Randomness: every draw is a pure function of (sequence seed, position,
- * purpose) — the draft's draws, the acceptance uniforms, the residual draws
- * use separate streams — so results never depend on the batch or its order.
- *
- * Draft state is keyed by sequence id (never by batch row).
+ * Speculative decoding with the model's DSpark head (spec §6): draft and
+ * verify for a batch of sequences through the backend's DSpark entries and the
+ * normal step. Rings follow every step; draft is greedy or sampled; verify
+ * accepts greedily or with the lossless sampled rule and rolls back what the
+ * rejected tokens wrote. Every draw is a pure function of (sequence seed,
+ * position, purpose). The full rules: docs/speculative.md.
  */
 #ifndef DSV4I_ENGINE_SPEC_H
 #define DSV4I_ENGINE_SPEC_H

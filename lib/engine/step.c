@@ -2,42 +2,36 @@
  * Prefill and batched decode: validation, capacity, Engram hashing, batch
  * assembly, the step through the backend, logits read-back and sampling.
  * The order of backend calls is the reference's (spec §5.1-§5.6); see
- * engine/backend.h for the contract.
+ * backend/backend.h for the contract.
  */
 #include <stdlib.h>
 #include <string.h>
 
 #include "engine/engine.h"
 
+/* per-op timing hook of the block-by-block run */
+static const int32_t step_op[] = {[DSV4I_STEP_EMBED] = DSV4I_OP_EMBED,
+                                  [DSV4I_STEP_ENGRAM] = DSV4I_OP_ENGRAM,
+                                  [DSV4I_STEP_BLOCK] = DSV4I_OP_BLOCK,
+                                  [DSV4I_STEP_DSPARK] = DSV4I_OP_DSPARK,
+                                  [DSV4I_STEP_HEAD] = DSV4I_OP_HEAD};
+
+static int64_t hook_begin(void *user) { return dsv4i_op_begin(user); }
+
+static void hook_end(void *user, int64_t t0, int32_t op, int32_t layer) {
+  dsv4i_op_end(user, t0, step_op[op], layer);
+}
+
 dsv4_status dsv4i_engine_run_step(struct dsv4_engine *e, const dsv4i_batch *b) {
-  dsv4i_backend *be = e->be;
-  const dsv4i_backend_ops *o = be->ops;
-  int64_t t = dsv4i_op_begin(e);
-  dsv4_status s = o->set_batch(be, b);
-  if (!s) s = o->embed(be, e->h, e->pre);
-  dsv4i_op_end(e, t, DSV4I_OP_EMBED, -1);
-  for (int32_t L = 0; !s && L < e->cfg->n_layers; L++) {
-    if (e->cfg->layers[L].roles & DSV4_ROLE_ENGRAM) {
-      t = dsv4i_op_begin(e);
-      s = o->engram(be, L, e->h);
-      dsv4i_op_end(e, t, DSV4I_OP_ENGRAM, -1);
-      if (s) break;
-    }
-    t = dsv4i_op_begin(e);
-    s = o->block(be, L, e->h, e->pre, e->taps);
-    dsv4i_op_end(e, t, DSV4I_OP_BLOCK, L);
+  const dsv4i_step_io io = {b, e->h, e->pre, e->taps, e->logits};
+  dsv4_status s;
+  if (e->args.flags & DSV4I_ENGINE_F_OP_TIMINGS) { /* block by block, synced after each op */
+    const dsv4i_step_hook hook = {hook_begin, hook_end, e};
+    s = dsv4i_backend_run_blocks(e->be, &io, &hook);
+  } else {
+    s = e->be->ops->run(e->be, &io);
   }
-  if (!s && e->taps.impl && o->dspark_extend) { /* DSpark rings follow every position */
-    t = dsv4i_op_begin(e);
-    s = o->dspark_extend(be, e->taps);
-    dsv4i_op_end(e, t, DSV4I_OP_DSPARK, -1);
-  }
-  if (!s && b->n_out > 0) {
-    t = dsv4i_op_begin(e);
-    s = o->head(be, e->h, e->pre, e->logits);
-    dsv4i_op_end(e, t, DSV4I_OP_HEAD, -1);
-  }
-  return s;
+  return dsv4i_engine_note(e, s);
 }
 
 /* Undo an abandoned step of one sequence, keeping the step's error message. */
@@ -100,7 +94,7 @@ dsv4_status dsv4i_engine_prefill(struct dsv4_engine *e, int64_t id, const int32_
                                  int32_t *sampled) {
   const int64_t t0 = dsv4i_now_ns();
   dsv4_status s;
-  dsv4i_seq *q = dsv4i_seq_find(e, id, &s);
+  dsv4i_seq *q = dsv4i_seq_find(e, id, &s); /* DSV4_ERR_DEVICE_LOST when sticky-failed */
   if (!q) return s;
   if (n <= 0) return dsv4i_error(DSV4_ERR_INVALID_ARG, "prefill: empty prompt (n = %lld)", (long long)n);
   const int64_t len0 = q->len;
@@ -128,7 +122,7 @@ dsv4_status dsv4i_engine_prefill(struct dsv4_engine *e, int64_t id, const int32_
       e->b_layout[i] = dsv4i_layout_prefill(target, e->cfg->window_size);
     }
     if (e->b_engram) engram_ids(e, q, len0 + c0, len0 + c0 + m, e->b_engram);
-    dsv4i_batch b = {m, e->b_tok, e->b_pos, e->b_slot, e->b_layout, NULL, 0, e->b_out,
+    dsv4i_batch b = {m, dsv4i_plan_bucket(&e->plan, m), e->b_tok, e->b_pos, e->b_slot, e->b_layout, NULL, 0, e->b_out,
                      e->b_engram};
     if (want && c0 + m == n) {
       b.n_out = 1;
@@ -183,6 +177,8 @@ dsv4_status dsv4i_engine_decode(struct dsv4_engine *e, int32_t n, const int64_t 
                                 const int32_t *tokens, const dsv4i_sampling *smp,
                                 float *logits, int32_t *sampled) {
   const int64_t t0 = dsv4i_now_ns();
+  dsv4_status sl = dsv4i_engine_live(e);
+  if (sl) return sl;
   if (n < 1 || n > e->plan.max_out_rows)
     return dsv4i_error(DSV4_ERR_INVALID_ARG, "decode: %d sequences; the engine takes 1..%d",
                        (int)n, (int)e->plan.max_out_rows);
@@ -216,7 +212,7 @@ dsv4_status dsv4i_engine_decode(struct dsv4_engine *e, int32_t n, const int64_t 
     if (e->b_engram) engram_ids(e, qs[i], lens[i], lens[i] + 1,
                                 e->b_engram + (size_t)i * (size_t)e->n_engram_cols);
   }
-  dsv4i_batch b = {n, e->b_tok, e->b_pos, e->b_slot, e->b_layout, NULL, want ? n : 0, e->b_out,
+  dsv4i_batch b = {n, dsv4i_plan_bucket(&e->plan, n), e->b_tok, e->b_pos, e->b_slot, e->b_layout, NULL, want ? n : 0, e->b_out,
                    e->b_engram};
   dsv4i_op_end(e, th, DSV4I_OP_HOST, -1);
   if ((s = dsv4i_engine_run_step(e, &b))) {

@@ -1,5 +1,5 @@
 /*
- * Step and per-op timings (issue 6: exposed through dsv4_engine_get_timings).
+ * Step and per-op timings (exposed through dsv4_engine_get_timings).
  * Per-op timing syncs the backend after each op so device backends report
  * real durations; it is off unless DSV4_ENGINE_F_OP_TIMINGS is set.
  */

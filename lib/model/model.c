@@ -3,7 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "model/model.h"
+#include "model/model_impl.h"
 
 static const char *comp_bytes(const dsv4i_contract *c, char *buf, size_t cap) {
   uint64_t by[DSV4_COMP_COUNT_V0_1] = {0};
@@ -70,7 +70,15 @@ static dsv4_status open_all(struct dsv4_model *m) {
     if ((s = dsv4i_contract_check(&m->contract, &m->ckpt, m->dir))) return s;
     if ((s = check_alignment(m))) return s;
   }
-  return map_shards(m);
+  if ((s = map_shards(m))) return s;
+  if ((s = dsv4i_weights_build(&m->cfg, &m->contract, &m->weights))) return s;
+  if (!(m->flags & DSV4_MODEL_F_CONFIG_ONLY))
+    for (size_t i = 0; i < m->weights.n; i++) { /* contract index == checkpoint entry index */
+      dsv4i_weight *w = &m->weights.w[i];
+      w->data = dsv4i_checkpoint_data(&m->ckpt, &m->ckpt.entries[w->spec_index]);
+      if (w->scale_spec) w->scale = dsv4i_checkpoint_data(&m->ckpt, &m->ckpt.entries[w->scale_index]);
+    }
+  return DSV4_OK;
 }
 
 dsv4_status dsv4i_model_open(const char *dir, uint32_t flags, const dsv4i_logger *lg,
@@ -100,6 +108,7 @@ dsv4_status dsv4i_model_open(const char *dir, uint32_t flags, const dsv4i_logger
 void dsv4i_model_close(struct dsv4_model *m) {
   if (!m) return;
   dsv4i_checkpoint_close(&m->ckpt);
+  dsv4i_weights_free(&m->weights);
   dsv4i_contract_free(&m->contract);
   free(m->shard_of);
   free(m->last_error);
@@ -107,13 +116,12 @@ void dsv4i_model_close(struct dsv4_model *m) {
   free(m);
 }
 
-const dsv4i_tensor_spec *dsv4i_model_tensor(const struct dsv4_model *m, const char *name,
-                                            const void **data) {
-  const dsv4i_tensor_spec *t = dsv4i_contract_find(&m->contract, name);
-  if (data) {
-    *data = NULL;
-    if (t && !(m->flags & DSV4_MODEL_F_CONFIG_ONLY))
-      *data = dsv4i_checkpoint_data(&m->ckpt, &m->ckpt.entries[t - m->contract.specs]);
-  }
-  return t;
+const dsv4i_config *dsv4i_model_config(const struct dsv4_model *m) { return &m->cfg; }
+const dsv4i_contract *dsv4i_model_contract(const struct dsv4_model *m) { return &m->contract; }
+const dsv4i_weights *dsv4i_model_weights(const struct dsv4_model *m) { return &m->weights; }
+const char *dsv4i_model_dir(const struct dsv4_model *m) { return m->dir; }
+uint32_t dsv4i_model_flags(const struct dsv4_model *m) { return m->flags; }
+char *dsv4i_model_error_slot(const struct dsv4_model *m) { return m->last_error; }
+int32_t dsv4i_model_shard_of(const struct dsv4_model *m, size_t i) {
+  return i < m->contract.n ? m->shard_of[i] : -1;
 }

@@ -1,26 +1,18 @@
 /*
  * The loaded model behind the public dsv4_model handle: parsed config and
  * role table, tensor contract, and (unless config-only) the mmapped
- * checkpoint whose tensor set equals the contract. The engine reads
- * weights through dsv4i_model_tensor().
+ * checkpoint whose tensor set equals the contract, and the weight table
+ * (weights.h) over it. Everything outside lib/model reads a model through the
+ * accessors below and weights by role (dsv4i_model_weight).
  */
 #ifndef DSV4I_MODEL_H
 #define DSV4I_MODEL_H
 
 #include "base/base.h"
-#include "io/safetensors.h"
 #include "model/config.h"
+#include "model/weights.h"
 
-struct dsv4_model {
-  char *dir;                 /* the checkpoint directory as given */
-  uint32_t flags;            /* DSV4_MODEL_F_* */
-  dsv4i_logger log;          /* per-handle sink (fn NULL: global) */
-  dsv4i_config cfg;
-  dsv4i_contract contract;   /* sorted by name: the tensor table */
-  dsv4i_checkpoint ckpt;     /* zeroed with DSV4_MODEL_F_CONFIG_ONLY */
-  int32_t *shard_of;         /* [contract.n] shard of tensor i, -1 when config-only */
-  char *last_error;          /* [DSV4I_ERROR_CAP] message of the last failed call on the handle */
-};
+struct dsv4_model; /* opaque outside lib/model (model_impl.h) */
 
 /**
  * Load a checkpoint directory: config.json (parse, validate, roles), the
@@ -37,12 +29,29 @@ dsv4_status dsv4i_model_open(const char *dir, uint32_t flags, const dsv4i_logger
 /** Unmap and free everything. NULL is a no-op. */
 void dsv4i_model_close(struct dsv4_model *m);
 
+/** Parsed config with roles. */
+const dsv4i_config *dsv4i_model_config(const struct dsv4_model *m);
+/** The tensor contract (sorted by name). */
+const dsv4i_contract *dsv4i_model_contract(const struct dsv4_model *m);
+/** The weight table. */
+const dsv4i_weights *dsv4i_model_weights(const struct dsv4_model *m);
+/** The checkpoint directory as given. */
+const char *dsv4i_model_dir(const struct dsv4_model *m);
+/** DSV4_MODEL_F_* flags of the load. */
+uint32_t dsv4i_model_flags(const struct dsv4_model *m);
+/** The handle's last-error slot, char [DSV4I_ERROR_CAP]. */
+char *dsv4i_model_error_slot(const struct dsv4_model *m);
+/** Shard of contract tensor i, -1 when config-only. */
+int32_t dsv4i_model_shard_of(const struct dsv4_model *m, size_t i);
+
 /**
- * A tensor by checkpoint name: its contract entry, and its bytes in the
- * mapping (NULL for a config-only model). Returns NULL (no error recorded)
- * when the contract has no such tensor.
+ * A weight by role with its data, checked (dsv4i_weights_get on the model's table).
+ * @return DSV4_OK; DSV4_ERR_NOT_FOUND; DSV4_ERR_WEIGHTS. *out NULL on failure.
  */
-const dsv4i_tensor_spec *dsv4i_model_tensor(const struct dsv4_model *m, const char *name,
-                                            const void **data);
+static inline dsv4_status dsv4i_model_weight(const struct dsv4_model *m, int32_t role,
+                                             int32_t layer, int32_t expert, int32_t dtype,
+                                             int64_t n_elems, const dsv4i_weight **out) {
+  return dsv4i_weights_get(dsv4i_model_weights(m), role, layer, expert, dtype, n_elems, out);
+}
 
 #endif /* DSV4I_MODEL_H */

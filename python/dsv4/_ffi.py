@@ -47,7 +47,12 @@ class ModelInfo(Structure):
         "rope_head_dim", "n_routed_experts", "n_experts_per_tok", "sliding_window", "hc_mult",
         "bos_token_id", "eos_token_id", "pad_token_id", "image_token_id",
         "dspark_noise_token_id", "dspark_block_size", "reserved0")] + [
-        ("max_position_embeddings", c_int64), ("n_tensors", c_int64), ("payload_bytes", c_int64)]
+        ("max_position_embeddings", c_int64), ("n_tensors", c_int64), ("payload_bytes", c_int64)] + [
+        (n, c_int32) for n in (
+        "index_n_heads", "index_head_dim", "index_topk", "engram_cols", "engram_head_dim",
+        "n_engram_layers", "dspark_n_routed_experts", "dspark_n_experts_per_tok",
+        "window_record_bytes", "compressed_record_bytes", "index_key_record_bytes",
+        "compressor_state_record_bytes")]
 
 
 class LayerInfo(Structure):

@@ -18,13 +18,14 @@
 #include "io/safetensors.h"
 #include "model/config.h"
 #include "model/formats.h"
+#include "model/model.h"
 
 #define BFX_MAX DSV4I_MAX_LIST
 
 typedef struct bfx {
   const char *name;
   dsv4i_config cfg;
-  dsv4i_checkpoint ck;
+  struct dsv4_model *m;                  /* the fixture as a model: weights by role */
   dsv4i_st_file g;
   int64_t T;                             /* prompt (b) length */
   dsv4i_attn_layer attn[BFX_MAX];
@@ -40,13 +41,11 @@ typedef struct bfx {
   uint16_t *ax[BFX_MAX];                 /* attention inputs [T][dim] (bfx_attn_inputs) */
 } bfx;
 
-static const void *bfx_tensor(const bfx *f, const char *name, int32_t dtype, int64_t n) {
-  const dsv4i_ckpt_entry *e = dsv4i_checkpoint_find(&f->ck, name);
-  if (!e) fail_msg("%s: tensor %s absent", f->name, name);
-  int64_t cnt = 1;
-  for (int32_t i = 0; i < e->t->ndim; i++) cnt *= e->t->shape[i];
-  if (e->t->dtype != dtype || cnt != n) fail_msg("%s: tensor %s dtype/size", f->name, name);
-  return dsv4i_checkpoint_data(&f->ck, e);
+static const void *bfx_tensor(const bfx *f, int32_t role, int32_t layer, int32_t dtype, int64_t n) {
+  const dsv4i_weight *w;
+  if (dsv4i_model_weight(f->m, role, layer, -1, dtype, n, &w) != DSV4_OK)
+    fail_msg("%s: %s", f->name, dsv4i_error_message());
+  return w->data;
 }
 
 static const void *bfx_golden(const bfx *f, const char *name, int32_t dtype, int64_t n) {
@@ -57,32 +56,30 @@ static const void *bfx_golden(const bfx *f, const char *name, int32_t dtype, int
   return dsv4i_st_data(&f->g, t);
 }
 
-static void bfx_view(const bfx *f, const char *name, dsv4i_wview *w) {
-  if (dsv4i_wview_from_checkpoint(&f->ck, name, w) != DSV4_OK)
-    fail_msg("%s: %s", name, dsv4i_error_message());
+static void bfx_view(const bfx *f, int32_t role, int32_t layer, int32_t expert, dsv4i_wview *v) {
+  const dsv4i_weight *w;
+  if (dsv4i_model_weight(f->m, role, layer, expert, -1, -1, &w) != DSV4_OK ||
+      dsv4i_wview_from_weight(w, v) != DSV4_OK)
+    fail_msg("%s: %s", f->name, dsv4i_error_message());
 }
 
-/* weights of backbone block L, or of DSpark stage L - n_layers ("mtp.S.") */
+/* weights of backbone block L, or of DSpark stage L - n_layers */
 static void bfx_load_block(bfx *f, int32_t L) {
   const dsv4i_config *c = &f->cfg;
   const int64_t hc = c->hc_mult, nm = (2 + hc) * hc;
   const int dsp = L >= c->n_layers;
-  char b[160], px[32];
-  snprintf(px, sizeof px, dsp ? "mtp.%d" : "layers.%d", (int)(dsp ? L - c->n_layers : L));
-  static const char *part[2] = {"attn", "ffn"}, *wn[3] = {"w1", "w2", "w3"};
+  static const int32_t fn[2] = {DSV4I_W_HC_ATTN_FN, DSV4I_W_HC_FFN_FN};
+  static const int32_t sc[2] = {DSV4I_W_HC_ATTN_SCALE, DSV4I_W_HC_FFN_SCALE};
+  static const int32_t ba[2] = {DSV4I_W_HC_ATTN_BASE, DSV4I_W_HC_FFN_BASE};
+  static const int32_t wr[3] = {DSV4I_W_EXPERT_W1, DSV4I_W_EXPERT_W2, DSV4I_W_EXPERT_W3};
   for (int i = 0; i < 2; i++) {
-    snprintf(b, sizeof b, "%s.hc_%s_fn", px, part[i]);
-    f->hc_fn[L][i] = bfx_tensor(f, b, DSV4_DTYPE_F32, nm * hc * c->dim);
-    snprintf(b, sizeof b, "%s.hc_%s_scale", px, part[i]);
-    f->hc_scale[L][i] = bfx_tensor(f, b, DSV4_DTYPE_F32, 3);
-    snprintf(b, sizeof b, "%s.hc_%s_base", px, part[i]);
-    f->hc_base[L][i] = bfx_tensor(f, b, DSV4_DTYPE_F32, nm);
+    f->hc_fn[L][i] = bfx_tensor(f, fn[i], L, DSV4_DTYPE_F32, nm * hc * c->dim);
+    f->hc_scale[L][i] = bfx_tensor(f, sc[i], L, DSV4_DTYPE_F32, 3);
+    f->hc_base[L][i] = bfx_tensor(f, ba[i], L, DSV4_DTYPE_F32, nm);
   }
-  snprintf(b, sizeof b, "%s.attn_norm.weight", px);
-  f->attn_norm[L] = bfx_tensor(f, b, DSV4_DTYPE_BF16, c->dim);
-  snprintf(b, sizeof b, "%s.ffn_norm.weight", px);
-  f->ffn_norm[L] = bfx_tensor(f, b, DSV4_DTYPE_BF16, c->dim);
-  if (dsv4i_attn_layer_load(&f->ck, c, L, &f->attn[L]) != DSV4_OK)
+  f->attn_norm[L] = bfx_tensor(f, DSV4I_W_ATTN_NORM, L, DSV4_DTYPE_BF16, c->dim);
+  f->ffn_norm[L] = bfx_tensor(f, DSV4I_W_FFN_NORM, L, DSV4_DTYPE_BF16, c->dim);
+  if (dsv4i_attn_layer_load(dsv4i_model_weights(f->m), c, L, &f->attn[L]) != DSV4_OK)
     fail_msg("attention layer %d: %s", (int)L, dsv4i_error_message());
   dsv4i_moe *m = &f->moe[L];
   memset(m, 0, sizeof *m);
@@ -93,25 +90,18 @@ static void bfx_load_block(bfx *f, int32_t L) {
   m->route_scale = c->route_scale;
   m->swiglu_limit = c->swiglu_limit;
   m->norm_topk_prob = c->norm_topk_prob;
-  snprintf(b, sizeof b, "%s.ffn.gate.weight", px);
-  bfx_view(f, b, &m->gate);
-  snprintf(b, sizeof b, "%s.ffn.gate.bias", px);
-  m->bias = bfx_tensor(f, b, DSV4_DTYPE_F32, m->n_experts);
+  bfx_view(f, DSV4I_W_GATE, L, -1, &m->gate);
+  m->bias = bfx_tensor(f, DSV4I_W_GATE_BIAS, L, DSV4_DTYPE_F32, m->n_experts);
   f->ex[L] = calloc(3 * (size_t)m->n_experts, sizeof(dsv4i_wview));
   for (int32_t e = 0; e < m->n_experts; e++)
-    for (int j = 0; j < 3; j++) {
-      snprintf(b, sizeof b, "%s.ffn.experts.%d.%s.weight", px, (int)e, wn[j]);
-      bfx_view(f, b, &f->ex[L][(size_t)j * m->n_experts + e]);
-    }
+    for (int j = 0; j < 3; j++) bfx_view(f, wr[j], L, e, &f->ex[L][(size_t)j * m->n_experts + e]);
   m->w1 = f->ex[L];
   m->w2 = f->ex[L] + m->n_experts;
   m->w3 = f->ex[L] + 2 * m->n_experts;
   m->has_shared = 1;
-  dsv4i_wview *sw[3] = {&m->sw1, &m->sw2, &m->sw3};
-  for (int j = 0; j < 3; j++) {
-    snprintf(b, sizeof b, "%s.ffn.shared_experts.%s.weight", px, wn[j]);
-    bfx_view(f, b, sw[j]);
-  }
+  bfx_view(f, DSV4I_W_SHARED_W1, L, -1, &m->sw1);
+  bfx_view(f, DSV4I_W_SHARED_W2, L, -1, &m->sw2);
+  bfx_view(f, DSV4I_W_SHARED_W3, L, -1, &m->sw3);
 }
 
 static void bfx_open(bfx *f, const char *name) {
@@ -119,9 +109,8 @@ static void bfx_open(bfx *f, const char *name) {
   f->name = name;
   char dir[4096], p[4200];
   snprintf(dir, sizeof dir, "%s", tu_fixture_or_skip(name));
-  snprintf(p, sizeof p, "%s/config.json", dir);
-  assert_int_equal(dsv4i_config_load(p, &f->cfg), DSV4_OK);
-  assert_int_equal(dsv4i_checkpoint_open(dir, &f->ck), DSV4_OK);
+  assert_int_equal(dsv4i_model_open(dir, 0, NULL, &f->m), DSV4_OK);
+  f->cfg = *dsv4i_model_config(f->m);
   snprintf(p, sizeof p, "%s/golden.safetensors", dir);
   assert_int_equal(dsv4i_st_open(p, &f->g), DSV4_OK);
   const dsv4i_config *c = &f->cfg;
@@ -134,10 +123,10 @@ static void bfx_open(bfx *f, const char *name) {
   f->block_out = bfx_golden(f, "b.block_out", DSV4_DTYPE_F32, c->n_layers * ns);
   f->block_pre = bfx_golden(f, "b.block_pre", DSV4_DTYPE_F32, c->n_layers * f->T * c->hc_mult);
   f->engram_out = bfx_golden(f, "b.engram_out", DSV4_DTYPE_F32, c->n_engram * ns);
-  f->embed = bfx_tensor(f, "embed.weight", DSV4_DTYPE_BF16, (int64_t)c->vocab_size * c->dim);
+  f->embed = bfx_tensor(f, DSV4I_W_EMBED, -1, DSV4_DTYPE_BF16, (int64_t)c->vocab_size * c->dim);
   for (int32_t L = 0; L < c->n_total_layers; L++) bfx_load_block(f, L);
   for (int32_t s = 0; s < c->n_engram; s++)
-    assert_int_equal(dsv4i_engram_layer_from_checkpoint(&f->ck, c, s, &f->eng[s]), DSV4_OK);
+    assert_int_equal(dsv4i_engram_layer_load(dsv4i_model_weights(f->m), c, s, &f->eng[s]), DSV4_OK);
   assert_int_equal(dsv4i_kv_layout_init(c, 0, 4096, &f->lay), DSV4_OK);
   assert_int_equal(dsv4i_kv_pool_create(4096, 4096, &f->pool), DSV4_OK);
 }
@@ -151,7 +140,7 @@ static void bfx_close(bfx *f) {
   assert_int_equal(dsv4i_kv_pool_free_pages(f->pool), dsv4i_kv_pool_n_pages(f->pool));
   dsv4i_kv_pool_free(f->pool);
   dsv4i_st_close(&f->g);
-  dsv4i_checkpoint_close(&f->ck);
+  dsv4i_model_close(f->m);
 }
 
 static dsv4i_kv_seq *bfx_seq(bfx *f) {

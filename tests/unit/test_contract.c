@@ -11,6 +11,7 @@
 
 #include "io/safetensors.h"
 #include "model/config.h"
+#include "model/weights.h"
 #include "test_util.h"
 
 static void load_release(dsv4i_config *c, dsv4i_contract *k) {
@@ -338,10 +339,78 @@ static void contract_overflow_is_an_error(void **state) {
   assert_int_equal(k.n, 0);
 }
 
+/* The weight table of the release: every contract tensor in exactly one entry (a
+ * scale with its weight), keys unique, the TP split rules and placements of design §6. */
+static void release_weight_table(void **state) {
+  (void)state;
+  dsv4i_config c;
+  dsv4i_contract k;
+  load_release(&c, &k);
+  dsv4i_weights wt;
+  assert_int_equal(dsv4i_weights_build(&c, &k, &wt), DSV4_OK);
+  uint8_t *seen = calloc(k.n, 1);
+  assert_non_null(seen);
+  uint64_t bytes = 0;
+  for (size_t i = 0; i < wt.n; i++) {
+    const dsv4i_weight *w = &wt.w[i];
+    assert_int_equal(seen[w->spec_index]++, 0);
+    bytes += w->nbytes + w->scale_nbytes;
+    if (w->scale_spec) assert_int_equal(seen[w->scale_index]++, 0);
+    if (i > 0) { /* sorted, unique keys */
+      const dsv4i_weight *p = &wt.w[i - 1];
+      assert_true(p->role < w->role || (p->role == w->role && (p->layer < w->layer ||
+                  (p->layer == w->layer && p->expert < w->expert))));
+    }
+    assert_ptr_equal(dsv4i_weights_find(&wt, w->role, w->layer, w->expert), w);
+  }
+  for (size_t i = 0; i < k.n; i++) assert_int_equal(seen[i], 1);
+  assert_int_equal(bytes, k.payload_bytes);
+  /* roles, layers, experts, split rules, placements */
+  const int32_t L = c.n_layers, S0 = c.n_layers; /* DSpark stage 0 is layer n_layers */
+  const dsv4i_weight *w = dsv4i_weights_find(&wt, DSV4I_W_EXPERT_W2, 7, 383);
+  assert_non_null(w);
+  assert_string_equal(dsv4i_weight_name(w), "layers.7.ffn.experts.383.w2.weight");
+  assert_int_equal(w->split, DSV4I_SPLIT_COLS);
+  assert_int_equal(w->placement, DSV4I_PLACE_LAYER);
+  assert_int_equal(w->dtype, DSV4_DTYPE_I8);
+  assert_string_equal(w->scale_spec->name, "layers.7.ffn.experts.383.w2.scale");
+  w = dsv4i_weights_find(&wt, DSV4I_W_ATTN_WQ_B, S0 + 2, -1);
+  assert_non_null(w);
+  assert_string_equal(dsv4i_weight_name(w), "mtp.2.attn.wq_b.weight");
+  assert_int_equal(w->split, DSV4I_SPLIT_ROWS);
+  assert_int_equal(w->placement, DSV4I_PLACE_DSPARK);
+  assert_int_equal(dsv4i_weights_find(&wt, DSV4I_W_ATTN_WO_B, 0, -1)->split, DSV4I_SPLIT_COLS);
+  assert_int_equal(dsv4i_weights_find(&wt, DSV4I_W_ATTN_WKV, 0, -1)->split, DSV4I_SPLIT_NONE);
+  assert_int_equal(dsv4i_weights_find(&wt, DSV4I_W_EMBED, -1, -1)->placement, DSV4I_PLACE_INPUT);
+  assert_int_equal(dsv4i_weights_find(&wt, DSV4I_W_HEAD, -1, -1)->split, DSV4I_SPLIT_ROWS);
+  assert_int_equal(dsv4i_weights_find(&wt, DSV4I_W_NORM, -1, -1)->placement, DSV4I_PLACE_OUTPUT);
+  const int32_t eng = c.engram_layers[0];
+  w = dsv4i_weights_find(&wt, DSV4I_W_ENGRAM_EMBED, eng, -1);
+  assert_non_null(w);
+  assert_int_equal(w->split, DSV4I_SPLIT_ENGRAM);
+  assert_non_null(w->scale_spec);
+  assert_string_equal(dsv4i_weight_name(dsv4i_weights_find(&wt, DSV4I_W_DSPARK_NORM,
+                                                           S0 + c.n_mtp_layers - 1, -1)),
+                      "mtp.2.norm.weight");
+  assert_null(dsv4i_weights_find(&wt, DSV4I_W_ATTN_WQ_A, L + c.n_mtp_layers, -1));
+  assert_null(dsv4i_weights_find(&wt, DSV4I_W_EXPERT_W1, 0, c.n_routed_experts));
+  /* the checked getter: a config-only table has no data */
+  const dsv4i_weight *got;
+  dsv4i_error_clear();
+  assert_int_equal(dsv4i_weights_get(&wt, DSV4I_W_EMBED, -1, -1, -1, -1, &got), DSV4_ERR_NOT_FOUND);
+  assert_non_null(strstr(dsv4i_error_message(), "embed.weight"));
+  assert_null(got);
+  assert_int_equal(dsv4i_weights_get(&wt, DSV4I_W_GATE_BIAS, 99, -1, -1, -1, &got), DSV4_ERR_NOT_FOUND);
+  free(seen);
+  dsv4i_weights_free(&wt);
+  dsv4i_contract_free(&k);
+}
+
 int tu_run_suite(void) {
   const struct CMUnitTest tests[] = {
     cmocka_unit_test(release_totals),
     cmocka_unit_test(release_shapes),
+    cmocka_unit_test(release_weight_table),
     cmocka_unit_test(component_rules),
     cmocka_unit_test(contract_overflow_is_an_error),
     cmocka_unit_test(fixtures_equal_their_contract),

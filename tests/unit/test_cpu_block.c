@@ -337,8 +337,8 @@ static void dspark_prefill(const char *name, int chaotic) {
   for (int32_t j = 0; j < nt * dim; j++)
     assert_float_equal(dsv4i_bf16_to_f32(mh[(size_t)(T - 1) * nt * dim + j]), gmh[j], 0);
   dsv4i_wview mp;
-  bfx_view(&f, "mtp.0.main_proj.weight", &mp);
-  const uint16_t *mnorm = bfx_tensor(&f, "mtp.0.main_norm.weight", DSV4_DTYPE_BF16, dim);
+  bfx_view(&f, DSV4I_W_DSPARK_MAIN_PROJ, nl, -1, &mp);
+  const uint16_t *mnorm = bfx_tensor(&f, DSV4I_W_DSPARK_MAIN_NORM, nl, DSV4_DTYPE_BF16, dim);
   assert_int_equal(dsv4i_cpu_linear(&mp, T, mh, (int64_t)nt * dim, mx, dim), DSV4_OK);
   assert_int_equal(dsv4i_cpu_rmsnorm(T, dim, mx, dim, mnorm, c->norm_eps, mx, dim), DSV4_OK);
   dsv4i_kv_seq *s = bfx_seq(&f);
@@ -367,11 +367,10 @@ static void dspark_prefill(const char *name, int chaotic) {
     memcpy(h, ho, (size_t)B * hc * dim * 2);
     memcpy(pre, preo, (size_t)B * hc * 4);
   }
-  char nm[64];
-  snprintf(nm, sizeof nm, "mtp.%d.norm.weight", (int)(c->n_mtp_layers - 1));
-  const uint16_t *fnorm = bfx_tensor(&f, nm, DSV4_DTYPE_BF16, dim);
+  const uint16_t *fnorm =
+      bfx_tensor(&f, DSV4I_W_DSPARK_NORM, nl + c->n_mtp_layers - 1, DSV4_DTYPE_BF16, dim);
   dsv4i_wview head;
-  bfx_view(&f, "head.weight", &head);
+  bfx_view(&f, DSV4I_W_HEAD, -1, -1, &head);
   float *lg = malloc((size_t)B * V * 4);
   assert_int_equal(dsv4i_cpu_head(B, hc, dim, h, pre, fnorm, c->norm_eps, &head, lg, NULL), DSV4_OK);
   const float *want = bfx_golden(&f, "dspark.prefill.base_logits", DSV4_DTYPE_F32, (int64_t)B * V);

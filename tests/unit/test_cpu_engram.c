@@ -31,6 +31,7 @@
 #include "test_util.h"
 #include "cpu/cpu_ops.h"
 #include "cpu/engram.h"
+#include "model/model.h"
 #include "io/safetensors.h"
 #include "model/config.h"
 #include "model/formats.h"
@@ -54,7 +55,8 @@ static uint16_t f2bf_exact(float f) {
 typedef struct fx {
   const char *name;
   dsv4i_config cfg;
-  dsv4i_checkpoint ck;
+  struct dsv4_model *m;
+  const dsv4i_weights *wt;
   dsv4i_st_file g;
   int64_t n_tok;
   const int64_t *ids;      /* [n_tok][n_engram][n_cols] */
@@ -76,9 +78,9 @@ static void fx_open(fx *f, const char *name) {
   const char *root = tu_fixture_or_skip(name);
   char dir[4096], p[4200];
   snprintf(dir, sizeof dir, "%s", root);
-  snprintf(p, sizeof p, "%s/config.json", dir);
-  assert_int_equal(dsv4i_config_load(p, &f->cfg), DSV4_OK);
-  assert_int_equal(dsv4i_checkpoint_open(dir, &f->ck), DSV4_OK);
+  assert_int_equal(dsv4i_model_open(dir, 0, NULL, &f->m), DSV4_OK);
+  f->cfg = *dsv4i_model_config(f->m);
+  f->wt = dsv4i_model_weights(f->m);
   snprintf(p, sizeof p, "%s/golden.safetensors", dir);
   assert_int_equal(dsv4i_st_open(p, &f->g), DSV4_OK);
   const dsv4i_st_tensor *t = dsv4i_st_find(&f->g, "b.input_ids");
@@ -95,7 +97,7 @@ static void fx_open(fx *f, const char *name) {
 
 static void fx_close(fx *f) {
   dsv4i_st_close(&f->g);
-  dsv4i_checkpoint_close(&f->ck);
+  dsv4i_model_close(f->m);
 }
 
 static size_t stream_len(const fx *f) {
@@ -157,7 +159,7 @@ static void check_fixture(const char *name, int chaotic) {
   assert_true(f.cfg.n_engram >= 1);
   for (int32_t slot = 0; slot < f.cfg.n_engram; slot++) {
     dsv4i_engram_layer e;
-    assert_int_equal(dsv4i_engram_layer_from_checkpoint(&f.ck, &f.cfg, slot, &e), DSV4_OK);
+    assert_int_equal(dsv4i_engram_layer_load(f.wt, &f.cfg, slot, &e), DSV4_OK);
     assert_int_equal(e.rows, f.cfg.engram_num_embeddings[slot]);
     int64_t ld;
     const int64_t *ids = slot_ids(&f, slot, &e, &ld);
@@ -200,7 +202,7 @@ static void threads_and_batching_invariant(void **state) {
   const size_t n = stream_len(&f), per_tok = (size_t)f.cfg.hc_mult * (size_t)f.cfg.dim;
   for (int32_t slot = 0; slot < f.cfg.n_engram; slot++) {
     dsv4i_engram_layer e;
-    assert_int_equal(dsv4i_engram_layer_from_checkpoint(&f.ck, &f.cfg, slot, &e), DSV4_OK);
+    assert_int_equal(dsv4i_engram_layer_load(f.wt, &f.cfg, slot, &e), DSV4_OK);
     int64_t ld;
     const int64_t *ids = slot_ids(&f, slot, &e, &ld);
     uint16_t *ref = stream_in(&f, slot);
@@ -262,7 +264,7 @@ static void image_positions_unchanged(void **state) {
   const size_t n = stream_len(&f), per_tok = (size_t)f.cfg.hc_mult * (size_t)f.cfg.dim;
   const int32_t slot = 1;
   dsv4i_engram_layer e;
-  assert_int_equal(dsv4i_engram_layer_from_checkpoint(&f.ck, &f.cfg, slot, &e), DSV4_OK);
+  assert_int_equal(dsv4i_engram_layer_load(f.wt, &f.cfg, slot, &e), DSV4_OK);
   int64_t ld;
   const int64_t *gids = slot_ids(&f, slot, &e, &ld);
   /* private copy of the ids: image tokens get ids that must not be read */
@@ -318,7 +320,7 @@ static void bad_ids_and_arguments(void **state) {
   const size_t n = stream_len(&f);
   const int32_t slot = 0;
   dsv4i_engram_layer e;
-  assert_int_equal(dsv4i_engram_layer_from_checkpoint(&f.ck, &f.cfg, slot, &e), DSV4_OK);
+  assert_int_equal(dsv4i_engram_layer_load(f.wt, &f.cfg, slot, &e), DSV4_OK);
   int64_t ld;
   const int64_t *gids = slot_ids(&f, slot, &e, &ld);
   int64_t *ids = malloc((size_t)(f.n_tok * ld) * sizeof *ids);
@@ -483,31 +485,31 @@ static void torch_exp(void **state) {
 
 /* ---- 6. layer description ---------------------------------------------------- */
 
-static void layer_from_checkpoint_errors(void **state) {
+static void layer_load_errors(void **state) {
   (void)state;
   fx f;
   fx_open(&f, "tiny-v41-a");
   dsv4i_engram_layer e;
-  assert_int_equal(dsv4i_engram_layer_from_checkpoint(&f.ck, &f.cfg, -1, &e),
+  assert_int_equal(dsv4i_engram_layer_load(f.wt, &f.cfg, -1, &e),
                    DSV4_ERR_INVALID_ARG);
-  assert_int_equal(dsv4i_engram_layer_from_checkpoint(&f.ck, &f.cfg, f.cfg.n_engram, &e),
+  assert_int_equal(dsv4i_engram_layer_load(f.wt, &f.cfg, f.cfg.n_engram, &e),
                    DSV4_ERR_INVALID_ARG);
-  assert_int_equal(dsv4i_engram_layer_from_checkpoint(NULL, &f.cfg, 0, &e), DSV4_ERR_INVALID_ARG);
-  assert_int_equal(dsv4i_engram_layer_from_checkpoint(&f.ck, &f.cfg, 0, NULL),
+  assert_int_equal(dsv4i_engram_layer_load(NULL, &f.cfg, 0, &e), DSV4_ERR_INVALID_ARG);
+  assert_int_equal(dsv4i_engram_layer_load(f.wt, &f.cfg, 0, NULL),
                    DSV4_ERR_INVALID_ARG);
   /* a config that disagrees with the checkpoint */
   dsv4i_config c = f.cfg;
   c.engram_num_embeddings[0] += 1;
   dsv4i_error_clear();
-  assert_int_equal(dsv4i_engram_layer_from_checkpoint(&f.ck, &c, 0, &e), DSV4_ERR_WEIGHTS);
+  assert_int_equal(dsv4i_engram_layer_load(f.wt, &c, 0, &e), DSV4_ERR_WEIGHTS);
   assert_non_null(strstr(dsv4i_error_message(), "embed.weight"));
   assert_null(e.table);
   c = f.cfg;
   c.engram_layers[0] = 0; /* layer 0 has no Engram tensors */
-  assert_int_equal(dsv4i_engram_layer_from_checkpoint(&f.ck, &c, 0, &e), DSV4_ERR_NOT_FOUND);
+  assert_int_equal(dsv4i_engram_layer_load(f.wt, &c, 0, &e), DSV4_ERR_NOT_FOUND);
   c = f.cfg;
   c.engram_n_heads += 1; /* wkv input width differs */
-  assert_int_equal(dsv4i_engram_layer_from_checkpoint(&f.ck, &c, 0, &e), DSV4_ERR_WEIGHTS);
+  assert_int_equal(dsv4i_engram_layer_load(f.wt, &c, 0, &e), DSV4_ERR_WEIGHTS);
   fx_close(&f);
 }
 
@@ -520,7 +522,7 @@ int tu_run_suite(void) {
       cmocka_unit_test(bad_ids_and_arguments),
       cmocka_unit_test(sum_order),
       cmocka_unit_test(torch_exp),
-      cmocka_unit_test(layer_from_checkpoint_errors),
+      cmocka_unit_test(layer_load_errors),
   };
   return cmocka_run_group_tests_name("cpu_engram", tests, NULL, NULL);
 }

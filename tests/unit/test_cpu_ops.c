@@ -34,6 +34,7 @@
 #include "io/safetensors.h"
 #include "model/config.h"
 #include "model/formats.h"
+#include "model/model.h"
 
 /* ---- helpers -------------------------------------------------------------- */
 
@@ -373,13 +374,21 @@ static void avx512_decode_matches_tables(void **state) {
 #endif
 }
 
-static void wview_checkpoint_and_dequant(void **state) {
+/* A weight view by role (the model's weight table). */
+static dsv4_status model_view(const struct dsv4_model *mo, int32_t role, int32_t layer,
+                              int32_t expert, dsv4i_wview *v) {
+  const dsv4i_weight *w;
+  dsv4_status s = dsv4i_model_weight(mo, role, layer, expert, -1, -1, &w);
+  return s ? s : dsv4i_wview_from_weight(w, v);
+}
+
+static void wview_weight_and_dequant(void **state) {
   (void)state;
   const char *dir = tu_fixture_or_skip("tiny-v41-a");
-  dsv4i_checkpoint ck;
-  assert_int_equal(dsv4i_checkpoint_open(dir, &ck), DSV4_OK);
+  struct dsv4_model *mo;
+  assert_int_equal(dsv4i_model_open(dir, 0, NULL, &mo), DSV4_OK);
   dsv4i_wview v;
-  assert_int_equal(dsv4i_wview_from_checkpoint(&ck, "layers.0.attn.wo_a.weight", &v), DSV4_OK);
+  assert_int_equal(model_view(mo, DSV4I_W_ATTN_WO_A, 0, -1, &v), DSV4_OK);
   assert_int_equal(v.fmt, DSV4I_W_FP8);
   uint16_t *d = malloc(sizeof(uint16_t) * (size_t)v.rows * v.cols);
   assert_int_equal(dsv4i_wview_dequant_bf16(&v, d), DSV4_OK);
@@ -397,17 +406,23 @@ static void wview_checkpoint_and_dequant(void **state) {
   assert_int_equal(dsv4i_wview_rows(&v, 32, 32, &s), DSV4_OK);
   assert_ptr_equal(s.scale, v.scale + (v.cols + 31) / 32);
   assert_int_equal(dsv4i_wview_rows(&v, 16, 32, &s), DSV4_ERR_INVALID_ARG);
-  assert_int_equal(dsv4i_wview_from_checkpoint(&ck, "layers.0.ffn.experts.3.w2.weight", &v), DSV4_OK);
+  assert_int_equal(model_view(mo, DSV4I_W_EXPERT_W2, 0, 3, &v), DSV4_OK);
   assert_int_equal(v.fmt, DSV4I_W_FP4);
   assert_int_equal(v.rows, 128);
   assert_int_equal(v.cols, 64);
-  assert_int_equal(dsv4i_wview_from_checkpoint(&ck, "head.weight", &v), DSV4_OK);
+  assert_int_equal(model_view(mo, DSV4I_W_HEAD, -1, -1, &v), DSV4_OK);
   assert_int_equal(v.fmt, DSV4I_W_BF16);
-  assert_int_equal(dsv4i_wview_from_checkpoint(&ck, "layers.0.hc_attn_fn", &v), DSV4_OK);
+  assert_int_equal(model_view(mo, DSV4I_W_HC_ATTN_FN, 0, -1, &v), DSV4_OK);
   assert_int_equal(v.fmt, DSV4I_W_F32);
-  assert_int_equal(dsv4i_wview_from_checkpoint(&ck, "layers.0.nope.weight", &v), DSV4_ERR_NOT_FOUND);
-  assert_int_equal(dsv4i_wview_from_checkpoint(&ck, "layers.0.attn.wq_a.scale", &v), DSV4_ERR_WEIGHTS);
-  dsv4i_checkpoint_close(&ck);
+  /* layer 0 has no compressor; an entry without its scale is refused */
+  assert_int_equal(model_view(mo, DSV4I_W_COMP_WKV, 0, -1, &v), DSV4_ERR_NOT_FOUND);
+  dsv4i_weight w = *dsv4i_weights_find(dsv4i_model_weights(mo), DSV4I_W_ATTN_WQ_A, 0, -1);
+  w.scale = NULL;
+  assert_int_equal(dsv4i_wview_from_weight(&w, &v), DSV4_ERR_NOT_FOUND);
+  w.scale = dsv4i_weights_find(dsv4i_model_weights(mo), DSV4I_W_ATTN_WQ_A, 0, -1)->scale;
+  w.scale_shape[1] += 1; /* a scale of the wrong shape */
+  assert_int_equal(dsv4i_wview_from_weight(&w, &v), DSV4_ERR_WEIGHTS);
+  dsv4i_model_close(mo);
 }
 
 /* ---- 3. router and MoE ------------------------------------------------------ */
@@ -472,17 +487,16 @@ static void router_ties_bias_and_weights(void **state) {
 }
 
 typedef struct moe_fixture {
-  dsv4i_checkpoint ck;
+  struct dsv4_model *mo;
   dsv4i_config cfg;
   dsv4i_moe m;
   dsv4i_wview w1[64], w2[64], w3[64];
 } moe_fixture;
 
-static void moe_fixture_open(moe_fixture *f, const char *fx, const char *prefix, int dspark) {
-  char p[4096], name[128];
-  assert_true(fixture_path(p, sizeof p, fx, "config.json"));
-  assert_int_equal(dsv4i_config_load(p, &f->cfg), DSV4_OK);
-  assert_int_equal(dsv4i_checkpoint_open(tu_fixture_or_skip(fx), &f->ck), DSV4_OK);
+static void moe_fixture_open(moe_fixture *f, const char *fx, int32_t idx, int dspark) {
+  assert_int_equal(dsv4i_model_open(tu_fixture_or_skip(fx), 0, NULL, &f->mo), DSV4_OK);
+  f->cfg = *dsv4i_model_config(f->mo);
+  const int32_t L = dspark ? f->cfg.n_layers + idx : idx;
   dsv4i_moe *m = &f->m;
   memset(m, 0, sizeof *m);
   m->n_experts = dspark ? f->cfg.dspark_n_routed_experts : f->cfg.n_routed_experts;
@@ -493,30 +507,23 @@ static void moe_fixture_open(moe_fixture *f, const char *fx, const char *prefix,
   m->route_scale = f->cfg.route_scale;
   m->swiglu_limit = f->cfg.swiglu_limit;
   m->norm_topk_prob = 1;
-  snprintf(name, sizeof name, "%s.ffn.gate.weight", prefix);
-  assert_int_equal(dsv4i_wview_from_checkpoint(&f->ck, name, &m->gate), DSV4_OK);
-  snprintf(name, sizeof name, "%s.ffn.gate.bias", prefix);
-  const dsv4i_ckpt_entry *e = dsv4i_checkpoint_find(&f->ck, name);
-  assert_non_null(e);
-  m->bias = dsv4i_checkpoint_data(&f->ck, e);
+  assert_int_equal(model_view(f->mo, DSV4I_W_GATE, L, -1, &m->gate), DSV4_OK);
+  const dsv4i_weight *b;
+  assert_int_equal(dsv4i_model_weight(f->mo, DSV4I_W_GATE_BIAS, L, -1, DSV4_DTYPE_F32,
+                                      m->n_experts, &b), DSV4_OK);
+  m->bias = b->data;
   for (int x = 0; x < m->n_experts; x++) {
-    snprintf(name, sizeof name, "%s.ffn.experts.%d.w1.weight", prefix, x);
-    assert_int_equal(dsv4i_wview_from_checkpoint(&f->ck, name, &f->w1[x]), DSV4_OK);
-    snprintf(name, sizeof name, "%s.ffn.experts.%d.w2.weight", prefix, x);
-    assert_int_equal(dsv4i_wview_from_checkpoint(&f->ck, name, &f->w2[x]), DSV4_OK);
-    snprintf(name, sizeof name, "%s.ffn.experts.%d.w3.weight", prefix, x);
-    assert_int_equal(dsv4i_wview_from_checkpoint(&f->ck, name, &f->w3[x]), DSV4_OK);
+    assert_int_equal(model_view(f->mo, DSV4I_W_EXPERT_W1, L, x, &f->w1[x]), DSV4_OK);
+    assert_int_equal(model_view(f->mo, DSV4I_W_EXPERT_W2, L, x, &f->w2[x]), DSV4_OK);
+    assert_int_equal(model_view(f->mo, DSV4I_W_EXPERT_W3, L, x, &f->w3[x]), DSV4_OK);
   }
   m->w1 = f->w1;
   m->w2 = f->w2;
   m->w3 = f->w3;
   m->has_shared = 1;
-  snprintf(name, sizeof name, "%s.ffn.shared_experts.w1.weight", prefix);
-  assert_int_equal(dsv4i_wview_from_checkpoint(&f->ck, name, &m->sw1), DSV4_OK);
-  snprintf(name, sizeof name, "%s.ffn.shared_experts.w2.weight", prefix);
-  assert_int_equal(dsv4i_wview_from_checkpoint(&f->ck, name, &m->sw2), DSV4_OK);
-  snprintf(name, sizeof name, "%s.ffn.shared_experts.w3.weight", prefix);
-  assert_int_equal(dsv4i_wview_from_checkpoint(&f->ck, name, &m->sw3), DSV4_OK);
+  assert_int_equal(model_view(f->mo, DSV4I_W_SHARED_W1, L, -1, &m->sw1), DSV4_OK);
+  assert_int_equal(model_view(f->mo, DSV4I_W_SHARED_W2, L, -1, &m->sw2), DSV4_OK);
+  assert_int_equal(model_view(f->mo, DSV4I_W_SHARED_W3, L, -1, &m->sw3), DSV4_OK);
 }
 
 /* One SwiGLU expert for one token, slowly (weight < 0: unweighted). */
@@ -542,9 +549,9 @@ static void slow_expert(const dsv4i_moe *m, const dsv4i_wview *w1, const dsv4i_w
   free(o);
 }
 
-static void check_moe_layer(const char *fx, const char *prefix, int dspark) {
+static void check_moe_layer(const char *fx, int32_t which, int dspark) {
   moe_fixture *f = calloc(1, sizeof *f);
-  moe_fixture_open(f, fx, prefix, dspark);
+  moe_fixture_open(f, fx, which, dspark);
   const dsv4i_moe *m = &f->m;
   const int D = m->dim, K = m->top_k, N = 96;
   golden g;
@@ -583,8 +590,9 @@ static void check_moe_layer(const char *fx, const char *prefix, int dspark) {
   }
   int n_used = 0;
   for (int e = 0; e < m->n_experts; e++) n_used += used[e];
-  printf("    %s %s moe: %d tokens, top-%d, %d of %d experts used, bit-exact vs slow reference\n",
-         fx, prefix, N, K, n_used, m->n_experts);
+  printf("    %s %s %d moe: %d tokens, top-%d, %d of %d experts used, bit-exact vs slow "
+         "reference\n", fx, dspark ? "DSpark stage" : "layer", (int)which, N, K, n_used,
+         m->n_experts);
   /* reversed batch order: the same per-token bits */
   uint16_t *xr = malloc(sizeof(uint16_t) * N * D), *yr = malloc(sizeof(uint16_t) * N * D);
   for (int t = 0; t < N; t++) memcpy(xr + t * D, xn + (N - 1 - t) * D, sizeof(uint16_t) * D);
@@ -604,15 +612,15 @@ static void check_moe_layer(const char *fx, const char *prefix, int dspark) {
   free(y);
   free(y1);
   dsv4i_st_close(&g.f);
-  dsv4i_checkpoint_close(&f->ck);
+  dsv4i_model_close(f->mo);
   free(f);
 }
 
 static void moe_matches_slow_reference_and_is_batch_invariant(void **state) {
   (void)state;
-  check_moe_layer("tiny-v41-a", "layers.3", 0);
-  check_moe_layer("tiny-v41-e2e-a", "layers.8", 0);
-  check_moe_layer("tiny-v41-a", "mtp.1", 1); /* DSpark: 8 experts, top-2 */
+  check_moe_layer("tiny-v41-a", 3, 0);
+  check_moe_layer("tiny-v41-e2e-a", 8, 0);
+  check_moe_layer("tiny-v41-a", 1, 1); /* DSpark: 8 experts, top-2 */
 }
 
 /* ---- 4. hyper-connections ---------------------------------------------------- */
@@ -750,8 +758,8 @@ static void check_head_fixture(const char *fx) {
   dsv4i_config cfg;
   assert_true(fixture_path(p, sizeof p, fx, "config.json"));
   assert_int_equal(dsv4i_config_load(p, &cfg), DSV4_OK);
-  dsv4i_checkpoint ck;
-  assert_int_equal(dsv4i_checkpoint_open(tu_fixture_or_skip(fx), &ck), DSV4_OK);
+  struct dsv4_model *mo;
+  assert_int_equal(dsv4i_model_open(tu_fixture_or_skip(fx), 0, NULL, &mo), DSV4_OK);
   golden g;
   golden_open(&g, fx);
   const int L = cfg.n_layers, S = 96, HC = cfg.hc_mult, D = cfg.dim, V = cfg.vocab_size;
@@ -766,12 +774,12 @@ static void check_head_fixture(const char *fx) {
   }
   const float *pre = bp + ((size_t)(L - 1) * S + (S - 1)) * HC;
   dsv4i_wview head;
-  assert_int_equal(dsv4i_wview_from_checkpoint(&ck, "head.weight", &head), DSV4_OK);
-  const dsv4i_ckpt_entry *ne = dsv4i_checkpoint_find(&ck, "norm.weight");
-  assert_non_null(ne);
+  assert_int_equal(model_view(mo, DSV4I_W_HEAD, -1, -1, &head), DSV4_OK);
+  const dsv4i_weight *ne;
+  assert_int_equal(dsv4i_model_weight(mo, DSV4I_W_NORM, -1, -1, DSV4_DTYPE_BF16, D, &ne), DSV4_OK);
   float *logits = malloc(sizeof(float) * V);
   uint16_t *col = malloc(sizeof(uint16_t) * D);
-  assert_int_equal(dsv4i_cpu_head(1, HC, D, h, pre, dsv4i_checkpoint_data(&ck, ne), cfg.norm_eps,
+  assert_int_equal(dsv4i_cpu_head(1, HC, D, h, pre, ne->data, cfg.norm_eps,
                                   &head, logits, col),
                    DSV4_OK);
   double maxabs = 0, maxl = 0;
@@ -790,7 +798,7 @@ static void check_head_fixture(const char *fx) {
   free(logits);
   free(col);
   dsv4i_st_close(&g.f);
-  dsv4i_checkpoint_close(&ck);
+  dsv4i_model_close(mo);
 }
 
 static void head_matches_golden_prefill_logits(void **state) {
@@ -902,7 +910,7 @@ int tu_run_suite(void) {
     cmocka_unit_test(linear_fp4_bit_exact),
     cmocka_unit_test(linear_bf16_and_f32_bit_exact),
     cmocka_unit_test(avx512_decode_matches_tables),
-    cmocka_unit_test(wview_checkpoint_and_dequant),
+    cmocka_unit_test(wview_weight_and_dequant),
     cmocka_unit_test(topk_tie_rule),
     cmocka_unit_test(router_ties_bias_and_weights),
     cmocka_unit_test(moe_matches_slow_reference_and_is_batch_invariant),

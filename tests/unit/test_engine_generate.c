@@ -2,7 +2,7 @@
  * examples/dsv4-generate on the project's default tiny model
  * (<build>/models/dsv4-tiny, built by tools/gen with a planted successor
  * table): greedy generation from the planted prompt prints the planted
- * continuation and stops at EOS (README command (1), issue 4). The prompt
+ * continuation and stops at EOS (README command (1)). The prompt
  * and the expected text come from the model directory's make_tiny.json
  * ("planted": prompt, continuation, continuation_ids), written by the
  * generator. Also: --ids, chunked prefill, and the exit status of bad calls.

@@ -1,5 +1,5 @@
 /*
- * Engine end to end against the golden fixtures (issue 4 "Done when"),
+ * Engine end to end against the golden fixtures,
  * through the public engine API (the internal library is linked only to
  * read golden.safetensors).
  *

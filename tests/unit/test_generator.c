@@ -25,7 +25,7 @@
 #include "model/config.h"
 #include "model/engram_hash.h"
 #include "model/formats.h"
-#include "model/model.h"
+#include "model/model_impl.h" /* a test of the loader: its internals */
 
 /* ---- helpers ------------------------------------------------------------ */
 
@@ -107,10 +107,7 @@ static void tiny_loads_and_resolves(void **state) {
   assert_int_equal(m->ckpt.payload_bytes, m->contract.payload_bytes);
   assert_int_equal(dsv4i_contract_check(&m->contract, &m->ckpt, g_tiny), DSV4_OK);
   for (size_t i = 0; i < m->contract.n; i++) {
-    const void *data = NULL;
-    const dsv4i_tensor_spec *t = dsv4i_model_tensor(m, m->contract.specs[i].name, &data);
-    assert_non_null(t);
-    assert_non_null(data);
+    const dsv4i_tensor_spec *t = &m->contract.specs[i];
     const dsv4i_ckpt_entry *e = dsv4i_checkpoint_find(&m->ckpt, t->name);
     assert_non_null(e);
     assert_int_equal(e->t->dtype, t->dtype);
@@ -256,10 +253,11 @@ static void planted_successors(void **state) {
   assert_int_equal(t, m->cfg.eos_token_id);
   free(ids);
 
-  const void *emb, *head, *nw;
-  assert_non_null(dsv4i_model_tensor(m, "embed.weight", &emb));
-  assert_non_null(dsv4i_model_tensor(m, "head.weight", &head));
-  assert_non_null(dsv4i_model_tensor(m, "norm.weight", &nw));
+  const dsv4i_weight *we, *wh, *wn;
+  assert_int_equal(dsv4i_model_weight(m, DSV4I_W_EMBED, -1, -1, DSV4_DTYPE_BF16, V * D, &we), DSV4_OK);
+  assert_int_equal(dsv4i_model_weight(m, DSV4I_W_HEAD, -1, -1, DSV4_DTYPE_BF16, V * D, &wh), DSV4_OK);
+  assert_int_equal(dsv4i_model_weight(m, DSV4I_W_NORM, -1, -1, DSV4_DTYPE_BF16, D, &wn), DSV4_OK);
+  const void *emb = we->data, *head = wh->data, *nw = wn->data;
   float *H = malloc((size_t)(V * D) * sizeof *H), *x = malloc((size_t)D * sizeof *x);
   float *w = malloc((size_t)D * sizeof *w);
   for (int64_t v = 0; v < V; v++) bf16_row(head, D, v, H + v * D);

@@ -4,6 +4,7 @@
  * fixture README's table, every tensor sane), config-only loads, and the
  * status and message of each kind of bad checkpoint directory.
  */
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -184,8 +185,22 @@ static void handle_calls_check_args(void **state) {
   dsv4_tensor_info ti;
   assert_int_equal(dsv4_model_get_info(NULL, &info, sizeof info), DSV4_ERR_INVALID_ARG);
   assert_int_equal(dsv4_model_get_info(m, NULL, sizeof info), DSV4_ERR_INVALID_ARG);
-  assert_int_equal(dsv4_model_get_info(m, &info, sizeof info - 8), DSV4_ERR_INVALID_ARG);
+  const size_t v01 = offsetof(dsv4_model_info, index_n_heads); /* the 0.1 size */
+  assert_int_equal(dsv4_model_get_info(m, &info, v01 - 8), DSV4_ERR_INVALID_ARG);
   expect_in(dsv4_model_last_error(m), "struct_size");
+  /* a caller compiled against the 0.1 struct gets exactly its bytes */
+  memset(&info, 0x5a, sizeof info);
+  assert_int_equal(dsv4_model_get_info(m, &info, v01), DSV4_OK);
+  assert_int_equal(info.struct_size, v01);
+  assert_int_equal(info.index_n_heads, 0x5a5a5a5a);
+  assert_int_equal(dsv4_model_get_info(m, &info, sizeof info), DSV4_OK);
+  assert_int_equal(info.struct_size, sizeof info);
+  assert_int_equal(info.index_head_dim, 128);
+  assert_int_equal(info.index_topk, 6);
+  assert_int_equal(info.engram_cols, 12);
+  assert_int_equal(info.window_record_bytes, 128 + 4);
+  assert_int_equal(info.compressed_record_bytes, 64 + 8);
+  assert_int_equal(info.index_key_record_bytes, 64 + 4);
   assert_int_equal(dsv4_model_get_layer(m, 13, &li, sizeof li), DSV4_ERR_INVALID_ARG);
   expect_in(dsv4_model_last_error(m), "layer 13 is outside [0, 13)");
   assert_int_equal(dsv4_model_get_layer(m, -1, &li, sizeof li), DSV4_ERR_INVALID_ARG);

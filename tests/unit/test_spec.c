@@ -1,5 +1,5 @@
 /*
- * Speculative decoding with DSpark (issue 5 "Done when"), on the fixtures:
+ * Speculative decoding with DSpark, on the fixtures:
  *
  * golden_e2e      tiny-v41-e2e-a, prompt (b): the DSpark draft after the
  *                 prefill and after every decode step against dspark.*
@@ -250,7 +250,7 @@ static void golden_run(int32_t chunk, int mode) {
          "verify (1 draft)", dmh, mp.base, mp.logits, mp.bias, mp.conf, m.base, m.logits, m.bias,
          m.conf);
   if (mode == 2) printf("    (verify with the golden first drafts accepted %d of them)\n", (int)acc_total);
-  /* the engine's own draft / verify timers (issue 6) count exactly these calls */
+  /* the engine's own draft / verify timers count exactly these calls */
   dsv4_engine_timings tm;
   assert_int_equal(dsv4_engine_get_timings(f.e, &tm, sizeof tm), DSV4_OK);
   assert_true(tm.draft_calls >= 1 && tm.draft_seqs == tm.draft_calls && tm.draft_ns > 0);
@@ -883,7 +883,7 @@ static void teacher_forced(fx *f) {
   assert_int_equal(be->ops->slot_open(be, &slot), DSV4_OK);
   for (int32_t t = 0; t < T; t++) sl[t] = slot;
   assert_int_equal(be->ops->slot_reserve(be, 1, &slot, &len), DSV4_OK);
-  const dsv4i_batch b = {T, tok, pos, sl, lay, NULL, 0, &out0, e->n_engram_cols > 0 ? eng : NULL};
+  const dsv4i_batch b = {T, dsv4i_plan_bucket(&e->plan, T), tok, pos, sl, lay, NULL, 0, &out0, e->n_engram_cols > 0 ? eng : NULL};
   assert_int_equal(be->ops->set_batch(be, &b), DSV4_OK);
   const dsv4i_bbuf taps = {mh};
   assert_int_equal(be->ops->dspark_extend(be, taps), DSV4_OK);

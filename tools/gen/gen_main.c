@@ -1,6 +1,6 @@
 /*
  * dsv4-gen-checkpoint: write an official-format DeepSeek-V4.1-Flash
- * checkpoint directory from a seed (issue 2, "Tools").
+ * checkpoint directory from a seed.
  *
  *   dsv4-gen-checkpoint [options] --tokenizer DIR OUT_DIR
  *

@@ -1,5 +1,5 @@
 /*
- * The planted successor table of the default model (issue 4; the idea of
+ * The planted successor table of the default model (the idea of
  * the tiny-v41-e2e-a fixture's "planted bigram head").
  *
  * A sentence is tokenized with the model's tokenizer; its tokens t0..tn-1

@@ -1,92 +1,22 @@
 /*
- * The backend interface: the one seam between the engine (lib/engine) and a
- * compute backend (lib/cpu today, lib/gpu next). design.md §4.
- *
- * Design (decided here; the engine and every backend follow it)
- * ------------------------------------------------------------
- * Granularity. The engine calls the backend once per model *block* of a
- * step, not per op: embed, engram(layer), block(layer), head, sample. A
- * backend is free to fuse inside a block and to capture a whole step as a
- * graph (the CUDA backend will): every call of a step reads the step's
- * metadata uploaded once by set_batch and buffers allocated before the step.
- *
- * Buffers. Activation memory is owned by the backend and crosses this
- * interface only as dsv4i_bbuf handles (an opaque pointer the backend
- * interprets: host memory for the CPU backend, device memory for CUDA).
- * The engine never dereferences one; it allocates them once at engine
- * creation (sized for the largest step) and reads results back with
- * buf_read. Layouts of the engine-visible buffers are fixed here:
- *   stream  bf16 [n_tok][hc][dim]      residual stream h (spec §5.1, §5.3)
- *   pre     f32  [n_tok][hc]           lagged pre-mix (spec §5.3)
- *   logits  f32  [n_out][vocab]        head rows (spec §5.6)
- *   taps    bf16 [n_tok][n_taps][dim]  DSpark main_hidden (spec §5.6 item 4)
- *
- * Step metadata (dsv4i_batch) is host data; set_batch copies it, so the
- * engine may reuse its arrays right after. Tokens of one sequence form one
- * contiguous *run* with consecutive ascending positions that starts at the
- * sequence's current cache length (the caches hold exactly positions
- * [0, first) of the run); runs of different sequences may be in any order.
- * Each token carries its layout: DSV4I_LAYOUT_DECODE (0) for generated
- * tokens (decode, later verify), or for prompt tokens the prefill width
- * W = min(end of the prompt being ingested, window) in 1..window, the same
- * for every chunk of one prefill call (dsv4i_layout_prefill). The layout
- * fixes the order and width of the sparse-attention index row (spec §5.4
- * step 4): the reference's prefill row of an s-token prompt at position 0
- * is W = min(s, window), its decode row the ring oldest first. It changes
- * rounding, never semantics, and chunking a prompt does not change it.
- *
- * Caches. A backend owns the per-sequence caches of spec §5.8 (window ring,
- * compressed KV, index keys, ratio-2 compressor state; the DSpark rings
- * later) in *slots*: slot_open gives an empty one, slot_reserve grows the
- * capacity of several slots all-or-nothing (DSV4_KV_FULL with nothing
- * changed when the pools cannot hold it), slot_truncate rolls a slot back to
- * a length (speculative rejection, or a step abandoned after an error; the
- * CPU backend allows any depth up to its ring spare, 6 positions for V4.1's
- * block size 5, and a full reset to 0), slot_fork copies one (compressed
- * pages shared copy-on-write), slot_close releases one. A slot's length advances
- * to the end of its run when block(n_layers - 1) of the step succeeds (the
- * backend commits then; head and sample do not touch caches).
- * The Engram history is *not* a backend cache: Engram row ids depend only
- * on token ids, so the engine hashes them (lib/model/engram_hash.h) and
- * passes them in the batch, a step ahead if it likes.
- *
- * Numerics (spec §5): the engine drives exactly the reference's order:
- *   embed: h = embed[token] in 4 copies, pre = one-hot(copy 0);
- *   for L in 0 .. n_layers-1: engram(L) first at Engram layers, block(L);
- *   head: collapse with the last block's FFN pre, norm, fp32 logits.
- * The backend reproduces the CPU reference backend bit for bit or within
- * the tolerance its tests state; the engine adds no arithmetic.
- *
- * Memory. dsv4i_backend_format() gives a backend's storage sizes for a
- * config before anything exists; the engine's memory plan (engine/plan.h)
- * turns them into pool pages and slots, refuses what does not fit, and
- * passes the result to create. A backend allocates nothing on the hot path
- * that the plan did not count, except its ops' bounded scratch.
- *
- * Capability is checked when a backend is created (unsupported format or
- * architecture: DSV4_ERR_UNSUPPORTED naming op, format and arch); nothing
- * is looked up by name on the hot path. Optional entry points (DSpark,
- * issue 5) are NULL when a backend lacks them; the engine checks them once,
- * when the feature is first requested, never per step.
- *
- * Timing. The engine times each call; with per-op timing on it calls sync
- * after each one, so device backends report completed work.
- *
- * Errors. Every entry returns dsv4_status and records its message with
- * dsv4i_error(). A failed step op leaves the caches of the batch's slots
- * at an unspecified length >= their pre-step length; the engine restores
- * them with slot_truncate. DSV4_ERR_DEVICE_LOST makes the backend unusable.
- *
- * Threads: a backend instance is used by one thread at a time (the engine's
- * caller); it may use worker threads internally.
+ * The backend contract as the engine sees it: backend-owned buffers
+ * (dsv4i_bbuf), the step's metadata (dsv4i_batch, padded to the step plan's
+ * bucket), cache slots, one step run over a stage [first_layer, last_layer)
+ * (embed on the first stage, DSpark and head on the last) or op by op, and the
+ * optional DSpark entries. Create arguments carry the layer range, the TP
+ * rank/size/communicator and a stream. Every entry returns dsv4_status with its
+ * message recorded; DSV4_ERR_DEVICE_LOST makes the engine sticky-failed.
+ * The full contract (layouts, runs, caches, numerics, memory, errors) is
+ * docs/backend.md; the layers are docs/architecture.md.
  */
-#ifndef DSV4I_ENGINE_BACKEND_H
-#define DSV4I_ENGINE_BACKEND_H
+#ifndef DSV4I_BACKEND_BACKEND_H
+#define DSV4I_BACKEND_BACKEND_H
 
 #include <stddef.h>
 #include <stdint.h>
 
 #include "base/base.h"
+#include "model/accept.h"
 
 struct dsv4_model;   /* model/model.h: config, roles, checkpoint */
 struct dsv4i_config; /* model/config.h */
@@ -110,6 +40,9 @@ static inline int32_t dsv4i_layout_prefill(int64_t end, int32_t window) {
  */
 typedef struct dsv4i_batch {
   int32_t n_tok;
+  int32_t n_pad;              /**< the step plan's bucket: the padded shape this step runs
+                               *   in (n_tok <= n_pad <= max_batch_tokens; a device backend
+                               *   replays the graph captured for it; the CPU computes n_tok) */
   const int32_t *tokens;      /**< int32 [n_tok] token ids in [0, vocab) */
   const int64_t *pos;         /**< int64 [n_tok] positions (runs: consecutive, see above) */
   const int32_t *slot;        /**< int32 [n_tok] cache slot of each token */
@@ -169,12 +102,49 @@ typedef struct dsv4i_backend_desc {
   int32_t reserved;
   int64_t max_positions;          /**< positions one slot may hold (max context) */
   int64_t pool_pages;             /**< pages of the shared pool (from the plan) */
+  /* pipeline stage: backbone layers [first_layer, last_layer); {0, 0} = all. The stage
+   * with first_layer 0 owns embed; the one ending at n_layers owns head and DSpark. */
+  int32_t first_layer, last_layer;
+  /* tensor parallelism: rank of tp_size, communicator (an ncclComm_t or MPI_Comm *, as
+   * void *); tp_size 0 or 1 = none. TP > 1 is refused until the distributed engine. */
+  int32_t tp_rank, tp_size;
+  void *tp_comm;
+  void *stream;                   /**< device stream the backend queues on (cudaStream_t);
+                                   *   NULL = its own; ignored by the CPU */
+  int32_t n_buckets;              /**< step plan: batch-size buckets (ascending; the last is
+                                   *   max_batch_tokens); a device backend captures one
+                                   *   graph per bucket */
+  const int32_t *bucket_tokens;   /**< [n_buckets] */
   const dsv4i_logger *log;        /**< may be NULL */
   dsv4i_progress_cb progress;     /**< may be NULL */
   void *progress_user;
 } dsv4i_backend_desc;
 
 typedef struct dsv4i_backend dsv4i_backend;
+
+/** Buffers of one step (backend memory, allocated by the engine before any step). */
+typedef struct dsv4i_step_io {
+  const dsv4i_batch *batch; /**< the step's metadata (set_batch is part of the run) */
+  dsv4i_bbuf h, pre;        /**< stream and pre: in at a stage's first layer, out after its last */
+  dsv4i_bbuf taps;          /**< DSpark main_hidden taps or {NULL} */
+  dsv4i_bbuf logits;        /**< head rows (last stage, when batch->n_out > 0) */
+} dsv4i_step_io;
+
+/** What a step runs, for the per-op timing hook. */
+enum {
+  DSV4I_STEP_EMBED = 0, /**< set_batch + embed */
+  DSV4I_STEP_ENGRAM,
+  DSV4I_STEP_BLOCK,
+  DSV4I_STEP_DSPARK,    /**< DSpark ring extension */
+  DSV4I_STEP_HEAD
+};
+
+/** Per-op hook of the block-by-block run: begin before each op, end after it (layer or -1). */
+typedef struct dsv4i_step_hook {
+  int64_t (*begin)(void *user);
+  void (*end)(void *user, int64_t t0, int32_t op, int32_t layer);
+  void *user;
+} dsv4i_step_hook;
 
 /**
  * The vtable. Unless said otherwise an entry returns DSV4_OK,
@@ -195,6 +165,9 @@ typedef struct dsv4i_backend_ops {
   void (*buf_free)(dsv4i_backend *be, dsv4i_bbuf b);
   /** Copy bytes [off, off+bytes) of b to host dst, after all queued work. */
   dsv4_status (*buf_read)(dsv4i_backend *be, dsv4i_bbuf b, size_t off, size_t bytes, void *dst);
+  /** Copy host src into bytes [off, off+bytes) of b (a stage's input from the previous one). */
+  dsv4_status (*buf_write)(dsv4i_backend *be, dsv4i_bbuf b, size_t off, size_t bytes,
+                           const void *src);
 
   /* ---- cache slots (spec §5.8) ----------------------------------------- */
   /** An empty slot. DSV4_KV_FULL (no free slot or no room for its fixed part; no change). */
@@ -218,6 +191,14 @@ typedef struct dsv4i_backend_ops {
   void (*usage)(const dsv4i_backend *be, dsv4i_cache_usage *out);
 
   /* ---- one step --------------------------------------------------------- */
+  /**
+   * The whole step over the backend's stage: set_batch, embed (first stage), for each
+   * layer of [first_layer, last_layer) engram (Engram layers) then block, and on the
+   * last stage dspark_extend (taps set) and head (n_out > 0). A device backend runs it
+   * as the graph captured for batch->n_pad; dsv4i_backend_run_blocks is the same
+   * sequence op by op (the CPU's run, and every backend's per-op timing mode).
+   */
+  dsv4_status (*run)(dsv4i_backend *be, const dsv4i_step_io *io);
   /** Copy the step metadata (see dsv4i_batch); checks runs against slot lengths. */
   dsv4_status (*set_batch)(dsv4i_backend *be, const dsv4i_batch *b);
   /** h = embed[tokens] in hc copies (stream layout); pre = one-hot copy 0 (spec §5.1). */
@@ -238,10 +219,17 @@ typedef struct dsv4i_backend_ops {
   /** Sample n rows of logits (spec §5.6 3): tokens[r] (host) from req[r] (host). */
   dsv4_status (*sample)(dsv4i_backend *be, dsv4i_bbuf logits, int32_t n,
                         const dsv4i_sample_req *req, int32_t *tokens);
+  /**
+   * Sampled verification's accept rule (spec §6.2, model/accept.h) on row `row` of
+   * logits, where the logits live (no vocabulary-wide copy to the host). req host.
+   * *accepted = 1 (the draft stands) or 0 with *token the replacement draw.
+   */
+  dsv4_status (*accept)(dsv4i_backend *be, dsv4i_bbuf logits, int32_t row,
+                        const dsv4i_accept_req *req, int32_t *accepted, int32_t *token);
   /** Wait for queued work (timing); CPU: no-op. */
   dsv4_status (*sync)(dsv4i_backend *be);
 
-  /* ---- DSpark (issue 5; NULL until a backend implements them) --------- */
+  /* ---- DSpark (NULL until a backend implements them) --------- */
   /**
    * Seed/extend the DSpark stages' window rings of the batch's slots from
    * main_hidden taps (bf16 [n_tok][n_taps][dim], one row per batch token; spec
@@ -267,28 +255,40 @@ typedef struct dsv4i_backend_ops {
                               float *confidence, dsv4i_bbuf logits);
 } dsv4i_backend_ops;
 
-/** Every backend instance starts with this header (the implementation extends it). */
+/** Every backend instance starts with this header (the implementation extends it;
+ *  dsv4i_backend_init fills it from the create arguments). */
 struct dsv4i_backend {
   const dsv4i_backend_ops *ops;
   int32_t kind;      /**< DSV4_BACKEND_CPU / _CUDA */
   int32_t n_threads; /**< host worker threads it uses (informational) */
+  const struct dsv4i_config *cfg;
+  int32_t first_layer, last_layer; /**< the stage's backbone layers [first, last) */
+  int32_t has_embed, has_head;     /**< stage ownership: first / last stage */
+  int32_t tp_rank, tp_size;
 };
 
-/* ---- factory (lib/engine/backend.c) ---------------------------------------- */
+/**
+ * The step op by op (see run): every backend's per-op timing mode, and the run of a
+ * backend without graphs. hook may be NULL.
+ */
+dsv4_status dsv4i_backend_run_blocks(dsv4i_backend *be, const dsv4i_step_io *io,
+                                     const dsv4i_step_hook *hook);
+
+/* ---- registry (lib/backend/registry.c) ------------------------------------ */
 
 /**
  * Cache storage sizes of backend `kind` for a config and a context length
  * (positions per sequence), without creating anything (the memory planner
  * calls it before allocating).
- * @return DSV4_OK; DSV4_ERR_UNSUPPORTED (kind not built / CUDA not yet);
+ * @return DSV4_OK; DSV4_ERR_UNSUPPORTED (kind not built into this library);
  *         DSV4_ERR_INVALID_ARG.
  */
 dsv4_status dsv4i_backend_format(int32_t kind, const struct dsv4i_config *cfg,
                                  int64_t max_positions, dsv4i_cache_format *out);
 
 /**
- * Create backend `kind` (DSV4_BACKEND_CPU; DSV4_BACKEND_CUDA answers
- * DSV4_ERR_UNSUPPORTED for now). Checks capability, maps/prepares weights,
+ * Create backend `kind` (DSV4_BACKEND_CPU; a kind not registered answers
+ * DSV4_ERR_UNSUPPORTED). Checks capability, binds/prepares weights,
  * allocates pools for d->pool_pages pages and d->n_slots slots.
  * @return DSV4_OK; DSV4_ERR_UNSUPPORTED; DSV4_ERR_INVALID_ARG;
  *         DSV4_ERR_OUT_OF_MEMORY; DSV4_ERR_WEIGHTS (a tensor the backend needs
@@ -299,11 +299,7 @@ dsv4_status dsv4i_backend_create(int32_t kind, const dsv4i_backend_desc *d, dsv4
 /** Destroy; NULL is a no-op. */
 void dsv4i_backend_destroy(dsv4i_backend *be);
 
-/* ---- implementations (declared here so the engine includes no backend header) */
+/** Name of a registered kind ("cpu"), or NULL when this library has no such backend. */
+const char *dsv4i_backend_name(int32_t kind);
 
-/** lib/cpu/cpu_backend.c */
-dsv4_status dsv4i_cpu_backend_format(const struct dsv4i_config *cfg, int64_t max_positions,
-                                     dsv4i_cache_format *out);
-dsv4_status dsv4i_cpu_backend_create(const dsv4i_backend_desc *d, dsv4i_backend **out);
-
-#endif /* DSV4I_ENGINE_BACKEND_H */
+#endif /* DSV4I_BACKEND_BACKEND_H */

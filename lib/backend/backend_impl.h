@@ -1,0 +1,34 @@
+/*
+ * The contract a backend implementation sees (lib/cpu, lib/gpu): how it
+ * registers with lib/backend/registry.c. The engine never includes this
+ * file; implementations include only backend/, model/ and base/ headers.
+ */
+#ifndef DSV4I_BACKEND_IMPL_H
+#define DSV4I_BACKEND_IMPL_H
+
+#include "backend/backend.h"
+
+/** One registered backend: its kind, name and the two entry points the registry calls. */
+typedef struct dsv4i_backend_entry {
+  int32_t kind;      /**< DSV4_BACKEND_CPU / _CUDA */
+  const char *name;  /**< "cpu", "cuda" */
+  /** Storage sizes for the memory plan (dsv4i_backend_format). */
+  dsv4_status (*format)(const struct dsv4i_config *cfg, int64_t max_positions,
+                        dsv4i_cache_format *out);
+  /** Create an instance (dsv4i_backend_create); *out starts with struct dsv4i_backend. */
+  dsv4_status (*create)(const dsv4i_backend_desc *d, dsv4i_backend **out);
+} dsv4i_backend_entry;
+
+/**
+ * Fill the common header from the create arguments and check the stage and
+ * tensor-parallel arguments: a layer range inside [0, n_layers) ({0, 0}: all),
+ * tp_rank < tp_size. max_tp: the largest tp_size this implementation runs (1 for
+ * the CPU). @return DSV4_OK; DSV4_ERR_INVALID_ARG; DSV4_ERR_UNSUPPORTED (tp_size > max_tp).
+ */
+dsv4_status dsv4i_backend_init(dsv4i_backend *be, const dsv4i_backend_ops *ops, int32_t kind,
+                               const dsv4i_backend_desc *d, int32_t max_tp);
+
+/** lib/cpu/cpu_backend.c */
+extern const dsv4i_backend_entry dsv4i_cpu_backend_entry;
+
+#endif /* DSV4I_BACKEND_IMPL_H */

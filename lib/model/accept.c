@@ -1,0 +1,78 @@
+/*
+ * Sampled verification's accept rule (accept.h): SplitMix64 draws, softmax
+ * in double, the exponential race for the residual.
+ */
+#include <math.h>
+#include <string.h>
+
+#include "model/accept.h"
+
+static uint64_t mix64(uint64_t z) { /* SplitMix64 */
+  z += UINT64_C(0x9E3779B97F4A7C15);
+  z = (z ^ (z >> 30)) * UINT64_C(0xBF58476D1CE4E5B9);
+  z = (z ^ (z >> 27)) * UINT64_C(0x94D049BB133111EB);
+  return z ^ (z >> 31);
+}
+
+double dsv4i_accept_uniform(uint64_t seed, uint64_t tag, int64_t pos, int64_t i) {
+  const uint64_t r = mix64(mix64(mix64(seed ^ tag) ^ (uint64_t)pos) ^ (uint64_t)i);
+  return ((double)(r >> 11) + 0.5) * 0x1p-53;
+}
+
+/* p = softmax(logits / T) in double (max-subtracted). */
+static void softmax(const float *logits, int32_t V, float T, double *p) {
+  const double t = T > 1e-5f ? (double)T : 1e-5;
+  double mx = -INFINITY, sum = 0.0;
+  for (int32_t v = 0; v < V; v++) mx = logits[v] > mx ? logits[v] : mx;
+  for (int32_t v = 0; v < V; v++) sum += p[v] = exp(((double)logits[v] - mx) / t);
+  for (int32_t v = 0; v < V; v++) p[v] /= sum;
+}
+
+/* A draw from the weights w[0..V) (not normalised, >= 0, some > 0):
+ * exponential race argmax w_v / E_v, E_v = -log(u_v). */
+static int32_t race(const double *w, int32_t V, uint64_t seed, int64_t pos) {
+  int32_t best = -1;
+  double best_r = 0.0;
+  for (int32_t v = 0; v < V; v++) {
+    if (!(w[v] > 0.0)) continue;
+    const double r = w[v] / -log(dsv4i_accept_uniform(seed, DSV4I_TAG_RESID, pos, v));
+    if (best < 0 || r > best_r) best = v, best_r = r;
+  }
+  return best;
+}
+
+/* q = one-hot at d */
+static double one_hot(double *q, int32_t V, int32_t d) {
+  memset(q, 0, sizeof *q * (size_t)V);
+  q[d] = 1.0;
+  return 1.0;
+}
+
+void dsv4i_accept_row(const float *logits, int32_t V, const dsv4i_accept_req *r, double *scratch,
+                      int32_t *accepted, int32_t *token) {
+  double *p = scratch, *q = scratch + V;
+  const int32_t d = r->draft;
+  double qd;
+  if (r->q) {
+    softmax(r->q, V, r->q_temperature, q);
+    qd = q[d];
+  } else {
+    qd = one_hot(q, V, d);
+  }
+  if (!(qd > 0.0)) qd = one_hot(q, V, d); /* not a draw of that q: a fixed token */
+  softmax(logits, V, r->temperature, p);
+  if (dsv4i_accept_uniform(r->seed, DSV4I_TAG_ACCEPT, r->pos, 0) * qd < p[d]) {
+    *accepted = 1;
+    *token = d;
+    return;
+  }
+  /* rejected: draw from norm(max(0, p - q)) */
+  for (int32_t v = 0; v < V; v++) p[v] = p[v] > q[v] ? p[v] - q[v] : 0.0;
+  int32_t t = race(p, V, r->seed, r->pos);
+  if (t < 0) { /* p == q to rounding: the residual is empty; draw from p */
+    softmax(logits, V, r->temperature, p);
+    t = race(p, V, r->seed, r->pos);
+  }
+  *accepted = 0;
+  *token = t;
+}
