@@ -182,7 +182,7 @@ static void print_text(const dsv4_plan *pl, const char *what, int builtin, dsv4_
     printf("  %-30s %20s B %9.2f GB\n", tool_component_name(k), tool_grouped(pl->component_bytes[k], a, sizeof a),
            (double)pl->component_bytes[k] / 1e9);
 
-  printf("\nstages (a boundary falls before a layer that is both a KV source and an index source)\n");
+  printf("\nstages (a boundary falls where no shared attention state crosses)\n");
   for (int s = 0; s < pl->n_stages; s++) {
     const dsv4_plan_stage *sg = &pl->stages[s];
     char h[128];

@@ -15,10 +15,12 @@ gnuplot-nox
 libcmocka-dev
 libjansson-dev
 libomp-dev
+libopenmpi-dev
 libpcre2-dev
 libutf8proc-dev
 meson
 ninja-build
+openmpi-bin
 pkg-config
 python3
 python3-numpy

@@ -135,7 +135,11 @@ enum {
   /* devices */
   DSV4_ERR_NO_DEVICE = -70,         /**< no NVIDIA driver, no GPU, or the device index is out of range */
   DSV4_ERR_DEVICE = -71,            /**< a driver, cuBLASLt or NCCL call failed (its name and code in the message) */
-  DSV4_ERR_DEVICE_LOST = -72        /**< the GPU context is poisoned; the handle is sticky-failed, free it */
+  DSV4_ERR_DEVICE_LOST = -72,      /**< the GPU context is poisoned; the handle is sticky-failed, free it */
+
+  /* distributed engines (MPI ranks, docs/distributed.md) */
+  DSV4_ERR_RANK_MISMATCH = -80,     /**< the ranks disagree (checkpoint, params, topology, stage payload version or a step's inputs); every rank gets it and the message names the ranks and what differs */
+  DSV4_ERR_RANK_FAILED = -81        /**< another rank failed (its status and message are given) or did not answer within the engine's timeout; the handle is sticky-failed, free it */
 };
 
 /**
@@ -1033,9 +1037,10 @@ typedef struct dsv4_plan_params {
   int32_t pp;                  /**< pipeline stages, 1..DSV4_PLAN_MAX_STAGES; default 2 */
   int32_t stage_first_layer[DSV4_PLAN_MAX_STAGES]; /**< first backbone layer of each stage
                                 *   (entry 0 is 0); all 0 = automatic: the allowed boundaries
-                                *   that balance the stages' weights. A boundary must fall before
-                                *   a layer that is both a KV source and an index source
-                                *   (design §6; V4.1: 2, 8, 14, 20) */
+                                *   that balance the stages' weights. A boundary must fall where
+                                *   no attention state shared across layers crosses (compressed
+                                *   KV, top-k, index keys, candidates, DSpark taps; design §6,
+                                *   docs/distributed.md; V4.1: 1, 2, 8, 14, 20) */
   int64_t gpu_mem_bytes;       /**< memory of each GPU; default 40 GiB */
   int64_t gpu_reserved_bytes;  /**< per GPU, never planned: CUDA context, modules, cuBLASLt
                                 *   workspace, allocator slack; default 1 GiB */
@@ -1174,8 +1179,8 @@ typedef struct dsv4_plan {
  * @return DSV4_OK; DSV4_ERR_INVALID_ARG (NULL, a parameter out of range,
  *         tp x pp != nodes x gpus_per_node, stage layers not increasing;
  *         plan untouched); DSV4_ERR_PARAMS_SIZE; DSV4_ERR_UNSUPPORTED (a stage
- *         boundary before a layer that is not both a KV source and an index
- *         source, more stages than boundaries, TP not dividing the heads,
+ *         boundary where shared attention state would cross (the message
+ *         names it), more stages than boundaries, TP not dividing the heads,
  *         wo_a groups or expert 32-blocks; plan untouched);
  *         DSV4_ERR_DOES_NOT_FIT (a GPU's weights and buffers pass its memory,
  *         a KV pool cannot hold one sequence at max_context, or a node cannot

@@ -50,6 +50,8 @@ DSV4_API const char *dsv4_status_string(dsv4_status status) {
   case DSV4_ERR_NO_DEVICE: return "DSV4_ERR_NO_DEVICE: no usable NVIDIA driver or GPU";
   case DSV4_ERR_DEVICE: return "DSV4_ERR_DEVICE: a device library call failed";
   case DSV4_ERR_DEVICE_LOST: return "DSV4_ERR_DEVICE_LOST: GPU context lost; free the handle";
+  case DSV4_ERR_RANK_MISMATCH: return "DSV4_ERR_RANK_MISMATCH: the ranks of a distributed engine disagree";
+  case DSV4_ERR_RANK_FAILED: return "DSV4_ERR_RANK_FAILED: another rank failed or did not answer in time";
   default: return "unknown status";
   }
 }

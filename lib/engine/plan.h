@@ -203,8 +203,8 @@ void dsv4i_topo_params_default(dsv4i_topo_params *p);
  * Plan cfg on the topology p. `contract` may be NULL (it is built here).
  * @return DSV4_OK; DSV4_ERR_INVALID_ARG (a parameter out of range, tp * pp
  *         != nodes * gpus_per_node, stage_first not increasing or out of range);
- *         DSV4_ERR_UNSUPPORTED (a stage boundary not before a layer that is
- *         both a KV source and an index source, more stages than allowed
+ *         DSV4_ERR_UNSUPPORTED (a stage boundary where shared attention state
+ *         would cross (dsv4i_dist_split_check), more stages than allowed
  *         boundaries, TP not dividing heads / o_groups / expert blocks);
  *         DSV4_ERR_DOES_NOT_FIT (a GPU's fixed parts pass its memory, a KV
  *         pool cannot hold one sequence at max_context, or a host cannot
@@ -228,9 +228,9 @@ void dsv4i_topo_plan_free(dsv4i_topo_plan *plan);
 int64_t dsv4i_plan_seq_bytes(const dsv4i_topo_plan *plan, int32_t s, int64_t positions);
 
 /**
- * The allowed stage boundaries of cfg (design §6): layers that are both a
- * KV source and an index source, other than layer 0, ascending.
- * Returns the count (at most cap are written).
+ * The allowed stage boundaries of cfg (design §6): the layers before which no
+ * attention state shared across layers crosses (dsv4i_dist_boundaries),
+ * ascending. Returns the count (at most cap are written).
  */
 int32_t dsv4i_plan_boundaries(const struct dsv4i_config *cfg, int32_t *layers, int32_t cap);
 

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "dist/topology.h"
 #include "engine/plan.h"
 #include "model/config.h"
 
@@ -136,15 +137,10 @@ static int64_t share(const dsv4i_tensor_spec *t, int dim, int32_t tp, int32_t r)
 
 /* ---- stage boundaries ---------------------------------------------------- */
 
+/* One boundary rule for the planner and the distributed engine (lib/dist/topology.c):
+ * derived from the config's source lists. */
 int32_t dsv4i_plan_boundaries(const dsv4i_config *cfg, int32_t *layers, int32_t cap) {
-  int32_t n = 0;
-  for (int32_t l = 1; l < cfg->n_layers; l++) {
-    uint32_t need = DSV4_ROLE_KV_SOURCE | DSV4_ROLE_INDEX_SOURCE;
-    if ((cfg->layers[l].roles & need) != need) continue;
-    if (n < cap) layers[n] = l;
-    n++;
-  }
-  return n;
+  return dsv4i_dist_boundaries(cfg, layers, cap);
 }
 
 /* Planning context shared by the helpers. */
@@ -245,8 +241,7 @@ static dsv4_status resolve_stages(ctx *c, dsv4i_topo_params *p) {
   if (p->pp - 1 > n_allowed)
     return dsv4i_error(DSV4_ERR_UNSUPPORTED,
                        "memory plan: PP %d needs %d stage boundaries; this config allows %d "
-                       "(before layers that are both a KV source and an index source: %s; "
-                       "design §6)",
+                       "(before layers no shared attention state crosses: %s; design §6)",
                        (int)p->pp, (int)(p->pp - 1), (int)n_allowed, list);
   int automatic = 1;
   for (int32_t s = 1; s < p->pp; s++)
@@ -284,14 +279,11 @@ static dsv4_status resolve_stages(ctx *c, dsv4i_topo_params *p) {
                            "memory plan: stage %d starts at layer %d; first layers must increase "
                            "and stay below %d",
                            (int)s, (int)l, (int)cfg->n_layers);
-      int ok = 0;
-      for (int32_t i = 0; i < n_allowed; i++) ok |= allowed[i] == l;
-      if (!ok)
-        return dsv4i_error(DSV4_ERR_UNSUPPORTED,
-                           "memory plan: stage %d cannot start at layer %d: a stage boundary must "
-                           "fall before a layer that is both a KV source and an index source, so "
-                           "that no shared attention state crosses it (design §6); allowed: %s",
-                           (int)s, (int)l, list);
+      dsv4_status st = dsv4i_dist_split_check(cfg, l);
+      if (st != DSV4_OK) {
+        dsv4i_error_prefix("memory plan: stage %d", (int)s);
+        return st;
+      }
     }
   }
   c->n_stages = p->pp;

@@ -15,7 +15,7 @@ static void status_strings_name_their_code(void **state) {
     DSV4_ERR_CONFIG_KEY, DSV4_ERR_CONFIG_VALUE, DSV4_ERR_WEIGHTS, DSV4_ERR_TOKENIZER,
     DSV4_ERR_INVALID_UTF8, DSV4_ERR_UNKNOWN_SEQUENCE, DSV4_ERR_CONTEXT_OVERFLOW,
     DSV4_ERR_INVALID_TOKEN, DSV4_ERR_DOES_NOT_FIT, DSV4_ERR_NO_DEVICE, DSV4_ERR_DEVICE,
-    DSV4_ERR_DEVICE_LOST};
+    DSV4_ERR_DEVICE_LOST, DSV4_ERR_RANK_MISMATCH, DSV4_ERR_RANK_FAILED};
   for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) {
     const char *s = dsv4_status_string(all[i]);
     assert_non_null(s);
@@ -29,6 +29,8 @@ static void status_strings_name_their_code(void **state) {
   assert_int_equal(DSV4_ERR_ST_OVERLAP, -24);
   assert_int_equal(DSV4_ERR_WEIGHTS, -32);
   assert_int_equal(DSV4_ERR_DEVICE_LOST, -72);
+  assert_int_equal(DSV4_ERR_RANK_MISMATCH, -80);
+  assert_int_equal(DSV4_ERR_RANK_FAILED, -81);
 }
 
 static void version_matches_header(void **state) {

@@ -325,11 +325,12 @@ static void stage_splits(void **state) {
   dsv4i_config c;
   load_release(&c);
   int32_t b[8];
-  assert_int_equal(dsv4i_plan_boundaries(&c, b, 8), 4);
-  assert_int_equal(b[0], 2);
-  assert_int_equal(b[1], 8);
-  assert_int_equal(b[2], 14);
-  assert_int_equal(b[3], 20);
+  assert_int_equal(dsv4i_plan_boundaries(&c, b, 8), 5);
+  assert_int_equal(b[0], 1);
+  assert_int_equal(b[1], 2);
+  assert_int_equal(b[2], 8);
+  assert_int_equal(b[3], 14);
+  assert_int_equal(b[4], 20);
   dsv4i_topo_params p;
   dsv4i_topo_params_default(&p);
   /* an explicit 0-19 / 20-39 is the automatic one */
@@ -337,7 +338,8 @@ static void stage_splits(void **state) {
   expect_status(&c, &p, DSV4_OK, NULL);
   /* a boundary where shared attention state would cross */
   p.stage_first[1] = 10;
-  expect_status(&c, &p, DSV4_ERR_UNSUPPORTED, "allowed: 2, 8, 14, 20");
+  expect_status(&c, &p, DSV4_ERR_UNSUPPORTED, "allowed first layers: 1, 2, 8, 14, 20");
+  expect_status(&c, &p, DSV4_ERR_UNSUPPORTED, "layer 10 reads the compressed KV");
   p.stage_first[1] = 21;
   expect_status(&c, &p, DSV4_ERR_UNSUPPORTED, "cannot start at layer 21");
   p.stage_first[1] = 40;
@@ -347,11 +349,11 @@ static void stage_splits(void **state) {
   expect_status(&c, &p, DSV4_ERR_INVALID_ARG, "stage 0 must start at layer 0");
   /* more stages than boundaries */
   dsv4i_topo_params_default(&p);
-  p.nodes = 6;
+  p.nodes = 7;
   p.gpus_per_node = 1;
   p.tp = 1;
-  p.pp = 6;
-  expect_status(&c, &p, DSV4_ERR_UNSUPPORTED, "PP 6 needs 5 stage boundaries");
+  p.pp = 7;
+  expect_status(&c, &p, DSV4_ERR_UNSUPPORTED, "PP 7 needs 6 stage boundaries");
   /* ranks must match the GPUs; TP must divide the heads / groups / expert blocks */
   dsv4i_topo_params_default(&p);
   p.tp = 4;
@@ -471,9 +473,9 @@ static void tiny_fixture(void **state) {
   assert_true(pl.kv_per_token == 2 * 140 / 2.0 + 140);
   assert_int_equal(pl.kv_fixed_per_seq, 13 * 16 * 132 + 2 * 2 * 2 * 128 * 4);
   int32_t b[8];
-  assert_int_equal(dsv4i_plan_boundaries(&c, b, 8), 3);
+  assert_int_equal(dsv4i_plan_boundaries(&c, b, 8), 4);
   int32_t first1 = pl.stage[1].first_layer;
-  assert_true(first1 == 2 || first1 == 4 || first1 == 6);
+  assert_true(first1 == 1 || first1 == 2 || first1 == 4 || first1 == 6);
   /* Engram layers 1 and 4: host memory on the one node */
   assert_int_equal(pl.host[0].engram, (INT64_C(1524) + 2304) * (32 + 1));
   assert_true(pl.token_capacity > 1000000);
