@@ -96,6 +96,24 @@ dsv4_status dsv4i_payload_write(void *buf, size_t cap, const dsv4i_payload_meta 
   return DSV4_OK;
 }
 
+size_t dsv4i_payload_write_failure(void *buf, size_t cap, const dsv4i_payload_meta *m,
+                                   dsv4_status status) {
+  dsv4i_payload_hdr h;
+  if (cap < sizeof h) return 0;
+  memset(&h, 0, sizeof h);
+  h.magic = DSV4I_PAYLOAD_MAGIC;
+  h.version = DSV4I_PAYLOAD_VERSION;
+  h.hdr_bytes = (uint32_t)sizeof h;
+  h.status = status ? status : DSV4_ERR_INTERNAL;
+  h.total_bytes = sizeof h;
+  h.step = m->step;
+  h.from_stage = m->from_stage;
+  h.to_stage = m->to_stage;
+  h.first_layer = m->first_layer;
+  memcpy(buf, &h, sizeof h);
+  return sizeof h;
+}
+
 #define MISMATCH(field, got, want)                                                          \
   dsv4i_error(DSV4_ERR_RANK_MISMATCH,                                                       \
               "stage payload from stage %d: %s is %lld, this rank (stage %d) expects %lld", \
@@ -121,6 +139,13 @@ dsv4_status dsv4i_payload_check(const void *buf, size_t len, const dsv4i_payload
   if (h.hdr_bytes != sizeof h) return MISMATCH("the header size", h.hdr_bytes, sizeof h);
   if (len < sizeof h) return MISMATCH("the message size", len, (long long)sizeof h);
   memcpy(&h, buf, sizeof h);
+  if (h.status != DSV4_OK && h.step == ex->step && len == sizeof h)
+    return dsv4i_error(DSV4_ERR_RANK_FAILED,
+                       "stage %d failed step %llu (%s; its ranks report the message) and sent "
+                       "nothing to compute on",
+                       (int)h.from_stage, (unsigned long long)h.step,
+                       dsv4_status_string(h.status));
+  if (h.status != DSV4_OK) return MISMATCH("the failure notice's size or step", len, sizeof h);
   if (h.step != ex->step) return MISMATCH("the step serial", h.step, ex->step);
   if (h.from_stage != ex->from_stage) return MISMATCH("the sending stage", h.from_stage, ex->from_stage);
   if (h.to_stage != ex->to_stage) return MISMATCH("the receiving stage", h.to_stage, ex->to_stage);

@@ -38,8 +38,10 @@ typedef struct dsv4i_payload_hdr {
   uint32_t magic;           /**< DSV4I_PAYLOAD_MAGIC */
   uint32_t version;         /**< DSV4I_PAYLOAD_VERSION */
   uint32_t hdr_bytes;       /**< sizeof(dsv4i_payload_hdr) */
-  uint32_t reserved;        /**< 0 */
-  uint64_t total_bytes;     /**< header + sections */
+  int32_t status;           /**< DSV4_OK, or the status of a sending stage that failed the
+                             *   step: then the message is the header alone and the receiver
+                             *   passes the failure on instead of computing */
+  uint64_t total_bytes;     /**< header + sections (the header alone for a failure) */
   uint64_t step;            /**< step serial of the sending engine (both ends count steps) */
   int32_t from_stage, to_stage;
   int32_t n_tok, n_out;
@@ -99,11 +101,20 @@ dsv4_status dsv4i_payload_write(void *buf, size_t cap, const dsv4i_payload_meta 
                                 dsv4i_payload_hdr *out_hdr);
 
 /**
+ * Write a failure notice (the header alone, status set) for a step the sending
+ * stage could not compute, so the stages after it stop waiting at once.
+ * Returns the bytes written (sizeof header), or 0 when cap is too small.
+ */
+size_t dsv4i_payload_write_failure(void *buf, size_t cap, const dsv4i_payload_meta *m,
+                                   dsv4_status status);
+
+/**
  * Check a received message of len bytes against what this rank expects
  * (ex: step, from_stage, to_stage, first_layer, hc, dim, n_engram; n_tok and
  * n_out are checked against ex->n_tok / ex->n_out) and give views into it.
  * @return DSV4_OK; DSV4_ERR_RANK_MISMATCH (the message names the field, the
- *         sender's and this rank's value).
+ *         sender's and this rank's value); DSV4_ERR_RANK_FAILED (a failure notice:
+ *         the sending stage could not compute the step; its status is named).
  */
 dsv4_status dsv4i_payload_check(const void *buf, size_t len, const dsv4i_payload_meta *ex,
                                 dsv4i_payload_view *v);

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "dist/comm.h"
+#include "dist/nccl.h"
 #include "dist/payload.h"
 #include "test_util.h"
 
@@ -210,8 +211,37 @@ static void stalled_rank(void **state) {
   MPI_Barrier(g_world); /* line the ranks up again */
 }
 
-int main(int argc, char **argv) {
-  MPI_Init(&argc, &argv);
+/* A TP communicator over NCCL: on a machine without a GPU (or without NCCL) every rank gets
+ * a clear status, none waits forever; with GPUs it is created (the all-reduce itself is
+ * tested with device memory in the gpu suite). */
+static void nccl_comm(void **state) {
+  (void)state;
+  dsv4i_comm *c = make(30000);
+  dsv4i_nccl_comm *n = NULL;
+  double t0 = now_s();
+  dsv4_status st = dsv4i_nccl_comm_create(c, &n);
+  printf("  rank %d after %.2f s: status %d %s\n", g_rank, now_s() - t0, (int)st,
+         st ? dsv4i_error_message() : "");
+  if (st == DSV4_OK) {
+    const char *algo, *proto;
+    dsv4i_nccl_comm_pinned(n, &algo, &proto);
+    assert_non_null(algo);
+    assert_non_null(proto);
+    assert_int_equal(dsv4i_nccl_check(n), DSV4_OK);
+    dsv4i_nccl_comm_free(n);
+  } else {
+    assert_null(n);
+    assert_true(st == DSV4_ERR_NO_DEVICE || st == DSV4_ERR_DEVICE || st == DSV4_ERR_RANK_FAILED);
+    assert_true(strlen(dsv4i_error_message()) > 10);
+  }
+  /* the MPI communicator is still usable after a refused NCCL setup */
+  assert_int_equal(dsv4i_comm_agree_status(c, DSV4_OK, "after NCCL"), DSV4_OK);
+  dsv4i_comm_free(c);
+}
+
+/* Called by tests/common/test_main.c's main (the test filter). */
+int tu_run_suite(void) {
+  MPI_Init(NULL, NULL);
   MPI_Comm_dup(MPI_COMM_WORLD, &g_world);
   MPI_Comm_rank(g_world, &g_rank);
   MPI_Comm_size(g_world, &g_size);
@@ -223,7 +253,8 @@ int main(int argc, char **argv) {
   const struct CMUnitTest tests[] = {
     cmocka_unit_test(create_checks), cmocka_unit_test(allreduce_deterministic),
     cmocka_unit_test(payload_send_recv), cmocka_unit_test(agreement),
-    cmocka_unit_test(failed_rank_status), cmocka_unit_test(stalled_rank),
+    cmocka_unit_test(failed_rank_status), cmocka_unit_test(nccl_comm),
+    cmocka_unit_test(stalled_rank),
   };
   int rc = cmocka_run_group_tests(tests, NULL, NULL);
   MPI_Comm_free(&g_world);

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "dist/nccl.h"
 #include "dist/payload.h"
 #include "dist/topology.h"
 #include "model/config.h"
@@ -16,7 +17,7 @@
 static void load_release(dsv4i_config *c) {
   const char *root = getenv("DSV4_SOURCE_ROOT");
   assert_non_null(root);
-  char *path = tu_join(root, "tests/data/deepseek-v4.1-flash/config.json");
+  char *path = tu_join(root, "data/deepseek-v4.1-flash/config.json");
   assert_int_equal(dsv4i_config_load(path, c), DSV4_OK);
   free(path);
 }
@@ -289,6 +290,16 @@ static void payload_checks(void **state) {
   expect_msg(dsv4i_payload_check(buf, total, &m, &v), DSV4_ERR_RANK_MISMATCH, "header size");
   hp->hdr_bytes -= 4;
   assert_int_equal(dsv4i_payload_check(buf, total, &m, &v), DSV4_OK);
+  /* a failure notice: the header alone, the sender's status named */
+  uint64_t note[32];
+  size_t nb = dsv4i_payload_write_failure(note, sizeof note, &m, DSV4_ERR_OUT_OF_MEMORY);
+  assert_int_equal(nb, sizeof(dsv4i_payload_hdr));
+  assert_int_equal(dsv4i_payload_write_failure(note, 8, &m, DSV4_ERR_OUT_OF_MEMORY), 0);
+  expect_msg(dsv4i_payload_check(note, nb, &m, &v), DSV4_ERR_RANK_FAILED,
+             "stage 0 failed step 42 (DSV4_ERR_OUT_OF_MEMORY");
+  ex = m;
+  ex.step = 41;
+  expect_msg(dsv4i_payload_check(note, nb, &ex, &v), DSV4_ERR_RANK_MISMATCH, "failure notice");
   /* bad shapes are refused when writing */
   m.n_out = NT + 1;
   expect_msg(dsv4i_payload_write(buf, total, &m, &h), DSV4_ERR_INVALID_ARG, "invalid shape");
@@ -302,11 +313,45 @@ static void payload_checks(void **state) {
   free(buf);
 }
 
-int main(void) {
+/* NCCL is opened at run time: either it loads (version checked) or the status says it is
+ * absent; algorithm and protocol are pinned unless the environment fixes them. */
+static void nccl_loader(void **state) {
+  (void)state;
+  const dsv4i_nccl *lib = NULL;
+  dsv4_status st = dsv4i_nccl_open(&lib);
+  printf("  nccl: status %d, %s\n", (int)st, st ? dsv4i_error_message() : "loaded");
+  if (st == DSV4_OK) {
+    assert_non_null(lib);
+    assert_true(lib->version >= DSV4I_NCCL_MIN_VERSION);
+    assert_non_null(lib->AllReduce);
+    printf("  NCCL version %d\n", lib->version);
+  } else {
+    assert_int_equal(st, DSV4_ERR_NO_DEVICE);
+    assert_null(lib);
+    assert_non_null(strstr(dsv4i_error_message(), "libnccl.so.2 could not be opened"));
+  }
+  /* the same answer the second time (opened once) */
+  const dsv4i_nccl *again = NULL;
+  assert_int_equal(dsv4i_nccl_open(&again), st);
+  assert_ptr_equal(again, lib);
+  unsetenv("NCCL_ALGO");
+  setenv("NCCL_PROTO", "LL", 1);
+  const char *algo, *proto;
+  dsv4i_nccl_pin(&algo, &proto);
+  assert_string_equal(algo, "Ring");
+  assert_string_equal(proto, "LL"); /* the environment's choice is kept, and is fixed now */
+  assert_string_equal(getenv("NCCL_ALGO"), "Ring");
+  unsetenv("NCCL_PROTO");
+  dsv4i_nccl_pin(&algo, &proto);
+  assert_string_equal(proto, "Simple");
+}
+
+int tu_run_suite(void) {
   const struct CMUnitTest tests[] = {
     cmocka_unit_test(release_boundaries), cmocka_unit_test(dspark_tap_boundary),
     cmocka_unit_test(fixture_boundaries), cmocka_unit_test(topology),
     cmocka_unit_test(payload_round_trip), cmocka_unit_test(payload_checks),
+    cmocka_unit_test(nccl_loader),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
