@@ -101,9 +101,10 @@ __device__ __forceinline__ unsigned int order_key(float f) {
   return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
 }
 
-/* exclusive block-wide prefix sum of v (blockDim.x a multiple of 32, <= 1024);
- * *total gets the sum. Uses sh[32]; ends with __syncthreads. */
-__device__ int block_scan(int v, int *total, int *sh) {
+/* exclusive block-wide prefix sum of v (blockDim.x a multiple of 32, <= 1024):
+ * (.x the exclusive sum, .y the block's total). Uses sh[32]; ends with
+ * __syncthreads. */
+__device__ __forceinline__ int2 block_scan(int v, int *sh) {
   const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = blockDim.x >> 5;
   int x = v;
   for (int o = 1; o < 32; o <<= 1) {
@@ -121,10 +122,9 @@ __device__ int block_scan(int v, int *total, int *sh) {
     sh[lane] = s; /* inclusive over warps */
   }
   __syncthreads();
-  const int excl = x - v + (wid > 0 ? sh[wid - 1] : 0);
-  *total = sh[nw - 1];
+  const int2 r = make_int2(x - v + (wid > 0 ? sh[wid - 1] : 0), sh[nw - 1]);
   __syncthreads();
-  return excl;
+  return r;
 }
 
 /*
@@ -134,7 +134,7 @@ __device__ int block_scan(int v, int *total, int *sh) {
  * then one ordered pass that keeps every key above the threshold and the
  * first ones equal to it. The whole block calls it.
  */
-__device__ void block_topk(const float *key, long long n, int k, int *out) {
+__device__ __forceinline__ void block_topk(const float *key, long long n, int k, int *out) {
   __shared__ unsigned int hist[256];
   __shared__ unsigned int s_prefix;
   __shared__ int s_kk;
@@ -172,13 +172,12 @@ __device__ void block_topk(const float *key, long long n, int k, int *out) {
     const long long i = i0 + threadIdx.x;
     const unsigned int u = i < n ? order_key(key[i]) : 0u;
     const int gt = i < n && u > prefix, eq = i < n && u == prefix;
-    int eq_tot, sel_tot;
-    const int eq_rank = eq_base + block_scan(eq, &eq_tot, scan_sh);
-    const int sel = gt || (eq && eq_rank < kk);
-    const int pos = out_base + block_scan(sel, &sel_tot, scan_sh);
-    if (sel) out[pos] = (int)i;
-    eq_base += eq_tot;
-    out_base += sel_tot;
+    const int2 es = block_scan(eq, scan_sh);
+    const int sel = gt || (eq && eq_base + es.x < kk);
+    const int2 ss = block_scan(sel, scan_sh);
+    if (sel) out[out_base + ss.x] = (int)i;
+    eq_base += es.y;
+    out_base += ss.y;
   }
 }
 
@@ -192,7 +191,7 @@ __device__ void block_topk(const float *key, long long n, int k, int *out) {
  * min(k_max, blocks) are kept. out: int32 [n][out_ld], ascending then −1.
  * bws: f32 [n][bws_ld] block scores (mode 1 only; bws_ld >= ceil(vis/bs)).
  */
-extern "C" __global__ void __launch_bounds__(512) dsv4_k_attn_topk_f32(
+extern "C" __global__ void __launch_bounds__(512, 1) dsv4_k_attn_topk_f32(
     const dsv4i_gpu_attn_tok *__restrict__ tok, int ratio, const float *__restrict__ scores,
     long long score_ld, int mode, int bs, float *__restrict__ bws, long long bws_ld, int k_max,
     int *__restrict__ out, int out_ld) {
