@@ -51,7 +51,8 @@ dsv4_status dsv4i_gpu_attn_select(const dsv4i_kreg *kr, dsv4i_gpu_attn_kernels *
  * non-NULL (the CPU order: QDQ rows before attending, records after — call
  * once with win = NULL before dsv4i_gpu_attn_sparse and once with the table
  * after, or once with both where no token of the call attends to a slot it
- * overwrites).
+ * overwrites). The DSpark stages' main_kv rows go into their rings the same
+ * way (tokens at the target positions, spec §6.1).
  * @param kv  bf16 [n][hd] post-RoPE rows; kvw bf16 [n][hd] or 0.
  * @return DSV4_OK; DSV4_ERR_INVALID_ARG (hd not a multiple of 32, n < 0);
  *         DSV4_ERR_DEVICE / DSV4_ERR_DEVICE_LOST (launch failed).
