@@ -232,4 +232,27 @@ dsv4_status dsv4i_attn_topk(const float *key, int64_t n, int32_t k, int32_t *out
 dsv4_status dsv4i_attn_candidates(const float *score, int64_t visible, int32_t bs, int32_t n_keep,
                                   int32_t *out);
 
+/**
+ * Index score of one key for one query (spec §5.4 3b step 4): per head the
+ * fp32 dot (increasing dim, separate multiply and add) rounded to bf16,
+ * relu, times the head weight rounded to bf16, the heads summed in fp32 in
+ * order and rounded to bf16.
+ * @param qf  [in] fp32 [n_heads][ihd] MXFP4-QDQ'd index query (bf16 values).
+ * @param wf  [in] fp32 [n_heads] bf16-rounded scaled head weights.
+ * @param rec [in] index-key record; kf [out] scratch float [ihd].
+ * @return the score (a bf16 value as fp32).
+ */
+float dsv4i_attn_index_score(int32_t n_heads, int32_t ihd, const float *qf, const float *wf,
+                             const uint8_t *rec, float *kf);
+
+/**
+ * Ratio-r compressor pooling of one group (spec §5.4 3a): per dim d,
+ * softmax over the r members of g[·][d] (max, exp, sum from 0 in member
+ * order, then a division), latent[d] = Σ_m k[m][d] · w_m in fp32, rounded
+ * to bf16 (before compressor.norm).
+ * @param r 1..8; k, g [in] r rows of fp32 [hd]; out [out] bf16 [hd].
+ */
+void dsv4i_attn_pool_group(int32_t r, int32_t hd, const float *const *k, const float *const *g,
+                           uint16_t *out);
+
 #endif /* DSV4I_ATTENTION_H */

@@ -18,9 +18,8 @@
 #include "cpu/attn_impl.h"
 #include "model/formats.h"
 
-/* pool one group: members k[m], g[m] (fp32 rows of hd), out bf16 [hd] */
-static void pool_group(int32_t r, int32_t hd, const float *const *k, const float *const *g,
-                       uint16_t *out) {
+void dsv4i_attn_pool_group(int32_t r, int32_t hd, const float *const *k, const float *const *g,
+                           uint16_t *out) {
   for (int32_t d = 0; d < hd; d++) {
     float mx = g[0][d];
     for (int32_t m = 1; m < r; m++) mx = g[m][d] > mx ? g[m][d] : mx;
@@ -75,7 +74,7 @@ dsv4_status dsv4i_attn_compress(attn_call *c, const uint16_t *x, uint16_t *lat) 
         gm[m] = rec + hd;
       }
     }
-    pool_group(r, hd, km, gm, lat + (size_t)e * (size_t)hd);
+    dsv4i_attn_pool_group(r, hd, km, gm, lat + (size_t)e * (size_t)hd);
   }
   st = dsv4i_cpu_rmsnorm(c->n_emit, hd, lat, hd, L->c_norm, L->eps, lat, hd);
   /* every token's (k, g) into the CSTATE ring, after the reads above; a run

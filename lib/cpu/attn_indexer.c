@@ -119,15 +119,11 @@ dsv4_status dsv4i_attn_index_keys(const attn_call *c, const uint16_t *lat) {
 
 /* ---- scores and selection --------------------------------------------- */
 
-/* bf16 score of index key record `rec` for one query: per head the fp32 dot
- * rounded to bf16, relu, times the head weight rounded to bf16, the heads
- * summed in fp32 and rounded to bf16 (spec §5.4 3b step 4) */
-static float score_one(const dsv4i_attn_layer *L, const float *qf, const float *wf,
-                       const uint8_t *rec, float *kf) {
-  const int32_t IH = L->index_heads, ihd = L->index_head_dim;
+float dsv4i_attn_index_score(int32_t n_heads, int32_t ihd, const float *qf, const float *wf,
+                             const uint8_t *rec, float *kf) {
   dsv4i_kv_idxk_decode(rec, ihd, kf);
   float total = 0.0f;
-  for (int32_t h = 0; h < IH; h++) {
+  for (int32_t h = 0; h < n_heads; h++) {
     const float *q = qf + (size_t)h * (size_t)ihd;
     float dot = 0.0f;
     for (int32_t i = 0; i < ihd; i++) dot += q[i] * kf[i];
@@ -149,7 +145,8 @@ static void score_keys(const attn_call *c, int32_t t, const float *qf, const flo
     float kf[1024];
     DSV4I_AOMP(omp for schedule(static))
     for (int64_t i = k0; i < k1; i++)
-      key[i] = score_one(L, qf, wf, dsv4i_kv_rec(s, DSV4I_KV_IDXK, ks, i), kf);
+      key[i] = dsv4i_attn_index_score(L->index_heads, L->index_head_dim, qf, wf,
+                                      dsv4i_kv_rec(s, DSV4I_KV_IDXK, ks, i), kf);
   }
 }
 

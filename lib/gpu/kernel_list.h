@@ -38,7 +38,18 @@
   X(MOE_DOWN, "moe_down")                                                                        \
   X(ENGRAM_GATHER, "engram_gather")                                                              \
   X(ENGRAM_UPDATE, "engram_update")                                                              \
-  X(DEQUANT, "dequant")
+  X(DEQUANT, "dequant")                                                                          \
+  X(ATTN_WINDOW_STORE, "attn_window_store")                                                      \
+  X(ATTN_COMP_STORE, "attn_comp_store")                                                          \
+  X(ATTN_IDXK_STORE, "attn_idxk_store")                                                          \
+  X(ATTN_COMPRESS_POOL, "attn_compress_pool")                                                    \
+  X(ATTN_CSTATE_STORE, "attn_cstate_store")                                                      \
+  X(ATTN_INDEX_SCORES, "attn_index_scores")                                                      \
+  X(ATTN_TOPK, "attn_topk")                                                                      \
+  X(ATTN_SPARSE_QK, "attn_sparse_qk")                                                            \
+  X(ATTN_SPARSE_PV, "attn_sparse_pv")                                                            \
+  X(ATTN_SPARSE_COMBINE, "attn_sparse_combine")                                                  \
+  X(DSPARK_MARKOV, "dspark_markov")
 
 /* Kernels (see above). One row per line: kernels/meson.build parses them. */
 #define DSV4I_KERNELS(X)                                                                         \
@@ -67,6 +78,17 @@
   X(MOE_DOWN_WARP, MOE_DOWN, E2M1_UE8M0, DECODE_WARP, 80, moe, dsv4_k_moe_down_warp, 256)         \
   X(ENGRAM_GATHER, ENGRAM_GATHER, E4M3_UE8M0, ANY, 80, engram, dsv4_k_engram_gather, 128)          \
   X(ENGRAM_UPDATE, ENGRAM_UPDATE, BF16, ANY, 80, engram, dsv4_k_engram_update, 128)              \
-  X(DEQUANT_E4M3_BF16, DEQUANT, E4M3_UE8M0, ANY, 80, linear, dsv4_k_dequant_e4m3_bf16, 256)
+  X(DEQUANT_E4M3_BF16, DEQUANT, E4M3_UE8M0, ANY, 80, linear, dsv4_k_dequant_e4m3_bf16, 256)      \
+  X(ATTN_WINDOW_STORE_E4M3, ATTN_WINDOW_STORE, E4M3_UE8M0, ANY, 80, attn_cache, dsv4_k_attn_window_store_e4m3, 256) \
+  X(ATTN_COMP_STORE_E2M1, ATTN_COMP_STORE, E2M1_E4M3, ANY, 80, attn_cache, dsv4_k_attn_comp_store_e2m1, 256) \
+  X(ATTN_IDXK_STORE_E2M1, ATTN_IDXK_STORE, E2M1_UE8M0, ANY, 80, attn_cache, dsv4_k_attn_idxk_store_e2m1, 128) \
+  X(ATTN_COMPRESS_POOL_F32, ATTN_COMPRESS_POOL, F32, ANY, 80, attn_cache, dsv4_k_attn_compress_pool_f32, 256) \
+  X(ATTN_CSTATE_STORE_F32, ATTN_CSTATE_STORE, F32, ANY, 80, attn_cache, dsv4_k_attn_cstate_store_f32, 256) \
+  X(ATTN_INDEX_SCORES_E2M1, ATTN_INDEX_SCORES, E2M1_UE8M0, ANY, 80, attn_indexer, dsv4_k_attn_index_scores_e2m1, 128) \
+  X(ATTN_TOPK_F32, ATTN_TOPK, F32, ANY, 80, attn_indexer, dsv4_k_attn_topk_f32, 512) \
+  X(ATTN_SPARSE_QK_E4M3, ATTN_SPARSE_QK, E4M3_UE8M0, ANY, 80, attn_sparse, dsv4_k_attn_sparse_qk_e4m3, 128) \
+  X(ATTN_SPARSE_PV_E4M3, ATTN_SPARSE_PV, E4M3_UE8M0, ANY, 80, attn_sparse, dsv4_k_attn_sparse_pv_e4m3, 128) \
+  X(ATTN_SPARSE_COMBINE_F32, ATTN_SPARSE_COMBINE, F32, ANY, 80, attn_sparse, dsv4_k_attn_sparse_combine_f32, 128) \
+  X(DSPARK_MARKOV_BF16, DSPARK_MARKOV, BF16, ANY, 80, dspark, dsv4_k_dspark_markov_bf16, 256)
 
 #endif /* DSV4I_KERNEL_LIST_H */

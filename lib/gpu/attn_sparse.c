@@ -1,0 +1,70 @@
+/* Launcher of the sparse attention with sink (kernels/attn_sparse.cu):
+ * three passes per slice of tokens, the slice as large as the workspace. */
+#include "gpu/attn.h"
+
+static int32_t n_blocks(int32_t window, int32_t sel_ld) {
+  return (window + sel_ld + DSV4I_GPU_ATTN_BLOCK - 1) / DSV4I_GPU_ATTN_BLOCK;
+}
+
+/* f32 per token: scores [nblk][H][64], block max and Σp [nblk][H] each,
+ * partial outputs [nblk][H][hd] */
+static size_t ws_per_tok(int32_t H, int32_t hd, int32_t window, int32_t sel_ld) {
+  return (size_t)n_blocks(window, sel_ld) * (size_t)H *
+         ((size_t)DSV4I_GPU_ATTN_BLOCK + 2 + (size_t)hd) * sizeof(float);
+}
+
+size_t dsv4i_gpu_attn_sparse_ws(int32_t n_heads, int32_t head_dim, int32_t window,
+                                int32_t sel_ld, int32_t n_tok) {
+  return ws_per_tok(n_heads, head_dim, window, sel_ld) * (size_t)(n_tok > 0 ? n_tok : 0);
+}
+
+dsv4_status dsv4i_gpu_attn_sparse(const dsv4i_gpu_attn_kernels *k, dsv4i_custream stream,
+                                  const dsv4i_gpu_sparse_args *a) {
+  const int32_t H = a->n_heads, hd = a->head_dim, sel_ld = a->sel ? a->sel_ld : 0;
+  const int32_t width = sel_ld > a->dspark_block ? sel_ld : a->dspark_block; /* past the window */
+  if (hd <= 0 || hd % 128 != 0 || hd > 1024)
+    return dsv4i_error(DSV4_ERR_UNSUPPORTED, "sparse attention: head_dim %d (the kernels take "
+                       "multiples of 128 up to 1024)", (int)hd);
+  if (a->n < 0 || H < 1 || a->window < 1 || sel_ld < 0 || a->dspark_block < 0 || !a->sink ||
+      !a->q || !a->o || !a->kvw)
+    return dsv4i_error(DSV4_ERR_INVALID_ARG, "sparse attention: n %d, %d heads, window %d, "
+                       "selection width %d, or a NULL buffer", (int)a->n, (int)H, (int)a->window,
+                       (int)sel_ld);
+  if (a->n == 0) return DSV4_OK;
+  const size_t per = ws_per_tok(H, hd, a->window, width);
+  const int64_t slice_max = (int64_t)(a->ws_bytes / per);
+  if (slice_max < 1)
+    return dsv4i_error(DSV4_ERR_INVALID_ARG, "sparse attention: workspace of %zu bytes, one token "
+                       "needs %zu", a->ws_bytes, per);
+  int nblk = n_blocks(a->window, width), n_hg = (H + 63) / 64, n_dc = hd / 128;
+  int Hh = H, hdd = hd, win_arg = a->window, sld = sel_ld;
+  float scale = a->scale;
+  dsv4i_gpu_kvtab win = a->win, comp = a->comp;
+  dsv4_status st = DSV4_OK;
+  for (int32_t t0 = 0; t0 < a->n && st == DSV4_OK; t0 += (int32_t)slice_max) {
+    const int64_t ns = a->n - t0 < slice_max ? a->n - t0 : slice_max;
+    if (ns * nblk * n_hg * n_dc > INT32_MAX || ns * H > INT32_MAX)
+      return dsv4i_error(DSV4_ERR_INVALID_ARG, "sparse attention: slice of %lld tokens",
+                         (long long)ns);
+    dsv4i_cuptr tok = a->tok + (dsv4i_cuptr)t0 * sizeof(dsv4i_gpu_attn_tok);
+    dsv4i_cuptr q = a->q + (dsv4i_cuptr)t0 * (dsv4i_cuptr)H * (dsv4i_cuptr)hd * 2u;
+    dsv4i_cuptr o = a->o + (dsv4i_cuptr)t0 * (dsv4i_cuptr)H * (dsv4i_cuptr)hd * 2u;
+    dsv4i_cuptr sel = a->sel ? a->sel + (dsv4i_cuptr)t0 * (dsv4i_cuptr)sel_ld * 4u : 0;
+    dsv4i_cuptr kvw = a->kvw, sink = a->sink;
+    const dsv4i_cuptr nbh = (dsv4i_cuptr)ns * (dsv4i_cuptr)nblk * (dsv4i_cuptr)H;
+    dsv4i_cuptr s_ws = a->ws, bmax = s_ws + nbh * DSV4I_GPU_ATTN_BLOCK * 4u;
+    dsv4i_cuptr psum = bmax + nbh * 4u, part = psum + nbh * 4u;
+    void *qk[] = {&win, &comp, &tok, &nblk, &n_hg, &Hh, &hdd, &win_arg, &q, &kvw, &sel, &sld,
+                  &scale, &s_ws, &bmax};
+    st = dsv4i_kreg_launch(k->kr, k->sparse_qk, (uint32_t)(ns * nblk * n_hg), 0, stream, qk);
+    void *pv[] = {&win, &comp, &tok, &nblk, &n_hg, &Hh, &hdd, &win_arg, &kvw, &sel, &sld,
+                  &s_ws, &bmax, &psum, &part};
+    if (st == DSV4_OK)
+      st = dsv4i_kreg_launch(k->kr, k->sparse_pv, (uint32_t)(ns * nblk * n_hg * n_dc), 0, stream,
+                             pv);
+    void *cb[] = {&nblk, &Hh, &hdd, &bmax, &psum, &part, &sink, &o};
+    if (st == DSV4_OK)
+      st = dsv4i_kreg_launch(k->kr, k->sparse_combine, (uint32_t)(ns * H), 0, stream, cb);
+  }
+  return st;
+}
