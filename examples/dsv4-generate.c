@@ -13,6 +13,7 @@
  * acceptance length and the acceptance of each draft position).
  */
 #include <errno.h>
+#include <float.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -119,9 +120,17 @@ static int parse(int argc, char **argv, opts *o) {
                               !strcmp(a, "--temp") || !strcmp(a, "--draft") ||
                               !strcmp(a, "--device"))) {
       i++;
-      if (!strcmp(a, "--temp")) o->temp = x;
-      else if (x < 0 || x > 2147483647.0 || x != (double)(long)x) {
-        fprintf(stderr, "dsv4-generate: %s wants a non-negative integer\n", a);
+      if (!strcmp(a, "--temp")) {
+        if (!(x >= 0.0 && x <= FLT_MAX)) { /* NaN fails both */
+          fprintf(stderr, "dsv4-generate: --temp wants a finite number >= 0, not %s\n", v);
+          return 1;
+        }
+        o->temp = x;
+      } else if (x > 2147483647.0) {
+        fprintf(stderr, "dsv4-generate: %s %s is too large (at most 2147483647)\n", a, v);
+        return 1;
+      } else if (!(x >= 0) || x != (double)(long)x) {
+        fprintf(stderr, "dsv4-generate: %s wants a non-negative integer, not %s\n", a, v);
         return 1;
       } else if (!strcmp(a, "-n")) o->n = (long)x;
       else if (!strcmp(a, "--chunk")) o->chunk = (long)x;

@@ -109,7 +109,7 @@ enum {
   DSV4_ERR_ST_HEADER = -20,         /**< header length past the end of the file, or header not a JSON object of tensors */
   DSV4_ERR_ST_TRUNCATED = -21,      /**< file shorter than 8 bytes, or data area shorter than the tensors need */
   DSV4_ERR_ST_DTYPE = -22,          /**< unknown dtype string */
-  DSV4_ERR_ST_OFFSETS = -23,        /**< data_offsets malformed, outside the data area, or (dsv4_model_load) a tensor not aligned to its dtype's size */
+  DSV4_ERR_ST_OFFSETS = -23,        /**< data_offsets malformed, outside the data area, or a gap: the tensors must cover the data area exactly */
   DSV4_ERR_ST_OVERLAP = -24,        /**< two tensors' byte ranges overlap */
   DSV4_ERR_ST_SIZE = -25,           /**< byte size != product(shape) x dtype size */
   DSV4_ERR_ST_DUPLICATE = -26,      /**< a tensor name appears twice (in a shard or across shards) */
@@ -810,7 +810,7 @@ typedef struct dsv4_engine_info {
   int64_t kv_bytes;             /**< pool + per-sequence bookkeeping */
   int64_t kv_bytes_per_token;   /**< record bytes per position over all layers (spec §5.8) */
   int64_t workspace_bytes;      /**< step buffers and scratch */
-  int64_t prepared_weight_bytes;/**< weights the backend converted at load (wo_a) */
+  int64_t prepared_weight_bytes;/**< weights the backend converted at load (wo_a), plus checkpoint tensors copied to aligned memory because the shard did not align them */
   int64_t mapped_bytes;         /**< checkpoint bytes, mmapped (paged in on use) */
 } dsv4_engine_info;
 

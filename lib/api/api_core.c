@@ -31,7 +31,7 @@ DSV4_API const char *dsv4_status_string(dsv4_status status) {
   case DSV4_ERR_ST_HEADER: return "DSV4_ERR_ST_HEADER: safetensors header malformed";
   case DSV4_ERR_ST_TRUNCATED: return "DSV4_ERR_ST_TRUNCATED: safetensors file truncated";
   case DSV4_ERR_ST_DTYPE: return "DSV4_ERR_ST_DTYPE: unknown safetensors dtype";
-  case DSV4_ERR_ST_OFFSETS: return "DSV4_ERR_ST_OFFSETS: tensor data_offsets outside the data area";
+  case DSV4_ERR_ST_OFFSETS: return "DSV4_ERR_ST_OFFSETS: tensor data_offsets malformed, outside the data area, or leaving a gap";
   case DSV4_ERR_ST_OVERLAP: return "DSV4_ERR_ST_OVERLAP: tensor byte ranges overlap";
   case DSV4_ERR_ST_SIZE: return "DSV4_ERR_ST_SIZE: tensor byte size differs from its shape and dtype";
   case DSV4_ERR_ST_DUPLICATE: return "DSV4_ERR_ST_DUPLICATE: duplicate tensor name";

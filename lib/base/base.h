@@ -76,9 +76,20 @@ typedef struct dsv4i_logger {
 void dsv4i_log(const dsv4i_logger *lg, int32_t level, const char *fmt, ...) DSV4I_PRINTF(3, 4);
 
 /**
+ * Open path read-only without blocking (O_NONBLOCK: a FIFO or tty never
+ * stalls the open) and fstat it; anything but a regular file is refused
+ * before a byte is read. Every file the library reads is opened here.
+ * On success *fd (O_CLOEXEC, the caller closes it) and *size are set.
+ * DSV4_ERR_NOT_FOUND; DSV4_ERR_IO (the message names the path, `what` and
+ * the kind of file found, e.g. "a FIFO"). *fd is -1 on failure.
+ */
+dsv4_status dsv4i_open_regular(const char *path, const char *what, int *fd, uint64_t *size);
+
+/**
  * Read a whole regular file into a malloc'd NUL-terminated buffer (*len
- * excludes the NUL). Refuses what is not a regular file (a FIFO or device
- * would never end) and files larger than max_bytes. DSV4_ERR_NOT_FOUND,
+ * excludes the NUL), opened with dsv4i_open_regular: refuses what is not a
+ * regular file (a FIFO or device could block or never end) and files
+ * larger than max_bytes. DSV4_ERR_NOT_FOUND,
  * DSV4_ERR_IO (message names the path and the reason),
  * DSV4_ERR_OUT_OF_MEMORY. `what` names the file's role in messages.
  */

@@ -69,6 +69,7 @@ dsv4_status dsv4i_engine_plan(const struct dsv4_model *model, const dsv4i_engine
   rq.chunk = a->chunk;
   rq.host_limit = a->backend == DSV4_BACKEND_CPU ? dsv4i_plan_host_memory() : 0;
   rq.mapped_bytes = (int64_t)dsv4i_model_contract(model)->payload_bytes;
+  rq.copied_weight_bytes = (int64_t)dsv4i_model_realigned_bytes(model);
   return dsv4i_plan_make(dsv4i_model_config(model), &rq, out);
 }
 

@@ -119,6 +119,7 @@ size_t tk_utf8_check(const char *str, size_t len, const char **what) {
                (b == 0xF0 && len - i > 1 && s[i + 1] < 0x90))
         *what = "overlong encoding";
       else if (b == 0xED && len - i > 1 && s[i + 1] >= 0xA0) *what = "UTF-16 surrogate";
+      else if (b >= 0xF8) *what = "a byte that never appears in UTF-8 (0xF8..0xFF)";
       else if (b >= 0xF5 || (b == 0xF4 && len - i > 1 && s[i + 1] >= 0x90))
         *what = "code point above U+10FFFF";
       else *what = "invalid or truncated sequence";

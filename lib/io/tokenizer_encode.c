@@ -258,7 +258,8 @@ dsv4_status dsv4i_tokenizer_encode(const dsv4i_tokenizer *tok, const char *text,
   const char *what;
   size_t bad = tk_utf8_check(text, len, &what);
   if (bad != len)
-    return dsv4i_error(DSV4_ERR_INVALID_UTF8, "tokenizer encode: invalid text at byte %zu: %s", bad, what);
+    return dsv4i_error(DSV4_ERR_INVALID_UTF8, "tokenizer encode: invalid text at byte %zu (0x%02X): %s", bad,
+                       (unsigned)(unsigned char)text[bad], what);
   if (len == 0) return DSV4_OK;
 
   enc_ctx c;

@@ -549,7 +549,9 @@ static void invalid_utf8_and_nul_rejected(void **state) {
     {"\xbf", 1, 0, "continuation"},
     {"\xf4\x90\x80\x80", 4, 0, "U+10FFFF"},
     {"\xf5\x80\x80\x80", 4, 0, "U+10FFFF"},
-    {"\xff", 1, 0, "U+10FFFF"},
+    {"\xff", 1, 0, "(0xFF): a byte that never appears in UTF-8"},
+    {"ab\xf8\x88\x80\x80\x80", 7, 2, "(0xF8): a byte that never appears in UTF-8"},
+    {"\xfe", 1, 0, "never appears in UTF-8"},
     {"a\0b", 3, 1, "NUL"},
     {"\0", 1, 0, "NUL"},
   };
