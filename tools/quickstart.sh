@@ -9,9 +9,11 @@ cd "$(dirname "$0")/.."
 pkgs="
 abigail-tools
 build-essential
+clang
 cmake
 doxygen
 gnuplot-nox
+libclang-rt-14-dev
 libcmocka-dev
 libjansson-dev
 libomp-dev

@@ -281,7 +281,12 @@ DSV4_NODISCARD DSV4_API dsv4_status dsv4_model_params_init(dsv4_model_params *pa
  * shards (or a single model.safetensors), spec §4. Every shard header is
  * validated, every tensor is resolved, and the tensor set is checked against
  * the contract the config implies (spec §4.2); all differences are reported
- * in one message. Shards are mmapped read-only; no weight is copied.
+ * in one message. Shards are mmapped read-only; a tensor whose bytes do not
+ * start at a multiple of its element size (legal safetensors: an odd,
+ * unpadded header) is copied once into aligned memory, logged at
+ * DSV4_LOG_INFO; no other weight is copied. Every file is opened without
+ * blocking and must be a regular file (a FIFO or device: DSV4_ERR_IO).
+ * Shard rules: docs/reliability.md.
  *
  * @param dir     [in] directory path (UTF-8, NUL-terminated).
  * @param params  [in] NULL for defaults. The library reads min(params->struct_size,

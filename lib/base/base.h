@@ -54,6 +54,26 @@ void dsv4i_str_free(dsv4i_str *s);
 /** buf, or "" when nothing was appended. */
 const char *dsv4i_str_cstr(const dsv4i_str *s);
 
+/* ---- allocation-failure injection -----------------------------------------
+ * Built with -Dfault_injection=true (tests only): every allocation the
+ * library makes (the wrappers below, its other malloc/realloc calls and,
+ * when the test routes them here with json_set_alloc_funcs, jansson's) asks
+ * DSV4I_FAULT() first; armed with dsv4i_fault_arm(n), the n-th one fails.
+ * Plain builds compile DSV4I_FAULT() to 0. */
+#ifdef DSV4I_FAULT_INJECTION
+int dsv4i_fault_fail_now(void);
+/** Fail the n-th allocation from now (n >= 1); 0 disarms. Resets the count. */
+void dsv4i_fault_arm(long n);
+/** Allocations asked for since the last arm (whether armed or not). */
+long dsv4i_fault_count(void);
+/** Whether the armed failure has happened. */
+int dsv4i_fault_fired(void);
+void *dsv4i_fault_json_malloc(size_t size);
+#define DSV4I_FAULT() dsv4i_fault_fail_now()
+#else
+#define DSV4I_FAULT() 0
+#endif
+
 /* ---- allocation ----------------------------------------------------------
  * Thin wrappers that record DSV4_ERR_OUT_OF_MEMORY with what was asked for.
  * They return NULL on failure (the caller returns DSV4_ERR_OUT_OF_MEMORY). */

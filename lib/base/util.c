@@ -21,7 +21,7 @@ static int str_reserve(dsv4i_str *s, size_t n) {
   if (need > s->cap) {
     size_t cap = s->cap ? s->cap : 256;
     while (cap < need) cap = cap * 2 > cap ? cap * 2 : need;
-    char *nb = realloc(s->buf, cap);
+    char *nb = DSV4I_FAULT() ? NULL : realloc(s->buf, cap);
     if (!nb) {
       s->oom = 1;
       return 0;
@@ -64,20 +64,43 @@ void dsv4i_str_free(dsv4i_str *s) {
 
 const char *dsv4i_str_cstr(const dsv4i_str *s) { return s->buf ? s->buf : ""; }
 
+#ifdef DSV4I_FAULT_INJECTION
+static _Atomic long g_fault_at, g_fault_count, g_fault_fired;
+
+int dsv4i_fault_fail_now(void) {
+  const long k = ++g_fault_count;
+  if (g_fault_at > 0 && k == g_fault_at) {
+    g_fault_fired = 1;
+    return 1;
+  }
+  return 0;
+}
+
+void dsv4i_fault_arm(long n) {
+  g_fault_count = 0;
+  g_fault_fired = 0;
+  g_fault_at = n > 0 ? n : 0;
+}
+
+long dsv4i_fault_count(void) { return g_fault_count; }
+int dsv4i_fault_fired(void) { return g_fault_fired != 0; }
+void *dsv4i_fault_json_malloc(size_t size) { return dsv4i_fault_fail_now() ? NULL : malloc(size); }
+#endif
+
 void *dsv4i_malloc(size_t size, const char *what) {
-  void *p = malloc(size ? size : 1);
+  void *p = DSV4I_FAULT() ? NULL : malloc(size ? size : 1);
   if (!p) dsv4i_error(DSV4_ERR_OUT_OF_MEMORY, "out of memory allocating %zu bytes for %s", size, what);
   return p;
 }
 
 void *dsv4i_calloc(size_t n, size_t size, const char *what) {
-  void *p = calloc(n ? n : 1, size ? size : 1);
+  void *p = DSV4I_FAULT() ? NULL : calloc(n ? n : 1, size ? size : 1);
   if (!p) dsv4i_error(DSV4_ERR_OUT_OF_MEMORY, "out of memory allocating %zu x %zu bytes for %s", n, size, what);
   return p;
 }
 
 void *dsv4i_realloc(void *old, size_t size, const char *what) {
-  void *p = realloc(old, size ? size : 1);
+  void *p = DSV4I_FAULT() ? NULL : realloc(old, size ? size : 1);
   if (!p) dsv4i_error(DSV4_ERR_OUT_OF_MEMORY, "out of memory growing %s to %zu bytes", what, size);
   return p;
 }

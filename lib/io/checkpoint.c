@@ -61,15 +61,10 @@ static dsv4_status parse_metadata(index_doc *ix) {
   return DSV4_OK;
 }
 
-/* Parse the index file and check its structure (not the shards). */
-static dsv4_status load_index(index_doc *ix) {
-  char *buf;
-  size_t len;
-  dsv4_status s = dsv4i_read_file(ix->path, (size_t)1 << 30, "index", &buf, &len);
-  if (s != DSV4_OK) return s;
+/* Parse the index text and check its structure (not the shards). */
+static dsv4_status parse_index(index_doc *ix, const char *buf, size_t len) {
   json_error_t je;
   ix->root = json_loadb(buf, len, JSON_REJECT_DUPLICATES, &je);
-  free(buf);
   if (!ix->root) {
     if (json_error_code(&je) == json_error_duplicate_key)
       return dsv4i_error(DSV4_ERR_INDEX, "%s: %s (line %d, column %d): keys must be unique",
@@ -87,6 +82,16 @@ static dsv4_status load_index(index_doc *ix) {
   if (json_object_size(ix->weight_map) == 0)
     return dsv4i_error(DSV4_ERR_INDEX, "%s: \"weight_map\" is empty", ix->path);
   return parse_metadata(ix);
+}
+
+static dsv4_status load_index(index_doc *ix) {
+  char *buf;
+  size_t len;
+  dsv4_status s = dsv4i_read_file(ix->path, (size_t)1 << 30, "index", &buf, &len);
+  if (s != DSV4_OK) return s;
+  s = parse_index(ix, buf, len);
+  free(buf);
+  return s;
 }
 
 /* A shard must be a plain, non-empty file name inside the directory. */
@@ -249,6 +254,18 @@ static dsv4_status open_indexed(dsv4i_checkpoint *c, const char *index_path) {
   return st;
 }
 
+dsv4_status dsv4i_index_check_text(const char *name, const char *buf, size_t len) {
+  if (!name || (!buf && len)) return dsv4i_error(DSV4_ERR_INVALID_ARG, "index check: NULL");
+  index_doc ix = {.path = name};
+  const char **names = NULL;
+  int32_t n = 0;
+  dsv4_status st = parse_index(&ix, buf ? buf : "", len);
+  if (st == DSV4_OK) st = collect_shards(&ix, &names, &n);
+  free(names);
+  json_decref(ix.root);
+  return st;
+}
+
 /* The single-file layout: one shard, no index to agree with. */
 static dsv4_status open_single(dsv4i_checkpoint *c, const char *path) {
   c->shards = dsv4i_calloc(1, sizeof *c->shards, "the shard table");
@@ -300,7 +317,7 @@ static dsv4_status realign(dsv4i_checkpoint *c) {
       return dsv4i_error(DSV4_ERR_OUT_OF_MEMORY, "tensor '%s': %llu bytes", e->name,
                          (unsigned long long)e->t->nbytes);
     const size_t n = ((size_t)e->t->nbytes + 63) & ~(size_t)63;
-    e->copy = aligned_alloc(64, n);
+    e->copy = DSV4I_FAULT() ? NULL : aligned_alloc(64, n);
     if (!e->copy)
       return dsv4i_error(DSV4_ERR_OUT_OF_MEMORY,
                          "out of memory copying tensor '%s' (%zu bytes, not aligned to its %zu-byte "

@@ -318,9 +318,34 @@ dsv4_status dsv4i_st_open(const char *path, dsv4i_st_file *out) {
   return DSV4_OK;
 }
 
+dsv4_status dsv4i_st_parse(const char *name, const uint8_t *buf, size_t size, dsv4i_st_file *out) {
+  if (!out) return dsv4i_error(DSV4_ERR_INVALID_ARG, "dsv4i_st_parse: out is NULL");
+  memset(out, 0, sizeof *out);
+  if (!name || (!buf && size))
+    return dsv4i_error(DSV4_ERR_INVALID_ARG, "dsv4i_st_parse: name or buffer is NULL");
+  dsv4i_st_file f = {0};
+  f.path = dsv4i_strdup(name, "a shard name");
+  if (!f.path) return DSV4_ERR_OUT_OF_MEMORY;
+  f.map = buf;
+  f.size = size;
+  f.borrowed = 1;
+  dsv4_status st = DSV4_OK;
+  if (size < 8)
+    st = dsv4i_error(DSV4_ERR_ST_TRUNCATED,
+                     "%s: file is %zu bytes, too short for the 8-byte header length", name, size);
+  if (st == DSV4_OK) st = parse_header(&f);
+  if (st == DSV4_OK) st = check_coverage(&f);
+  if (st != DSV4_OK) {
+    dsv4i_st_close(&f);
+    return st;
+  }
+  *out = f;
+  return DSV4_OK;
+}
+
 void dsv4i_st_close(dsv4i_st_file *f) {
   if (!f) return;
-  if (f->map) munmap((void *)f->map, (size_t)f->size);
+  if (f->map && !f->borrowed) munmap((void *)f->map, (size_t)f->size);
   free(f->path);
   free(f->tensors);
   free(f->metadata_json);

@@ -77,6 +77,7 @@ typedef struct dsv4i_st_file {
   dsv4i_st_tensor *tensors; /* in header order */
   size_t n_tensors;
   char *metadata_json;      /* "__metadata__" re-serialised (compact), or NULL */
+  int borrowed;             /* map is the caller's buffer (dsv4i_st_parse): not unmapped */
 } dsv4i_st_file;
 
 /**
@@ -90,6 +91,12 @@ typedef struct dsv4i_st_file {
  *         DSV4_ERR_OUT_OF_MEMORY. On failure *out is zeroed and nothing is held.
  */
 dsv4_status dsv4i_st_open(const char *path, dsv4i_st_file *out);
+/**
+ * The same validation on a shard already in memory (buf, size bytes; borrowed,
+ * must outlive *out). `name` stands for the path in messages. Statuses of
+ * dsv4i_st_open minus the file ones. The fuzz target's entry.
+ */
+dsv4_status dsv4i_st_parse(const char *name, const uint8_t *buf, size_t size, dsv4i_st_file *out);
 /** Unmap and free; leaves *f zeroed. A zeroed or NULL f is a no-op. */
 void dsv4i_st_close(dsv4i_st_file *f);
 /** Pointer to a tensor's bytes inside the mapping (pages load on first touch). */
@@ -150,6 +157,13 @@ typedef struct dsv4i_checkpoint {
  *         On failure *out is zeroed and nothing is held or mapped.
  */
 dsv4_status dsv4i_checkpoint_open(const char *dir, dsv4i_checkpoint *out);
+/**
+ * The index checks that need no shard, on the text of an index (len bytes;
+ * `name` stands for the path in messages): JSON, structure, metadata, shard
+ * names. DSV4_OK or the index statuses of dsv4i_checkpoint_open. The fuzz
+ * target's entry.
+ */
+dsv4_status dsv4i_index_check_text(const char *name, const char *buf, size_t len);
 /** Close every shard and free; leaves *c zeroed. A zeroed or NULL c is a no-op. */
 void dsv4i_checkpoint_close(dsv4i_checkpoint *c);
 /** Binary search by name; NULL if absent. */

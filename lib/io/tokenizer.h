@@ -24,6 +24,13 @@ typedef struct dsv4i_special_ids {
  * (other model type, merge naming an unknown token, bad regex, ...).
  */
 dsv4_status dsv4i_tokenizer_load(const char *dir, dsv4i_tokenizer **out);
+/**
+ * The same from the texts of tokenizer.json (len bytes) and, when cfg_json
+ * is not NULL, tokenizer_config.json; `origin` prefixes messages. The
+ * loader's core (and the fuzz target's entry). Statuses as above minus I/O.
+ */
+dsv4_status dsv4i_tokenizer_load_text(const char *origin, const char *json, size_t len,
+                                      const char *cfg_json, size_t cfg_len, dsv4i_tokenizer **out);
 void dsv4i_tokenizer_free(dsv4i_tokenizer *tok);
 
 int32_t dsv4i_tokenizer_vocab_size(const dsv4i_tokenizer *tok);

@@ -335,6 +335,7 @@ static void run_bad_dir(void **state) {
   dsv4_status s = dsv4_model_load(tmp, NULL, &m);
   const char *msg = dsv4_last_error();
   if (s != b->want) fail_msg("%s: status %d (want %d): %s", b->name, (int)s, (int)b->want, msg);
+  tu_catalogue("model directory (dsv4_model_load)", b->name, s, msg);
   assert_null(m);
   for (int i = 0; i < 3 && b->needle[i]; i++) {
     char want[256];
@@ -494,6 +495,8 @@ static void fifo_never_blocks(void **state) {
     }
     alarm(0);
     if (st != DSV4_ERR_IO) fail_msg("%s as a FIFO: status %d (%s)", files[k], st, dsv4_last_error());
+    tu_catalogue(k < 5 ? "model directory (dsv4_model_load)" : "tokenizer directory (dsv4_tokenizer_load)",
+                 files[k], st, dsv4_last_error());
     expect_in(dsv4_last_error(), files[k]);
     expect_in(dsv4_last_error(), "is a FIFO, not a regular file");
     tu_rmtree(tmp);

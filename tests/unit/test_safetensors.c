@@ -415,6 +415,9 @@ static void reference_vectors(void **state) {
       dsv4i_st_close(&f);
     } else {
       n_reject++;
+      char cname[96];
+      snprintf(cname, sizeof cname, "reference vector %s", name);
+      tu_catalogue("safetensors shard", cname, st, dsv4i_error_message());
     }
   }
   assert_true(n_accept >= 10 && n_reject >= 20);
@@ -513,6 +516,7 @@ static void run_bad_case(void **state) {
   if (st != c->want)
     fail_msg("%s: status %d, want %d; message: %s", c->name, st, c->want, dsv4i_error_message());
   assert_int_equal(dsv4i_error_status(), c->want);
+  tu_catalogue("safetensors shard", c->name, st, dsv4i_error_message());
   print_message("  -> %s\n", dsv4i_error_message());
   assert_msg_has(path);
   assert_msg_has(c->needle);

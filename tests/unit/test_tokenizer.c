@@ -562,6 +562,9 @@ static void invalid_utf8_and_nul_rejected(void **state) {
     size_t n = 99;
     dsv4_status s = dsv4i_tokenizer_encode(tok, bad[i].s, bad[i].len, &ids, &n);
     if (s != DSV4_ERR_INVALID_UTF8) fail_msg("case %zu: status %d", i, s);
+    char name[32];
+    snprintf(name, sizeof name, "invalid_text_%zu", i);
+    tu_catalogue("text to encode", name, s, dsv4i_error_message());
     assert_null(ids);
     assert_int_equal(n, 0);
     char at[64];
@@ -703,6 +706,7 @@ static void run_bad_case(void **state) {
   dsv4i_tokenizer *tok = (dsv4i_tokenizer *)&tok;
   dsv4_status s = dsv4i_tokenizer_load(tmp, &tok);
   if (s != c->status) fail_msg("%s: status %d, want %d (%s)", c->name, s, c->status, dsv4i_error_message());
+  tu_catalogue("tokenizer.json", c->name, s, dsv4i_error_message());
   assert_null(tok);
   if (!strstr(dsv4i_error_message(), c->msg))
     fail_msg("%s: message '%s' lacks '%s'", c->name, dsv4i_error_message(), c->msg);
