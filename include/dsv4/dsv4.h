@@ -131,6 +131,7 @@ enum {
   DSV4_ERR_CONTEXT_OVERFLOW = -51,  /**< the request passes the engine's maximum context */
   DSV4_ERR_INVALID_TOKEN = -52,     /**< a token id outside [0, vocab) */
   DSV4_ERR_DOES_NOT_FIT = -53,      /**< the memory plan cannot hold the request; nothing was allocated */
+  DSV4_ERR_NOT_FINITE = -54,        /**< a logits row holds NaN or +inf, or no finite value (damaged weights, an overflow): no token can be drawn; nothing changed */
 
   /* devices */
   DSV4_ERR_NO_DEVICE = -70,         /**< no NVIDIA driver, no GPU, or the device index is out of range */
@@ -904,7 +905,9 @@ typedef struct dsv4_sampling_params {
   uint32_t struct_size;   /**< sizeof, set by the init call */
   float temperature;      /**< <= 0: greedy argmax (lower id on ties, the reference's
                            *   argmax); > 0: softmax(logits / max(T, 1e-5)) sampled by the
-                           *   exponential race argmax(p / Exp(1)) as the reference; default 0 */
+                           *   exponential race argmax(p / Exp(1)) as the reference; default 0.
+                           *   Either way only ids the model's tokenizer defines are drawn:
+                           *   head rows past them (the release pads to 129,280) never are */
   uint64_t seed;          /**< noise seed for every sequence of the call; default 0 */
   const uint64_t *seeds;  /**< [n_seq] per-sequence seeds in batch order (prefill: [1]),
                            *   or NULL = seed for all; default NULL */
@@ -936,7 +939,9 @@ DSV4_NODISCARD DSV4_API dsv4_status dsv4_sampling_params_init(dsv4_sampling_para
  *   prompt", a damaged sequence); DSV4_ERR_UNKNOWN_SEQUENCE; DSV4_ERR_INVALID_TOKEN
  *   (the message gives index and value); DSV4_ERR_CONTEXT_OVERFLOW (length +
  *   n_tokens > max_context); DSV4_KV_FULL (positive: the pools cannot hold
- *   the prompt; free sequences and retry);
+ *   the prompt; free sequences and retry); DSV4_ERR_NOT_FINITE (logits or a
+ *   token asked for, and the logits hold NaN or +inf, or no finite value:
+ *   the prompt is rolled back);
  *   DSV4_ERR_OUT_OF_MEMORY / DSV4_ERR_INTERNAL during the computation: the
  *   sequence is rolled back to its previous length when its caches allow it,
  *   otherwise it is marked damaged (every later call on it but free fails
@@ -966,6 +971,8 @@ DSV4_NODISCARD DSV4_API dsv4_status dsv4_engine_prefill(dsv4_engine *engine, int
  *   damaged sequence); DSV4_ERR_UNKNOWN_SEQUENCE; DSV4_ERR_INVALID_TOKEN;
  *   DSV4_ERR_CONTEXT_OVERFLOW (a sequence already holds max_context
  *   positions); DSV4_KV_FULL (positive; free sequences and retry);
+ *   DSV4_ERR_NOT_FINITE (a row's logits hold NaN or +inf, or no finite
+ *   value: the whole batch is rolled back);
  *   DSV4_ERR_OUT_OF_MEMORY / DSV4_ERR_INTERNAL during the computation: the
  *   batch's sequences are rolled back one position (or marked damaged, as
  *   for prefill). The message names the batch row.
@@ -1296,7 +1303,8 @@ DSV4_NODISCARD DSV4_API dsv4_status dsv4_plan_config(const char *config_path, co
  *         of range, an id twice, an empty or damaged sequence);
  *         DSV4_ERR_UNKNOWN_SEQUENCE; DSV4_ERR_INVALID_TOKEN (an anchor);
  *         DSV4_ERR_UNSUPPORTED (the model has no DSpark stages, or the backend
- *         cannot draft); DSV4_ERR_OUT_OF_MEMORY. Drafting never changes a
+ *         cannot draft); DSV4_ERR_NOT_FINITE (draft logits hold NaN or +inf,
+ *         or no finite value); DSV4_ERR_OUT_OF_MEMORY. Drafting never changes a
  *         sequence's positions or caches.
  * @since 0.1
  */
@@ -1338,7 +1346,9 @@ DSV4_NODISCARD DSV4_API dsv4_status dsv4_engine_draft(dsv4_engine *engine, int32
  *   twice, n_drafts outside 0..B, a damaged sequence); DSV4_ERR_UNKNOWN_SEQUENCE;
  *   DSV4_ERR_INVALID_TOKEN; DSV4_ERR_CONTEXT_OVERFLOW (length + 1 + n_drafts
  *   passes max_context); DSV4_ERR_UNSUPPORTED (as dsv4_engine_draft);
- *   DSV4_KV_FULL (positive; free sequences and retry);
+ *   DSV4_KV_FULL (positive; free sequences and retry); DSV4_ERR_NOT_FINITE
+ *   (a target row's logits hold NaN or +inf, or no finite value: every
+ *   sequence rolled back);
  *   DSV4_ERR_OUT_OF_MEMORY / DSV4_ERR_INTERNAL during the computation: the
  *   batch's sequences are rolled back to their previous lengths (or marked
  *   damaged, as for dsv4_engine_prefill()).

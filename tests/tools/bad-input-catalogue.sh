@@ -11,7 +11,7 @@ src=$1 build=$2 mode=${3:-check}
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/dsv4-catalogue.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 export DSV4_CATALOGUE="$tmp/records.tsv" DSV4_SOAK_CALLS=400 DSV4_SOAK_SEED=1
-for t in safetensors checkpoint config model_api tokenizer api_soak; do
+for t in safetensors checkpoint config model_api tokenizer engine_guard api_soak; do
   "$build/tests/test_$t" >"$tmp/$t.log" 2>&1 || { cat "$tmp/$t.log"; echo "test_$t failed"; exit 1; }
 done
 python3 "$src/tests/tools/format-catalogue.py" "$tmp/records.tsv" "$DSV4_FIXTURES" "$src" >"$tmp/bad-inputs.md"

@@ -30,10 +30,10 @@ for line in open(records, encoding='utf-8', errors='replace'):
 out = ['# Bad-input catalogue', '',
        'Every bad input the tests below feed the library, with the status and message it gets.',
        'Generated from the tests, never edited by hand: `tests/tools/bad-input-catalogue.sh SRC BUILD',
-       '--write` runs test_safetensors, test_checkpoint, test_config, test_model_api, test_tokenizer and',
-       'test_api_soak (400 calls, seed 1) with DSV4_CATALOGUE set; the unit test `bad_input_catalogue`',
-       'fails when this file differs from what the tests produce. Paths: `<tmp>` a scratch directory,',
-       '`<fixtures>` the golden fixtures, `<src>` the source tree.', '']
+       '--write` runs test_safetensors, test_checkpoint, test_config, test_model_api, test_tokenizer,',
+       'test_engine_guard and test_api_soak (400 calls, seed 1) with DSV4_CATALOGUE set; the unit test',
+       '`bad_input_catalogue` fails when this file differs from what the tests produce. Paths: `<tmp>` a',
+       'scratch directory, `<fixtures>` the golden fixtures, `<src>` the source tree.', '']
 for area, rows in areas.items():
     out += ['## ' + area, '', '| case | status | message |', '|---|---|---|']
     out += ['| %s | %s | %s |' % (c, s, m) for c, s, m in rows]
