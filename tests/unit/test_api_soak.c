@@ -53,10 +53,10 @@ static int32_t rtok(soak *s) { return 3 + (int32_t)rnd((uint32_t)s->vocab - 3); 
 static void expect_status(soak *s, const char *what, dsv4_status got, dsv4_status want) {
   if (got != want)
     fail_msg("call %ld (%s): status %d (%s), the model expects %d (%s); message: %s", s->calls, what,
-             got, dsv4_status_string(got), want, dsv4_status_string(want), dsv4_engine_last_error(s->e));
+             got, dsv4_status_string(got), want, dsv4_status_string(want), dsv4_last_error());
   if (want != DSV4_OK) {
     s->refused++;
-    tu_catalogue("engine calls (soak, seed 1)", what, got, dsv4_engine_last_error(s->e));
+    tu_catalogue("engine calls (soak, seed 1)", what, got, dsv4_last_error());
   }
 }
 

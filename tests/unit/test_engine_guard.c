@@ -92,9 +92,9 @@ static int64_t len_of(dsv4_engine *e, int64_t id) {
 static void expect_not_finite(dsv4_engine *e, const char *what, dsv4_status st) {
   if (st != DSV4_ERR_NOT_FINITE)
     fail_msg("%s: status %d (%s), want DSV4_ERR_NOT_FINITE; %s", what, st, dsv4_status_string(st),
-             dsv4_engine_last_error(e));
-  if (!strstr(dsv4_engine_last_error(e), "NaN")) fail_msg("%s: message %s", what, dsv4_engine_last_error(e));
-  tu_catalogue("engine calls on non-finite logits", what, st, dsv4_engine_last_error(e));
+             dsv4_last_error());
+  if (!strstr(dsv4_last_error(), "NaN")) fail_msg("%s: message %s", what, dsv4_last_error());
+  tu_catalogue("engine calls on non-finite logits", what, st, dsv4_last_error());
 }
 
 static void nan_logits_refused_everywhere(void **state) {
@@ -233,7 +233,7 @@ static void ids_past_tokenizer_never_drawn(void **state) {
       if (t < 0 || t >= N) fail_msg("seed %llu step %d: drew %d, past the tokenizer's %d ids",
                                     (unsigned long long)seed, step, t, N);
       dsv4_status s = dsv4_engine_decode(e, 1, &id, &t, &hot, NULL, &t);
-      if (s) fail_msg("seed %llu step %d: %s", (unsigned long long)seed, step, dsv4_engine_last_error(e));
+      if (s) fail_msg("seed %llu step %d: %s", (unsigned long long)seed, step, dsv4_last_error());
     }
     int32_t d[MAXB], acc, next, nd = B;
     for (int r = 0; r < 10; r++) {

@@ -97,11 +97,11 @@ static void after_engine_create(ctx *c, dsv4_status st) {
 static long g_damaged;
 static int retry(ctx *c, dsv4_status (*op)(ctx *)) {
   const dsv4_status st = op(c);
-  if (st == DSV4_ERR_INVALID_ARG && strstr(dsv4_engine_last_error(c->e), "damaged")) {
+  if (st == DSV4_ERR_INVALID_ARG && strstr(dsv4_last_error(), "damaged")) {
     g_damaged++;
     return 0;
   }
-  if (st != DSV4_OK) fail_msg("retry without a fault: status %d: %s", st, dsv4_engine_last_error(c->e));
+  if (st != DSV4_OK) fail_msg("retry without a fault: status %d: %s", st, dsv4_last_error());
   return 1;
 }
 

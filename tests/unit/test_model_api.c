@@ -425,7 +425,7 @@ static void misaligned_shard(void **state) {
   memcpy(nb + 9 + hl, b + 8 + hl, len - 8 - (size_t)hl);
   assert_int_equal(tu_write_file(out, nb, len + 1), 0);
   dsv4_model_params mp;
-  dsv4_model_params_init(&mp, sizeof mp);
+  assert_int_equal(dsv4_model_params_init(&mp, sizeof mp), DSV4_OK);
   mp.log_fn = keep_log;
   mp.log_level = DSV4_LOG_INFO;
   g_log[0] = '\0';
