@@ -151,6 +151,7 @@ uint32_t tk_utf8_get(const char *str, size_t len, size_t *n) {
 }
 
 size_t tk_utf8_lossy_append(const char *str, size_t len, int hold_tail, dsv4i_str *out) {
+  if (len == 0) return 0; /* str may be NULL (nothing decoded): no pointer arithmetic on it */
   static const char repl[3] = {(char)0xEF, (char)0xBF, (char)0xBD};
   const uint8_t *s = (const uint8_t *)str;
   size_t i = 0, run = 0; /* run: start of the pending valid stretch */

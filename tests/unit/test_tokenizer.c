@@ -582,6 +582,21 @@ static void invalid_utf8_and_nul_rejected(void **state) {
   free(dir);
 }
 
+/* Decoding no ids gives "" (found by fuzz_tokenizer_encode: with nothing
+ * decoded the UTF-8 repair did arithmetic on a NULL buffer; UBSan). */
+static void decode_nothing(void **state) {
+  (void)state;
+  char *dir = tiny_dir();
+  dsv4i_tokenizer *tok = load_ok(dir);
+  dsv4i_str out = {0};
+  assert_int_equal(dsv4i_tokenizer_decode(tok, NULL, 0, &out), DSV4_OK);
+  assert_string_equal(dsv4i_str_cstr(&out), "");
+  assert_int_equal(out.len, 0);
+  dsv4i_str_free(&out);
+  dsv4i_tokenizer_free(tok);
+  free(dir);
+}
+
 /* ---- malformed tokenizer.json -------------------------------------------- */
 
 typedef struct bad_case {
@@ -851,6 +866,7 @@ int tu_run_suite(void) {
     cmocka_unit_test(one_megabyte_inputs),
     cmocka_unit_test(partial_tokens_and_streaming),
     cmocka_unit_test(invalid_utf8_and_nul_rejected),
+    cmocka_unit_test(decode_nothing),
     cmocka_unit_test(damaged_files_never_crash),
     cmocka_unit_test(dir_problems),
     cmocka_unit_test(concurrent_encode),
