@@ -13,6 +13,7 @@
 #include <jansson.h>
 
 #include "io/safetensors.h"
+#include "io/json_util.h"
 
 #define INDEX_NAME "model.safetensors.index.json"
 #define SINGLE_NAME "model.safetensors"
@@ -66,6 +67,7 @@ static dsv4_status parse_index(index_doc *ix, const char *buf, size_t len) {
   json_error_t je;
   ix->root = json_loadb(buf, len, JSON_REJECT_DUPLICATES, &je);
   if (!ix->root) {
+    if (dsv4i_json_oom(&je, ix->path)) return DSV4_ERR_OUT_OF_MEMORY;
     if (json_error_code(&je) == json_error_duplicate_key)
       return dsv4i_error(DSV4_ERR_INDEX, "%s: %s (line %d, column %d): keys must be unique",
                          ix->path, je.text, je.line, je.column);

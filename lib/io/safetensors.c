@@ -242,6 +242,7 @@ static dsv4_status parse_header(dsv4i_st_file *f) {
   json_error_t je;
   json_t *root = json_loadb((const char *)f->map + 8, (size_t)n, JSON_REJECT_DUPLICATES, &je);
   if (!root) {
+    if (dsv4i_json_oom(&je, f->path)) return DSV4_ERR_OUT_OF_MEMORY;
     if (json_error_code(&je) == json_error_duplicate_key)
       return dsv4i_error(DSV4_ERR_ST_DUPLICATE,
                          "%s: header: %s (line %d, column %d): keys, tensor names included, must be unique",

@@ -30,6 +30,7 @@ static dsv4_status parse_json(const char *origin, const char *buf, size_t len, j
   *out = NULL;
   json_error_t jerr;
   json_t *root = json_loadb(buf, len, 0, &jerr);
+  if (!root && dsv4i_json_oom(&jerr, origin)) return DSV4_ERR_OUT_OF_MEMORY;
   if (!root)
     return dsv4i_error(DSV4_ERR_JSON, "%s: line %d column %d: %s", origin, jerr.line, jerr.column,
                        jerr.text);
