@@ -664,6 +664,151 @@ DSV4_NODISCARD DSV4_API dsv4_status dsv4_tokenizer_stream_flush(dsv4_tokenizer_s
                                                  size_t *len);
 
 /* ------------------------------------------------------------------------ */
+/* Chat format: DeepSeek-V4.1 prompts and output (docs/serving.md)           */
+/* ------------------------------------------------------------------------ */
+
+/** dsv4_chat_params.mode. @since 0.1 */
+enum {
+  DSV4_CHAT_MODE_CHAT = 0,    /**< answer directly: the assistant turn opens with </think> */
+  DSV4_CHAT_MODE_THINKING = 1 /**< reason first: the turn opens with <think>, effort line in the system slot */
+};
+
+/** dsv4_chat_params.flags bits. @since 0.1 */
+enum {
+  /** Special-token text inside message strings (content, reasoning, tool
+   *  schemas, arguments, results) becomes special ids, as the release's own
+   *  serving path does (a user can then forge role markers). Default: such
+   *  text is encoded as ordinary text. */
+  DSV4_CHAT_F_PARSE_SPECIAL = 1u << 0,
+  /** Keep the reasoning of earlier assistant turns (the encoder's
+   *  drop_thinking = False). Default: dropped, as the encoder does unless a
+   *  message defines tools. */
+  DSV4_CHAT_F_KEEP_REASONING = 1u << 1,
+  /** Do not start with <｜begin▁of▁sentence｜> (continuing a rendered prompt). */
+  DSV4_CHAT_F_NO_BOS = 1u << 2
+};
+
+/**
+ * How a conversation is rendered. Size-prefixed, append-only: fill with
+ * dsv4_chat_params_init(). @since 0.1
+ */
+typedef struct dsv4_chat_params {
+  uint32_t struct_size;     /**< sizeof, set by the init call */
+  int32_t mode;             /**< DSV4_CHAT_MODE_*; default CHAT */
+  uint32_t flags;           /**< DSV4_CHAT_F_* bits; default 0 */
+  int32_t reasoning_effort; /**< 1..100, or 0 = the encoder's default "high" (50); the
+                             *   encoder's names are low 25, high 50, xhigh 75, max 100.
+                             *   Rendered in thinking mode only */
+} dsv4_chat_params;
+
+/**
+ * Fill *params with defaults and set struct_size.
+ * @return DSV4_OK; DSV4_ERR_INVALID_ARG (NULL); DSV4_ERR_PARAMS_SIZE.
+ * Thread-safe. @since 0.1
+ */
+DSV4_NODISCARD DSV4_API dsv4_status dsv4_chat_params_init(dsv4_chat_params *params, size_t struct_size);
+
+/**
+ * Render a conversation into the V4.1 prompt text exactly as the release's
+ * encoder (encoding_dsv41.py, encode_messages) builds it: system / user /
+ * developer / assistant / tool / latest_reminder turns, tool definitions,
+ * DSML tool-call blocks, tool results merged into user turns in call order,
+ * earlier reasoning dropped or kept, the thinking mode's effort line and
+ * the assistant opening (docs/serving.md, "Chat format").
+ *
+ * @param conversation [in] len bytes of UTF-8 JSON: an array of OpenAI-style
+ *                 messages ({"role", "content" (string or list of text parts),
+ *                 "reasoning_content", "tool_calls", "tool_call_id", and the
+ *                 encoder's "tools", "response_format", "task", "wo_eos"}), or an
+ *                 object {"messages": [...], "tools": [...]} whose top-level tools
+ *                 go on the first system message (an empty one is put first
+ *                 when there is none).
+ * @param params   [in] NULL = defaults.
+ * @param text     [out] malloc'd NUL-terminated prompt; release with dsv4_free(). NULL on failure.
+ * @param text_len [out] its length in bytes, or NULL.
+ * @return DSV4_OK; DSV4_ERR_INVALID_ARG (NULL, reasoning_effort or mode out of
+ *         range, unknown flags, a message the encoder rejects: the message names
+ *         its index and field); DSV4_ERR_JSON (not JSON; line and column in the
+ *         message); DSV4_ERR_INVALID_UTF8; DSV4_ERR_UNSUPPORTED (image parts: no
+ *         vision tower); DSV4_ERR_PARAMS_SIZE; DSV4_ERR_OUT_OF_MEMORY. Message in
+ *         dsv4_last_error(). Thread-safe. @since 0.1
+ */
+DSV4_NODISCARD DSV4_API dsv4_status dsv4_chat_render(const char *conversation, size_t len,
+                                      const dsv4_chat_params *params, char **text,
+                                      size_t *text_len);
+
+/**
+ * dsv4_chat_render() then the tokenizer: the ids equal those of the
+ * reference tokenizer on the rendered text, except that without
+ * DSV4_CHAT_F_PARSE_SPECIAL no special token is matched inside text that
+ * came from the conversation (it is encoded as ordinary text). Markers the
+ * tokenizer has no token for are encoded as text.
+ *
+ * @param tok    [in] Only read: may run concurrently with other calls on tok
+ *               except dsv4_tokenizer_free.
+ * @param ids    [out] malloc'd int32 [*n_ids] (host); release with dsv4_free(). NULL on failure.
+ * @param n_ids  [out] number of ids.
+ * @return the statuses of dsv4_chat_render(); DSV4_ERR_INVALID_ARG (tok NULL).
+ *         Message in dsv4_last_error(). @since 0.1
+ */
+DSV4_NODISCARD DSV4_API dsv4_status dsv4_chat_encode(const dsv4_tokenizer *tok, const char *conversation,
+                                      size_t len, const dsv4_chat_params *params, int32_t **ids,
+                                      size_t *n_ids);
+
+/** Streaming parser of model output (reasoning, content, tool calls). Opaque. @since 0.1 */
+typedef struct dsv4_chat_parser dsv4_chat_parser;
+
+/** Kinds of dsv4_chat_event_fn events. @since 0.1 */
+enum {
+  DSV4_CHAT_EVENT_REASONING = 1, /**< reasoning text (before </think>) */
+  DSV4_CHAT_EVENT_CONTENT = 2,   /**< answer text */
+  DSV4_CHAT_EVENT_TOOL_CALL = 3, /**< one complete tool call: JSON {"name": "...",
+                                  *   "arguments": "<JSON object text>"}; the arguments
+                                  *   are the text the release parser builds */
+  DSV4_CHAT_EVENT_END = 4        /**< <｜end▁of▁sentence｜> seen; later text is ignored */
+};
+
+/**
+ * Receives parsed output: kind (DSV4_CHAT_EVENT_*) and len bytes of text
+ * (borrowed for the call; not NUL-terminated for REASONING and CONTENT).
+ * Called on the thread of the push or finish call.
+ */
+typedef void (*dsv4_chat_event_fn)(int32_t kind, const char *text, size_t len, void *user_data);
+
+/**
+ * @param mode  DSV4_CHAT_MODE_* the prompt was rendered with (THINKING: output
+ *              starts as reasoning).
+ * @param out   [out] the parser, NULL on failure. Free with dsv4_chat_parser_free().
+ * @return DSV4_OK; DSV4_ERR_INVALID_ARG (NULL, unknown mode); DSV4_ERR_OUT_OF_MEMORY.
+ *         Thread-safe. @since 0.1
+ */
+DSV4_NODISCARD DSV4_API dsv4_status dsv4_chat_parser_create(int32_t mode, dsv4_chat_parser **out);
+
+/**
+ * Feed decoded output text (decode with special tokens kept, so the markers
+ * are visible). Text is reported as soon as it cannot be the start of a
+ * marker, so a marker split across pushes is still recognised; a tool call
+ * is reported when its block closes. A block that does not parse is
+ * reported as content, unchanged.
+ * @return DSV4_OK; DSV4_ERR_INVALID_ARG (NULL parser or fn, text NULL with len > 0);
+ *         DSV4_ERR_OUT_OF_MEMORY (the text of this push may be lost). Handle-exclusive. @since 0.1
+ */
+DSV4_NODISCARD DSV4_API dsv4_status dsv4_chat_parser_push(dsv4_chat_parser *parser, const char *text, size_t len,
+                                           dsv4_chat_event_fn fn, void *user_data);
+
+/**
+ * The output ended (end of sentence, a stop condition or a length limit):
+ * report everything held back (an unfinished tool-call block as content).
+ * The parser then accepts nothing more but can be freed.
+ * @return DSV4_OK; DSV4_ERR_INVALID_ARG (NULL). Handle-exclusive. @since 0.1
+ */
+DSV4_NODISCARD DSV4_API dsv4_status dsv4_chat_parser_finish(dsv4_chat_parser *parser, dsv4_chat_event_fn fn,
+                                             void *user_data);
+
+/** Release a parser. NULL is a no-op. Handle-exclusive. @since 0.1 */
+DSV4_API void dsv4_chat_parser_free(dsv4_chat_parser *parser);
+
+/* ------------------------------------------------------------------------ */
 /* Engine: sequences, prefill, batched decode (design §3, api-guide §4)     */
 /* ------------------------------------------------------------------------ */
 

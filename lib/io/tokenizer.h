@@ -97,4 +97,14 @@ dsv4_status dsv4i_detok_push(dsv4i_detok *d, int32_t id, dsv4i_str *out);
 /** Append what is held back (invalid bytes as U+FFFD) and start over. */
 dsv4_status dsv4i_detok_flush(dsv4i_detok *d, dsv4i_str *out);
 
+/**
+ * dsv4i_tokenizer_encode where bytes with plain[i] != 0 never become part of
+ * an added (special) token: such a match is encoded as ordinary text, the
+ * way the Rust tokenizer treats special tokens with encode_special_tokens
+ * set (for every added token here). Text between the remaining matches is
+ * pre-tokenized as one piece, plain bytes included. plain NULL: encode.
+ */
+dsv4_status dsv4i_tokenizer_encode_masked(const dsv4i_tokenizer *tok, const char *text, size_t len,
+                                          const uint8_t *plain, int32_t **ids, size_t *n_ids);
+
 #endif /* DSV4I_TOKENIZER_H */
