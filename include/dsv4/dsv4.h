@@ -1519,6 +1519,203 @@ DSV4_NODISCARD DSV4_API dsv4_status dsv4_engine_verify(dsv4_engine *engine, int3
  */
 DSV4_API int32_t dsv4_spec_draft_length(const float *confidence, int32_t n, float min_survival);
 
+/* ------------------------------------------------------------------------ */
+/* Scheduler: continuous batching of requests (docs/serving.md)              */
+/* ------------------------------------------------------------------------ */
+
+/**
+ * A request scheduler over one engine: requests are submitted with their
+ * prompt ids and sampling parameters; each dsv4_scheduler_step() feeds every
+ * running request one token (one batched decode) and prefills waiting
+ * prompts in chunks of prefill_chunk tokens while the step's token_budget
+ * lasts, oldest request first; tokens reach the caller by callback or
+ * dsv4_scheduler_poll(). A prompt is always cut at the same chunk
+ * boundaries and every draw is a pure function of (seed, position), so a
+ * request's tokens are the same whatever else runs and whatever the arrival
+ * order. The scheduler owns engine sequences while it runs (create it on an
+ * engine with no other users). Opaque. Handle-exclusive, like its engine.
+ * @since 0.1
+ */
+typedef struct dsv4_scheduler dsv4_scheduler;
+
+/** Most alternatives a token event can carry (dsv4_request_params.n_logprobs). @since 0.1 */
+#define DSV4_MAX_LOGPROBS 20
+
+/** Why a request ended (dsv4_token_event.finish, dsv4_scheduler_poll). @since 0.1 */
+enum {
+  DSV4_FINISH_NONE = 0,   /**< still running */
+  DSV4_FINISH_STOP = 1,   /**< end of sentence, a stop id or a stop string */
+  DSV4_FINISH_LENGTH = 2, /**< max_tokens, or the engine's max_context */
+  DSV4_FINISH_ERROR = 3   /**< the engine failed on its batch (the step returned the status) */
+};
+
+/** dsv4_request_params.flags bits. @since 0.1 */
+enum {
+  DSV4_REQUEST_F_IGNORE_EOS = 1u << 0 /**< do not stop at the end-of-sentence id */
+};
+
+/**
+ * One generated token. Borrowed by the callback for the duration of the call.
+ * @since 0.1
+ */
+typedef struct dsv4_token_event {
+  uint32_t struct_size;
+  int32_t token;             /**< the id, in [0, vocab) */
+  int64_t position;          /**< its position in the sequence (prompt length for the first) */
+  int32_t finish;            /**< DSV4_FINISH_*: non-zero on the request's last event */
+  float logprob;             /**< log-softmax of the model's raw logits at token */
+  int32_t n_top;             /**< n_logprobs alternatives, most likely first (ties: lower id) */
+  int32_t reserved0;
+  const int32_t *top_ids;    /**< [n_top] */
+  const float *top_logprobs; /**< [n_top], as logprob */
+  const char *text;          /**< with a tokenizer: UTF-8 text this token completes, minus
+                              *   text held back while it may begin a stop string (released
+                              *   later, or cut at a matching stop string); NULL without one */
+  size_t text_len;
+} dsv4_token_event;
+
+/** Token callback: the request id, the event, the user pointer. Called inside
+ *  dsv4_scheduler_step() on its thread; it must not call the scheduler. @since 0.1 */
+typedef void (*dsv4_token_fn)(int64_t request, const dsv4_token_event *event, void *user_data);
+
+/**
+ * Per-request limits and sampling (docs/serving.md, "Sampling"). Size-prefixed,
+ * append-only: fill with dsv4_request_params_init(). Arrays are copied at submit.
+ * @since 0.1
+ */
+typedef struct dsv4_request_params {
+  uint32_t struct_size;
+  float temperature;          /**< <= 0: greedy; default 0 */
+  int32_t top_k;              /**< keep the k most likely; 0 = off (default) */
+  float top_p;                /**< keep the most likely whose mass reaches top_p; (0, 1], default 1 */
+  float min_p;                /**< keep p >= min_p x max p; [0, 1], default 0 */
+  float repetition_penalty;   /**< prompt and output tokens: logit / r if > 0 else x r; > 0, default 1 */
+  float presence_penalty;     /**< minus this once per output token seen; default 0 */
+  float frequency_penalty;    /**< minus this x its output count; default 0 */
+  uint64_t seed;              /**< noise seed; default 0 */
+  int32_t max_tokens;         /**< tokens to generate, >= 1; default 256 */
+  int32_t n_logprobs;         /**< alternatives per event, 0..DSV4_MAX_LOGPROBS; default 0 */
+  uint32_t flags;             /**< DSV4_REQUEST_F_*; default 0 */
+  int32_t n_stop_ids;         /**< ids that end the request (the id is emitted); default 0 */
+  const int32_t *stop_ids;    /**< [n_stop_ids] */
+  int32_t n_stop;             /**< stop strings (need a tokenizer); default 0 */
+  const char *const *stop;    /**< [n_stop] non-empty UTF-8, matched across token boundaries in
+                               *   the decoded text; the request ends at the token completing a
+                               *   match and its text stops before the match */
+  int32_t n_logit_bias;       /**< default 0 */
+  const int32_t *logit_bias_ids; /**< [n_logit_bias] ids in [0, vocab) */
+  const float *logit_bias;    /**< [n_logit_bias] added to the logits before everything else */
+  dsv4_token_fn on_token;     /**< NULL: tokens are buffered for dsv4_scheduler_poll() */
+  void *user_data;            /**< passed to on_token */
+} dsv4_request_params;
+
+/**
+ * Fill *params with the defaults above and set struct_size.
+ * @return DSV4_OK; DSV4_ERR_INVALID_ARG (NULL); DSV4_ERR_PARAMS_SIZE. Thread-safe. @since 0.1
+ */
+DSV4_API dsv4_status dsv4_request_params_init(dsv4_request_params *params, size_t struct_size);
+
+/** Scheduler limits. Size-prefixed, append-only: fill with dsv4_scheduler_params_init(). @since 0.1 */
+typedef struct dsv4_scheduler_params {
+  uint32_t struct_size;
+  int32_t max_running;   /**< requests holding a sequence at once; 0 (default) = the engine's
+                          *   max_sequences; at most that */
+  int32_t prefill_chunk; /**< prompt tokens per chunk; default 64 */
+  int32_t token_budget;  /**< tokens per step (decodes + chunks); 0 (default) = prefill_chunk +
+                          *   max_running, the least that always leaves room for one chunk */
+  int32_t max_waiting;   /**< submitted requests not yet finished, beyond which submit refuses;
+                          *   default 1024 */
+} dsv4_scheduler_params;
+
+/** Fill *params with defaults. @return DSV4_OK; DSV4_ERR_INVALID_ARG; DSV4_ERR_PARAMS_SIZE.
+ *  Thread-safe. @since 0.1 */
+DSV4_API dsv4_status dsv4_scheduler_params_init(dsv4_scheduler_params *params, size_t struct_size);
+
+/**
+ * Create a scheduler.
+ * @param engine  [in,out] Borrowed; must outlive the scheduler.
+ * @param tok     [in] the model's tokenizer for token text and stop strings, or NULL. Borrowed.
+ * @param params  [in] NULL = defaults.
+ * @param out     [out] the scheduler, NULL on failure.
+ * @return DSV4_OK; DSV4_ERR_INVALID_ARG (NULL, a limit out of range, token_budget
+ *         below prefill_chunk + max_running, tok's vocabulary larger than the model's);
+ *         DSV4_ERR_PARAMS_SIZE; DSV4_ERR_OUT_OF_MEMORY. Message in dsv4_last_error().
+ *         Handle-exclusive (engine). @since 0.1
+ */
+DSV4_API dsv4_status dsv4_scheduler_create(dsv4_engine *engine, const dsv4_tokenizer *tok,
+                                           const dsv4_scheduler_params *params,
+                                           dsv4_scheduler **out);
+
+/** Cancel every request, free their sequences and the scheduler. NULL is a no-op. @since 0.1 */
+DSV4_API void dsv4_scheduler_free(dsv4_scheduler *sched);
+
+/** Message of the last failed call on the scheduler ("" if none). Borrowed. @since 0.1 */
+DSV4_API const char *dsv4_scheduler_last_error(const dsv4_scheduler *sched);
+
+/**
+ * Queue a request. Nothing runs until dsv4_scheduler_step().
+ * @param prompt   [in] int32 [n_prompt] ids in [0, vocab) (host), copied; n_prompt >= 1.
+ * @param params   [in] NULL = defaults (greedy, 256 tokens).
+ * @param request  [out] the request id (> 0, never reused).
+ * @return DSV4_OK; with nothing queued: DSV4_ERR_INVALID_ARG (NULL, an empty
+ *         prompt, a parameter out of range: the message names it, stop strings
+ *         without a tokenizer); DSV4_ERR_INVALID_TOKEN; DSV4_ERR_CONTEXT_OVERFLOW
+ *         (n_prompt + 1 passes max_context: it could never run);
+ *         DSV4_KV_FULL (positive: max_waiting requests are queued or running; retry
+ *         later); DSV4_ERR_PARAMS_SIZE; DSV4_ERR_OUT_OF_MEMORY. @since 0.1
+ */
+DSV4_API dsv4_status dsv4_scheduler_submit(dsv4_scheduler *sched, const int32_t *prompt,
+                                           int64_t n_prompt, const dsv4_request_params *params,
+                                           int64_t *request);
+
+/**
+ * One step: a decode of every running request, then prompt chunks of waiting
+ * requests in arrival order while the budget lasts (a request is admitted
+ * when a sequence is free and the engine's KV pools take its chunk; otherwise
+ * it waits, and so do the requests behind it). Finished requests give their
+ * sequence back at once.
+ * @param n_active [out] requests still queued or running after the step, or NULL.
+ * @return DSV4_OK; DSV4_ERR_INVALID_ARG (NULL); an engine error (DSV4_ERR_OUT_OF_MEMORY,
+ *         DSV4_ERR_INTERNAL, device errors): the requests of the failed batch end with
+ *         DSV4_FINISH_ERROR, the others are intact and the next step continues them.
+ * @since 0.1
+ */
+DSV4_API dsv4_status dsv4_scheduler_step(dsv4_scheduler *sched, int32_t *n_active);
+
+/**
+ * Cancel a request at any stage: its sequence and buffers are freed at once
+ * and no callback follows; the id is invalid afterwards.
+ * @return DSV4_OK; DSV4_ERR_UNKNOWN_SEQUENCE (no such request: never submitted,
+ *         finished and delivered, or cancelled); DSV4_ERR_INVALID_ARG (NULL). @since 0.1
+ */
+DSV4_API dsv4_status dsv4_scheduler_cancel(dsv4_scheduler *sched, int64_t request);
+
+/**
+ * Poll-mode output (a request without on_token): move up to cap buffered
+ * tokens into tokens[0 .. *n). *finish is the finish reason once the request
+ * ended and every token has been taken; the request is then released and its
+ * id invalid. (Callback-mode requests are released after their last event.)
+ * @return DSV4_OK; DSV4_ERR_UNKNOWN_SEQUENCE; DSV4_ERR_INVALID_ARG (NULL, cap < 0,
+ *         a callback-mode request). @since 0.1
+ */
+DSV4_API dsv4_status dsv4_scheduler_poll(dsv4_scheduler *sched, int64_t request, int32_t *tokens,
+                                         int32_t cap, int32_t *n, int32_t *finish);
+
+/** Counters (size-prefixed output struct, as dsv4_model_info). @since 0.1 */
+typedef struct dsv4_scheduler_stats {
+  uint32_t struct_size;
+  int32_t waiting;           /**< queued, no sequence yet, or prompt not fully prefilled */
+  int32_t running;           /**< decoding */
+  int32_t reserved0;
+  int64_t submitted, finished, cancelled;
+  int64_t steps, decode_tokens, prefill_tokens;
+  int64_t max_step_tokens;   /**< largest decode + prefill tokens of one step */
+} dsv4_scheduler_stats;
+
+/** @return DSV4_OK; DSV4_ERR_INVALID_ARG (NULL, struct_size too small). @since 0.1 */
+DSV4_API dsv4_status dsv4_scheduler_get_stats(const dsv4_scheduler *sched,
+                                              dsv4_scheduler_stats *stats, size_t struct_size);
+
 #ifdef __cplusplus
 }
 #endif
