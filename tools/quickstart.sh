@@ -11,11 +11,13 @@ abigail-tools
 build-essential
 clang
 cmake
+curl
 doxygen
 gnuplot-nox
 libclang-rt-14-dev
 libcmocka-dev
 libjansson-dev
+libmicrohttpd-dev
 libomp-dev
 libopenmpi-dev
 libpcre2-dev

@@ -1620,7 +1620,10 @@ typedef struct dsv4_scheduler_params {
   uint32_t struct_size;
   int32_t max_running;   /**< requests holding a sequence at once; 0 (default) = the engine's
                           *   max_sequences; at most that */
-  int32_t prefill_chunk; /**< prompt tokens per chunk; default 64 */
+  int32_t prefill_chunk; /**< prompt tokens per chunk; default 256. A chunk of at least the
+                          *   model's sliding window (128) rounds exactly as one prefill call
+                          *   of the whole prompt (the attention row layout depends only on
+                          *   where the call ends up to the window) */
   int32_t token_budget;  /**< tokens per step (decodes + chunks); 0 (default) = prefill_chunk +
                           *   max_running, the least that always leaves room for one chunk */
   int32_t max_waiting;   /**< submitted requests not yet finished, beyond which submit refuses;

@@ -33,7 +33,7 @@ static void rp_defaults(dsv4_request_params *p) {
 static void sp_defaults(dsv4_scheduler_params *p) {
   memset(p, 0, sizeof *p);
   p->struct_size = sizeof *p;
-  p->prefill_chunk = 64;
+  p->prefill_chunk = 256;
   p->max_waiting = 1024;
 }
 

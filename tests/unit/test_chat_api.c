@@ -278,7 +278,7 @@ static void test_top_level_tools(void **state) {
   dsv4_free(b);
 }
 
-int main(void) {
+int tu_run_suite(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_conversations),
       cmocka_unit_test(test_parser),

@@ -258,7 +258,7 @@ static void test_logprobs(void **state) {
   for (int k = 1; k < 5; k++) assert_true(lp[k] <= lp[k - 1]);
 }
 
-int main(void) {
+int tu_run_suite(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_transforms),
       cmocka_unit_test(test_penalties_bias_greedy),

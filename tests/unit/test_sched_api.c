@@ -451,7 +451,7 @@ static void test_churn(void **state) {
   assert_int_equal(ei.kv_pages_used, 0);
 }
 
-int main(void) {
+int tu_run_suite(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_same_as_alone),
       cmocka_unit_test(test_fairness),

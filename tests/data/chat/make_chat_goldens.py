@@ -12,7 +12,7 @@ of this repository: pass the path of a copy.
 
 Writes next to this script:
   tokenizer.json, tokenizer_config.json
-      the tiny tokenizer of ../tiny-tokenizer plus the chat markers as special
+      the tiny tokenizer of data/tiny-tokenizer plus the chat markers as special
       added tokens (ids 768..), so the goldens exercise marker ids;
   goldens.json
       for each conversation: the encoder's prompt text, `ids_parse` (the
@@ -31,7 +31,7 @@ import sys
 from tokenizers import AddedToken, Tokenizer
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-TINY = os.path.join(HERE, "..", "tiny-tokenizer")
+TINY = os.path.join(HERE, "..", "..", "..", "data", "tiny-tokenizer")
 
 MARKERS = ["<｜System｜>", "<｜User｜>", "<｜Assistant｜>", "<｜latest_reminder｜>",
            "<think>", "</think>", "｜DSML｜", "<｜action｜>", "<｜query｜>",
