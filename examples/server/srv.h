@@ -46,8 +46,9 @@ typedef struct srv_job {
   int finished;              /**< DSV4_FINISH_* once done (also set on cancel) */
   int gone;                  /**< the client left: cancel and drop output */
   int32_t eos;
-  int chat, stream, thinking, include_usage, skip_eos_text;
+  int chat, stream, thinking, include_usage, continuous_usage, skip_eos_text;
   int64_t n_prompt, n_completion;
+  int64_t n_taken;           /**< n_completion when the connection thread last took text */
   char *text;                /**< decoded text not yet taken by the connection thread */
   size_t n_text, cap_text;
   int oom;
@@ -96,7 +97,7 @@ void srv_cancel(srv *s, srv_job *j);
 
 /* OpenAI request -> prompt + params, and responses (srv_openai.c) */
 typedef struct srv_req {
-  int chat, stream, thinking, include_usage;
+  int chat, stream, thinking, include_usage, continuous_usage;
   int32_t *ids;
   int64_t n_ids;
   dsv4_request_params p;

@@ -60,6 +60,7 @@ static srv_job *job_new(srv *s, const srv_req *r) {
   j->stream = r->stream;
   j->thinking = r->thinking;
   j->include_usage = r->include_usage;
+  j->continuous_usage = r->continuous_usage;
   j->skip_eos_text = !r->chat;
   j->created = (int64_t)time(NULL);
   snprintf(j->id, sizeof j->id, "%s-%016lx", r->chat ? "chatcmpl" : "cmpl",
@@ -97,6 +98,7 @@ static int pump(srv *s, srv_job *j, int *finished) {
     j->n_text = j->cap_text = 0;
   }
   *finished = j->finished;
+  j->n_taken = j->n_completion;
   if (!t) return *finished != 0;
   pthread_mutex_unlock(&s->jobs);
   srv_job_text(s, j, t, n);

@@ -207,7 +207,9 @@ int srv_parse_request(srv *s, const char *body, size_t len, int chat, json_t **r
   const json_t *st = json_object_get(*root, "stream");
   if (st && !json_is_boolean(st) && !json_is_null(st)) return bad(err, "stream", "'stream' must be a boolean");
   r->stream = json_is_true(st);
-  r->include_usage = json_is_true(json_object_get(json_object_get(*root, "stream_options"), "include_usage"));
+  const json_t *so = json_object_get(*root, "stream_options");
+  r->include_usage = json_is_true(json_object_get(so, "include_usage"));
+  r->continuous_usage = json_is_true(json_object_get(so, "continuous_usage_stats"));
   int e = sampling(s, *root, r, err);
   if (!e) e = chat ? chat_prompt(s, *root, r, err) : completion_prompt(s, *root, r, err);
   return e;
@@ -247,10 +249,22 @@ static json_t *chunk_base(srv *s, srv_job *j) {
                    (json_int_t)j->created, "model", s->model_name);
 }
 
-/* Append one SSE event with choice (stolen) to j->sse. */
+static json_t *usage(const srv_job *j) {
+  return json_pack("{s:I,s:I,s:I}", "prompt_tokens", (json_int_t)j->n_prompt, "completion_tokens",
+                   (json_int_t)j->n_completion, "total_tokens", (json_int_t)(j->n_prompt + j->n_completion));
+}
+
+/* Append one SSE event with choice (stolen) to j->sse. With
+ * stream_options.continuous_usage_stats every chunk carries the usage so far
+ * (completion_tokens: the tokens whose text this chunk completes), which is
+ * what token-attributed latency needs (bench/serve_bench.py). */
 static void sse_choice(srv *s, srv_job *j, json_t *choice) {
   json_t *c = chunk_base(s, j);
   json_object_set_new(c, "choices", json_pack("[o]", choice));
+  if (j->continuous_usage)
+    json_object_set_new(c, "usage", json_pack("{s:I,s:I,s:I}", "prompt_tokens", (json_int_t)j->n_prompt,
+                                              "completion_tokens", (json_int_t)j->n_taken,
+                                              "total_tokens", (json_int_t)(j->n_prompt + j->n_taken)));
   char *t = json_dumps(c, JSON_COMPACT);
   json_decref(c);
   if (!t) return;
@@ -326,10 +340,6 @@ void srv_job_text(srv *s, srv_job *j, const char *text, size_t n) {
   }
 }
 
-static json_t *usage(const srv_job *j) {
-  return json_pack("{s:I,s:I,s:I}", "prompt_tokens", (json_int_t)j->n_prompt, "completion_tokens",
-                   (json_int_t)j->n_completion, "total_tokens", (json_int_t)(j->n_prompt + j->n_completion));
-}
 
 json_t *srv_job_finish(srv *s, srv_job *j) {
   if (j->chat) {

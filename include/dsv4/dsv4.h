@@ -1628,6 +1628,14 @@ typedef struct dsv4_scheduler_params {
                           *   max_running, the least that always leaves room for one chunk */
   int32_t max_waiting;   /**< submitted requests not yet finished, beyond which submit refuses;
                           *   default 1024 */
+  int32_t prefix_cache;  /**< finished requests' sequences kept for prefix reuse, 0..max_sequences;
+                          *   default 0 (off). A request whose prompt starts with everything a
+                          *   kept sequence holds starts from a fork of it and prefills only the
+                          *   rest (the reused positions keep the rounding of how they were
+                          *   computed: decode rows for generated tokens). Kept sequences count
+                          *   against the engine's max_sequences and KV pool; the least recently
+                          *   used one is freed when the cache is full, when a request needs a
+                          *   sequence or KV pages, or when the engine refuses a step */
 } dsv4_scheduler_params;
 
 /** Fill *params with defaults. @return DSV4_OK; DSV4_ERR_INVALID_ARG; DSV4_ERR_PARAMS_SIZE.
@@ -1713,6 +1721,12 @@ typedef struct dsv4_scheduler_stats {
   int64_t submitted, finished, cancelled;
   int64_t steps, decode_tokens, prefill_tokens;
   int64_t max_step_tokens;   /**< largest decode + prefill tokens of one step */
+  int64_t prefix_hits;       /**< requests started from a kept sequence */
+  int64_t prefix_misses;     /**< requests admitted without one (only counted with prefix_cache > 0) */
+  int64_t prefix_tokens_reused; /**< prompt tokens not prefilled thanks to a hit */
+  int64_t prefix_evictions;  /**< kept sequences freed to make room */
+  int32_t prefix_entries;    /**< sequences kept now */
+  int32_t reserved1;
 } dsv4_scheduler_stats;
 
 /** @return DSV4_OK; DSV4_ERR_INVALID_ARG (NULL, struct_size too small). @since 0.1 */

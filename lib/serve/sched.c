@@ -10,6 +10,10 @@
  *      never depend on other requests; the last chunk's logits give the
  *      first token. A request that cannot get a sequence, or whose chunk the
  *      engine's pools refuse (DSV4_KV_FULL), waits with everyone behind it.
+ * Prefix cache (prefix_cache > 0): a finished request's sequence is kept
+ * with the ids it holds; a new request whose prompt starts with all of them
+ * forks it and prefills only the rest. Least recently used entries are
+ * freed when the cache is full, when sequences or KV pages run out.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -29,6 +33,79 @@ static void release_seq(struct dsv4_scheduler *s, dsv4i_req *r) {
   r->seq = 0;
 }
 
+/* ---- prefix cache ------------------------------------------------------- */
+
+static void cache_drop(struct dsv4_scheduler *s, dsv4i_prefix *c) {
+  dsv4i_seq_free(s->eng, c->seq);
+  free(c->ids);
+  memset(c, 0, sizeof *c);
+  s->st.prefix_entries--;
+}
+
+/* Free the least recently used entry other than `keep`; 0 if there is none. */
+static int cache_evict(struct dsv4_scheduler *s, const dsv4i_prefix *keep) {
+  dsv4i_prefix *lru = NULL;
+  for (int32_t i = 0; i < s->n_cache; i++)
+    if (s->cache[i].seq && &s->cache[i] != keep && (!lru || s->cache[i].used < lru->used))
+      lru = &s->cache[i];
+  if (!lru) return 0;
+  cache_drop(s, lru);
+  s->st.prefix_evictions++;
+  return 1;
+}
+
+/* Keep a finished request's sequence (takes r->seq and r->held). */
+static void cache_put(struct dsv4_scheduler *s, dsv4i_req *r) {
+  dsv4i_prefix *slot = NULL;
+  for (int32_t i = 0; i < s->n_cache && !slot; i++)
+    if (!s->cache[i].seq) slot = &s->cache[i];
+  if (!slot) {
+    cache_evict(s, NULL);
+    for (int32_t i = 0; i < s->n_cache && !slot; i++)
+      if (!s->cache[i].seq) slot = &s->cache[i];
+  }
+  slot->seq = r->seq;
+  slot->ids = r->held;
+  slot->n = r->n_held;
+  slot->used = ++s->clock;
+  s->st.prefix_entries++;
+  r->seq = 0;
+  r->held = NULL;
+  r->n_held = r->cap_held = 0;
+}
+
+/* The longest entry whose ids all start the prompt (and leave a token to prefill). */
+static dsv4i_prefix *cache_find(struct dsv4_scheduler *s, const dsv4i_req *r) {
+  dsv4i_prefix *best = NULL;
+  for (int32_t i = 0; i < s->n_cache; i++) {
+    dsv4i_prefix *c = &s->cache[i];
+    if (c->seq && c->n < r->n_prompt && (!best || c->n > best->n) &&
+        !memcmp(c->ids, r->prompt, (size_t)c->n * sizeof *c->ids))
+      best = c;
+  }
+  return best;
+}
+
+/* Record ids the request's sequence now holds (prefix cache on). On failure
+ * the record is dropped and the sequence is simply not kept. */
+static void push_held(dsv4i_req *r, const int32_t *ids, int64_t n) {
+  if (!r->held) return;
+  if (r->n_held + n > r->cap_held) {
+    int64_t cap = r->cap_held;
+    while (cap < r->n_held + n) cap *= 2;
+    int32_t *f = dsv4i_realloc(r->held, (size_t)cap * sizeof *f, "prefix ids");
+    if (!f) {
+      free(r->held);
+      r->held = NULL;
+      return;
+    }
+    r->held = f;
+    r->cap_held = cap;
+  }
+  memcpy(r->held + r->n_held, ids, (size_t)n * sizeof *ids);
+  r->n_held += n;
+}
+
 static void free_req(struct dsv4_scheduler *s, dsv4i_req *r) {
   if (r->state == RQ_RUNNING) s->n_running--;
   else if (r->state != RQ_DONE) s->n_waiting--;
@@ -40,6 +117,7 @@ static void free_req(struct dsv4_scheduler *s, dsv4i_req *r) {
   free(r->stop_ids);
   free(r->prompt);
   free(r->out);
+  free(r->held);
   if (s->tok) dsv4i_detok_free(&r->detok);
   dsv4i_str_free(&r->text);
   free(r);
@@ -74,6 +152,16 @@ dsv4_status dsv4i_sched_create(struct dsv4_engine *e, const dsv4i_tokenizer *tok
   s->max_running = run;
   s->max_waiting = p->max_waiting;
   s->max_ctx = e->plan.max_ctx;
+  if (p->prefix_cache < 0 || p->prefix_cache > max_seqs) {
+    dsv4i_sched_free(s);
+    return dsv4i_error(DSV4_ERR_INVALID_ARG, "scheduler: prefix_cache %d outside 0..%d (max_sequences)",
+                       (int)p->prefix_cache, (int)max_seqs);
+  }
+  s->n_cache = p->prefix_cache;
+  if (s->n_cache && !(s->cache = dsv4i_calloc((size_t)s->n_cache, sizeof *s->cache, "prefix cache"))) {
+    dsv4i_sched_free(s);
+    return DSV4_ERR_OUT_OF_MEMORY;
+  }
   s->logits = dsv4i_malloc((size_t)run * (size_t)s->vocab * sizeof(float), "scheduler logits");
   s->ids = dsv4i_calloc((size_t)run, sizeof *s->ids, "scheduler batch");
   s->toks = dsv4i_calloc((size_t)run, sizeof *s->toks, "scheduler batch");
@@ -90,6 +178,9 @@ dsv4_status dsv4i_sched_create(struct dsv4_engine *e, const dsv4i_tokenizer *tok
 void dsv4i_sched_free(struct dsv4_scheduler *s) {
   if (!s) return;
   while (s->head) free_req(s, s->head);
+  for (int32_t i = 0; s->cache && i < s->n_cache; i++)
+    if (s->cache[i].seq) cache_drop(s, &s->cache[i]);
+  free(s->cache);
   free(s->logits);
   free(s->ids);
   free(s->toks);
@@ -282,6 +373,8 @@ static void emit(struct dsv4_scheduler *s, dsv4i_req *r, int32_t tok, int64_t po
     if (r->state == RQ_RUNNING) s->n_running--;
     else s->n_waiting--;
     r->state = RQ_DONE;
+    if (s->n_cache && r->seq && r->held && r->n_held == r->seq_len && finish != DSV4_FINISH_ERROR)
+      cache_put(s, r);
     release_seq(s, r);
     s->st.finished++;
   }
@@ -320,6 +413,8 @@ static dsv4_status decode_running(struct dsv4_scheduler *s, int32_t *used) {
   *used = n;
   if (!n) return DSV4_OK;
   dsv4_status st = dsv4i_engine_decode(s->eng, n, s->ids, s->toks, NULL, s->logits, NULL);
+  while (st == DSV4_KV_FULL && cache_evict(s, NULL)) /* kept sequences give way first */
+    st = dsv4i_engine_decode(s->eng, n, s->ids, s->toks, NULL, s->logits, NULL);
   if (st == DSV4_KV_FULL) { /* nothing changed; the pools free up as requests finish */
     *used = 0;
     return DSV4_OK;
@@ -333,8 +428,46 @@ static dsv4_status decode_running(struct dsv4_scheduler *s, int32_t *used) {
     dsv4i_req *r = s->batch[i];
     const float *row = s->logits + (size_t)i * (size_t)s->vocab;
     r->seq_len++;
+    push_held(r, &s->toks[i], 1);
     dsv4i_sampler_dist(&r->smp, row);
     emit(s, r, dsv4i_sampler_draw(&r->smp, r->seq_len), r->seq_len, row);
+  }
+  return DSV4_OK;
+}
+
+/* Give a request's sequence back and make it wait again (nothing was computed for it). */
+static void unadmit(struct dsv4_scheduler *s, dsv4i_req *r) {
+  release_seq(s, r);
+  free(r->held);
+  r->held = NULL;
+  r->n_held = r->cap_held = 0;
+  r->fed = r->seq_len = 0;
+  r->state = RQ_WAITING;
+}
+
+/* Admit r: a sequence (a fork of the prefix-cache hit, or a new one) and the
+ * record of what it holds. DSV4_KV_FULL when the engine has no room. */
+static dsv4_status admit(struct dsv4_scheduler *s, dsv4i_req *r, dsv4i_prefix *hit) {
+  dsv4_status st;
+  for (;;) { /* kept sequences give way when the engine has no room */
+    st = hit ? dsv4i_seq_fork(s->eng, hit->seq, &r->seq) : dsv4i_seq_create(s->eng, &r->seq);
+    if (st != DSV4_KV_FULL || !cache_evict(s, hit)) break;
+  }
+  if (st) return st;
+  r->state = RQ_PREFILL;
+  if (s->n_cache) {
+    r->cap_held = r->n_prompt + r->max_tokens < 64 ? 64 : r->n_prompt + r->max_tokens;
+    r->held = dsv4i_malloc((size_t)r->cap_held * sizeof *r->held, "prefix ids");
+    r->n_held = 0;
+  }
+  if (hit) {
+    push_held(r, r->prompt, hit->n);
+    r->fed = r->seq_len = hit->n;
+    hit->used = ++s->clock;
+    s->st.prefix_hits++;
+    s->st.prefix_tokens_reused += hit->n;
+  } else if (s->n_cache) {
+    s->st.prefix_misses++;
   }
   return DSV4_OK;
 }
@@ -346,29 +479,35 @@ static dsv4_status prefill_waiting(struct dsv4_scheduler *s, int32_t budget, int
   for (dsv4i_req *r = s->head, *nx; r; r = nx) {
     nx = r->next_rq;
     if (r->state != RQ_WAITING && r->state != RQ_PREFILL) continue;
-    const int64_t left = r->n_prompt - r->fed;
+    dsv4i_prefix *hit = r->state == RQ_WAITING && s->n_cache ? cache_find(s, r) : NULL;
+    const int64_t start = r->state == RQ_WAITING ? (hit ? hit->n : 0) : r->fed;
+    const int64_t left = r->n_prompt - start;
     const int32_t c = (int32_t)(left < s->chunk ? left : s->chunk);
     if (c > budget) break; /* keep arrival order: nobody overtakes */
-    if (r->state == RQ_WAITING) {
+    const int admitting = r->state == RQ_WAITING;
+    if (admitting) {
       if (held >= s->max_running) break;
-      dsv4_status st = dsv4i_seq_create(s->eng, &r->seq);
+      dsv4_status st = admit(s, r, hit);
       if (st == DSV4_KV_FULL) break;
       if (st) return st;
       held++;
-      r->state = RQ_PREFILL;
     }
     const int last = c == left;
     float *row = s->logits;
-    dsv4_status st = dsv4i_engine_prefill(s->eng, r->seq, r->prompt + r->fed, c, NULL,
-                                          last ? row : NULL, NULL);
+    dsv4_status st;
+    for (;;) {
+      st = dsv4i_engine_prefill(s->eng, r->seq, r->prompt + r->fed, c, NULL, last ? row : NULL, NULL);
+      if (st != DSV4_KV_FULL || !cache_evict(s, NULL)) break;
+    }
     if (st == DSV4_KV_FULL) {
-      if (r->fed == 0) release_seq(s, r), r->state = RQ_WAITING;
+      if (admitting) unadmit(s, r);
       break; /* the pools free up as running requests finish */
     }
     if (st) {
       fail_batch(s, &r, 1);
       return st;
     }
+    push_held(r, r->prompt + r->fed, c);
     r->fed += c;
     r->seq_len = r->fed;
     budget -= c;

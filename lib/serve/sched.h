@@ -40,8 +40,18 @@ typedef struct dsv4i_req {
   size_t n_buf, cap_buf;
   dsv4i_detok detok;           /**< with a tokenizer: output text */
   dsv4i_str text;              /**< text decoded and not yet released (stop-string hold) */
+  int32_t *held;               /**< prefix cache on: every token the sequence holds */
+  int64_t n_held, cap_held;
   struct dsv4i_req *prev, *next_rq; /**< arrival-ordered list */
 } dsv4i_req;
+
+/** A finished request's sequence kept for prefix reuse. */
+typedef struct dsv4i_prefix {
+  int64_t seq;                 /**< 0: empty slot */
+  int32_t *ids;                /**< the positions it holds */
+  int64_t n;
+  uint64_t used;               /**< LRU clock of the last insert or hit */
+} dsv4i_prefix;
 
 struct dsv4_scheduler {
   struct dsv4_engine *eng;
@@ -57,6 +67,9 @@ struct dsv4_scheduler {
   int32_t top_ids[DSV4_MAX_LOGPROBS];
   float top_lp[DSV4_MAX_LOGPROBS];
   dsv4_scheduler_stats st;
+  dsv4i_prefix *cache;         /**< [n_cache] */
+  int32_t n_cache;
+  uint64_t clock;
   char *last_error;
 };
 

@@ -410,11 +410,80 @@ static void test_bad_input(void **state) {
   dsv4_scheduler_free(t);
 }
 
+/* Run one greedy request to the end on s; its tokens into out[], returns their count. */
+static int32_t run_one(dsv4_scheduler *s, const int32_t *prompt, int32_t n, int32_t max_tokens,
+                       int32_t *out) {
+  static job j;
+  memset(&j, 0, sizeof j);
+  dsv4_request_params p;
+  dsv4_request_params_init(&p, sizeof p);
+  p.max_tokens = max_tokens;
+  p.flags = DSV4_REQUEST_F_IGNORE_EOS;
+  p.on_token = on_tok;
+  p.user_data = &j;
+  assert_int_equal(dsv4_scheduler_submit(s, prompt, n, &p, &j.id), DSV4_OK);
+  int32_t active = 1;
+  while (active) assert_int_equal(dsv4_scheduler_step(s, &active), DSV4_OK);
+  memcpy(out, j.got, (size_t)j.n_got * sizeof *out);
+  return j.n_got;
+}
+
+/* A follow-up turn reuses the finished request's sequence: only the new
+ * tokens are prefilled; hits, misses and evictions are counted. */
+static void test_prefix_reuse(void **state) {
+  (void)state;
+  dsv4_scheduler_params sp;
+  dsv4_scheduler_params_init(&sp, sizeof sp);
+  sp.prefill_chunk = 16;
+  sp.prefix_cache = 1;
+  dsv4_scheduler *s = NULL;
+  assert_int_equal(dsv4_scheduler_create(eng, tok, &sp, &s), DSV4_OK);
+  int32_t a[30], out_a[8], b[60], out_b[8], out_b0[8], c[10], out_c[8];
+  for (int i = 0; i < 30; i++) a[i] = 3 + (i * 11) % (vocab - 3);
+  assert_int_equal(run_one(s, a, 30, 8, out_a), 8);
+  /* the next turn: the first turn, its answer, new tokens */
+  memcpy(b, a, sizeof a);
+  memcpy(b + 30, out_a, sizeof out_a);
+  for (int i = 38; i < 45; i++) b[i] = 3 + (i * 5) % (vocab - 3);
+  dsv4_scheduler_stats st0, st;
+  dsv4_scheduler_get_stats(s, &st0, sizeof st0);
+  assert_int_equal(st0.prefix_entries, 1);
+  assert_int_equal(st0.prefix_misses, 1);
+  assert_int_equal(run_one(s, b, 45, 8, out_b), 8);
+  dsv4_scheduler_get_stats(s, &st, sizeof st);
+  assert_int_equal(st.prefix_hits, 1);
+  assert_int_equal(st.prefix_tokens_reused, 37); /* a + the 7 answer tokens that were fed */
+  assert_int_equal(st.prefill_tokens - st0.prefill_tokens, 45 - 37);
+  /* an unrelated prompt misses; with room for one entry the older one is evicted */
+  for (int i = 0; i < 10; i++) c[i] = 4 + i;
+  run_one(s, c, 10, 4, out_c);
+  dsv4_scheduler_get_stats(s, &st, sizeof st);
+  assert_int_equal(st.prefix_misses, 2);
+  assert_int_equal(st.prefix_evictions, 2); /* a's entry (by b's), then b's (by c's) */
+  assert_int_equal(st.prefix_entries, 1);
+  dsv4_scheduler_free(s);
+  /* the same turn without the cache: the same tokens */
+  dsv4_scheduler *t = make_sched(16);
+  assert_int_equal(run_one(t, b, 45, 8, out_b0), 8);
+  dsv4_scheduler_get_stats(t, &st, sizeof st);
+  assert_int_equal(st.prefix_hits + st.prefix_misses, 0);
+  dsv4_scheduler_free(t);
+  assert_memory_equal(out_b, out_b0, sizeof out_b);
+  dsv4_engine_info ei;
+  dsv4_engine_get_info(eng, &ei, sizeof ei);
+  assert_int_equal(ei.sequences_live, 0);
+}
+
 /* Thousands of requests, cancelled at every stage or finished: nothing stays
  * behind (ASan's leak check sees the rest). */
 static void test_churn(void **state) {
   (void)state;
-  dsv4_scheduler *s = make_sched(8);
+  dsv4_scheduler_params sp;
+  dsv4_scheduler_params_init(&sp, sizeof sp);
+  sp.prefill_chunk = 8;
+  sp.prefix_cache = 2; /* kept sequences are freed with the scheduler too */
+  dsv4_scheduler *s = NULL;
+  assert_int_equal(dsv4_scheduler_create(eng, tok, &sp, &s), DSV4_OK);
   dsv4_request_params p;
   dsv4_request_params_init(&p, sizeof p);
   p.max_tokens = 2;
@@ -458,6 +527,7 @@ int tu_run_suite(void) {
       cmocka_unit_test(test_admission),
       cmocka_unit_test(test_stops),
       cmocka_unit_test(test_bad_input),
+      cmocka_unit_test(test_prefix_reuse),
       cmocka_unit_test(test_churn),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
