@@ -2,7 +2,8 @@
 # dsv4-server on the default model, on loopback, driven by the `openai` Python
 # client (PyPI, installed in a venv here) and curl: chat and completions,
 # streaming and not, a tool-call round trip, concurrent clients, a client
-# leaving mid-stream, malformed and oversized requests, 429 when full, and
+# leaving mid-stream, prefix reuse, malformed and oversized requests, 429 when
+# full, and
 # greedy output equal to dsv4-generate's. Bounded: 480 s for the checks
 # (about 2 min on the 2-core CI machine, plus the pip install).
 set -euo pipefail
@@ -23,7 +24,7 @@ prompt="Every evening the old lamplighter"
 build/examples/dsv4-generate -m "$model" -p "$prompt" -n 32 2>/dev/null >"$work/greedy.txt"
 
 port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-build/examples/dsv4-server -m "$model" --port "$port" --threads 2 --max-queue 6 2>"$work/server.log" &
+build/examples/dsv4-server -m "$model" --port "$port" --threads 2 --max-queue 6 --prefix-cache 2 2>"$work/server.log" &
 server_pid=$!
 url=http://127.0.0.1:$port
 for _ in $(seq 1 100); do

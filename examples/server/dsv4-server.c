@@ -26,7 +26,9 @@ static void usage(FILE *f) {
         "  --max-connections N    open HTTP connections (default 128)\n"
         "  --max-body BYTES       request body limit; larger gets 413 (default 1048576)\n"
         "  --max-tokens N         default max_tokens of chat requests (default 256)\n"
-        "  --prefill-chunk N      prompt tokens per scheduler chunk (default 256)\n",
+        "  --prefill-chunk N      prompt tokens per scheduler chunk (default 256)\n"
+        "  --prefix-cache N       finished sequences kept so that a follow-up turn prefills only\n"
+        "                         its new tokens (default 0; at most --max-sequences)\n",
         f);
 }
 
@@ -63,6 +65,7 @@ static int parse(int argc, char **argv, srv_opts *o) {
     else if (!strcmp(a, "--max-body") && x > 0) o->max_body = (size_t)x;
     else if (!strcmp(a, "--max-tokens") && x > 0 && x < 1000000000) o->max_tokens_default = (int)x;
     else if (!strcmp(a, "--prefill-chunk") && x > 0 && x < 1000000) o->prefill_chunk = (int)x;
+    else if (!strcmp(a, "--prefix-cache") && x >= 0 && x < 65536) o->prefix_cache = (int)x;
     else {
       fprintf(stderr, "dsv4-server: bad option or value: %s %s\n", a, v);
       usage(stderr);

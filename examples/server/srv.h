@@ -34,6 +34,7 @@ typedef struct srv_opts {
   size_t max_body;           /**< request body bytes; beyond: 413; default 1 MiB */
   int max_tokens_default;    /**< default 256 */
   int prefill_chunk;         /**< default 256 */
+  int prefix_cache;          /**< finished sequences kept for prefix reuse; default 0 */
   int verbose;
 } srv_opts;
 

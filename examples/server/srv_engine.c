@@ -128,6 +128,7 @@ int srv_engine_start(srv *s) {
   dsv4_scheduler_params_init(&sp, sizeof sp);
   sp.prefill_chunk = s->o.prefill_chunk;
   sp.max_waiting = s->o.max_queue;
+  sp.prefix_cache = s->o.prefix_cache;
   if (dsv4_scheduler_create(s->eng, s->tok, &sp, &s->sched)) {
     fprintf(stderr, "dsv4-server: %s\n", dsv4_last_error());
     return -1;

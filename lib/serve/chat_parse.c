@@ -62,6 +62,7 @@ static size_t partial(const char *s, size_t n, const char *m) {
 }
 
 static void consume(dsv4i_str *b, size_t n) {
+  if (!n) return;
   memmove(b->buf, b->buf + n, b->len - n);
   b->len -= n;
   if (b->buf) b->buf[b->len] = 0;

@@ -552,8 +552,10 @@ dsv4_status dsv4i_sched_poll(struct dsv4_scheduler *s, int64_t id, int32_t *toke
   if (r->on_token)
     return dsv4i_error(DSV4_ERR_INVALID_ARG, "poll: request %lld delivers by callback", (long long)id);
   const size_t k = r->n_buf < (size_t)cap ? r->n_buf : (size_t)cap;
-  if (k) memcpy(tokens, r->out, k * sizeof *tokens);
-  memmove(r->out, r->out + k, (r->n_buf - k) * sizeof *r->out);
+  if (k) {
+    memcpy(tokens, r->out, k * sizeof *tokens);
+    memmove(r->out, r->out + k, (r->n_buf - k) * sizeof *r->out);
+  }
   r->n_buf -= k;
   *n = (int32_t)k;
   if (r->state == RQ_DONE && r->n_buf == 0) {

@@ -5,7 +5,7 @@
 
 Each check prints one line; any failure raises (exit status 1). The server
 must run the default tiny model with --max-queue 6 (the 429 check relies on
-it). GREEDY_TEXT_FILE holds dsv4-generate's output for the greedy check.
+it) and --prefix-cache 2. GREEDY_TEXT_FILE holds dsv4-generate's output for the greedy check.
 """
 import concurrent.futures as cf
 import http.client
@@ -188,6 +188,19 @@ def bad_requests():
         assert "temperature" in str(e)
 
 
+def prefix_reuse():
+    """A follow-up prompt that starts with a finished request's prompt and answer reuses its
+    sequence (the server runs with --prefix-cache): only the new tokens are prefilled."""
+    first = client.completions.create(model=MODEL, prompt=PROMPT, max_tokens=8, temperature=0)
+    before = health()["prefix_cache"]
+    follow = PROMPT + first.choices[0].text + " And then"
+    r = client.completions.create(model=MODEL, prompt=follow, max_tokens=4, temperature=0)
+    after = health()["prefix_cache"]
+    assert after["hits"] == before["hits"] + 1, (before, after)
+    assert after["tokens_reused"] - before["tokens_reused"] == first.usage.prompt_tokens + 7, (before, after)
+    assert r.usage.prompt_tokens > first.usage.prompt_tokens + 8
+
+
 def still_serving():
     assert health()["status"] == "ok"
     chat_plain()
@@ -200,7 +213,7 @@ for name, fn in [("health", health), ("models", models), ("chat", chat_plain),
                  ("tool call round trip", tool_round_trip),
                  ("greedy == dsv4-generate", greedy_equals_generate),
                  ("6 concurrent clients == alone", concurrent), ("queue full -> 429", queue_full),
-                 ("client disconnect cancels", disconnect), ("malformed/oversized -> 4xx", bad_requests),
+                 ("client disconnect cancels", disconnect), ("prefix reuse", prefix_reuse), ("malformed/oversized -> 4xx", bad_requests),
                  ("still serving", still_serving)]:
     check(name, fn)
 print("all server checks passed")
