@@ -42,6 +42,14 @@ static void on_event(int32_t kind, const char *text, size_t len, void *user) {
   }
 }
 
+/* Calls that cannot fail with these arguments (params init, info). */
+static void must(dsv4_status s) {
+  if (s < 0) {
+    fprintf(stderr, "dsv4-generate: %s\n", dsv4_last_error());
+    exit(1);
+  }
+}
+
 static int fail(const char *what, dsv4_status s, const char *msg) {
   fprintf(stderr, "\ndsv4-generate: %s: %s\n  %s\n", what, dsv4_status_string(s), msg);
   return 1;
@@ -49,9 +57,9 @@ static int fail(const char *what, dsv4_status s, const char *msg) {
 
 int generate_chat(dsv4_model *model, dsv4_tokenizer *tok, const chat_opts *o) {
   dsv4_model_info mi;
-  dsv4_model_get_info(model, &mi, sizeof mi);
+  must(dsv4_model_get_info(model, &mi, sizeof mi));
   dsv4_engine_params ep;
-  dsv4_engine_params_init(&ep, sizeof ep);
+  must(dsv4_engine_params_init(&ep, sizeof ep));
   ep.max_sequences = 1;
   ep.n_threads = (int32_t)o->threads;
   ep.prefill_chunk = (int32_t)o->chunk;
@@ -59,14 +67,14 @@ int generate_chat(dsv4_model *model, dsv4_tokenizer *tok, const chat_opts *o) {
   dsv4_status s = dsv4_engine_create(model, &ep, &eng);
   if (s) return fail("cannot create the engine", s, dsv4_last_error());
   dsv4_engine_info ei;
-  dsv4_engine_get_info(eng, &ei, sizeof ei);
+  must(dsv4_engine_get_info(eng, &ei, sizeof ei));
   json_t *conv = json_array();
   if (o->system) json_array_append_new(conv, json_pack("{s:s,s:s}", "role", "system", "content", o->system));
   dsv4_chat_params cp;
-  dsv4_chat_params_init(&cp, sizeof cp);
+  must(dsv4_chat_params_init(&cp, sizeof cp));
   cp.mode = o->thinking ? DSV4_CHAT_MODE_THINKING : DSV4_CHAT_MODE_CHAT;
   dsv4_sampling_params sp;
-  dsv4_sampling_params_init(&sp, sizeof sp);
+  must(dsv4_sampling_params_init(&sp, sizeof sp));
   sp.temperature = (float)o->temp;
   sp.seed = o->seed;
   int32_t *held = NULL; /* what the sequence holds */
@@ -100,7 +108,8 @@ int generate_chat(dsv4_model *model, dsv4_tokenizer *tok, const chat_opts *o) {
     size_t same = 0; /* reuse the sequence when it holds a prefix of the new prompt */
     while (same < n_held && same < n && held[same] == ids[same]) same++;
     if (!seq || same < n_held || same == n) {
-      if (seq) dsv4_engine_seq_free(eng, seq);
+      if (seq && dsv4_engine_seq_free(eng, seq)) {
+      }
       seq = 0;
       same = n_held = 0;
       if ((s = dsv4_engine_seq_create(eng, &seq))) break;
@@ -115,7 +124,7 @@ int generate_chat(dsv4_model *model, dsv4_tokenizer *tok, const chat_opts *o) {
     s = dsv4_engine_prefill(eng, seq, ids + same, (int64_t)(n - same), &sp, NULL, &next);
     if (s) {
       dsv4_free(ids);
-      rc = fail("prefill failed", s, dsv4_engine_last_error(eng));
+      rc = fail("prefill failed", s, dsv4_last_error());
       break;
     }
     int32_t *nh = realloc(held, (n + (size_t)o->max_tokens + 1) * sizeof *held);
@@ -137,8 +146,8 @@ int generate_chat(dsv4_model *model, dsv4_tokenizer *tok, const chat_opts *o) {
     for (long g = 0; g < o->max_tokens; g++) {
       const char *t;
       size_t len;
-      dsv4_tokenizer_stream_push(st, next, &t, &len);
-      dsv4_chat_parser_push(parser, t, len, on_event, &a);
+      if (dsv4_tokenizer_stream_push(st, next, &t, &len)) len = 0;
+      if (len && dsv4_chat_parser_push(parser, t, len, on_event, &a)) break; /* out of memory */
       if (next == mi.eos_token_id || g + 1 == o->max_tokens || (int64_t)n_held + 1 >= ei.max_context) break;
       const int32_t in = next;
       if ((s = dsv4_engine_decode(eng, 1, &seq, &in, &sp, NULL, &next))) break;
@@ -146,9 +155,9 @@ int generate_chat(dsv4_model *model, dsv4_tokenizer *tok, const chat_opts *o) {
     }
     const char *t;
     size_t len;
-    dsv4_tokenizer_stream_flush(st, &t, &len);
-    dsv4_chat_parser_push(parser, t, len, on_event, &a);
-    dsv4_chat_parser_finish(parser, on_event, &a);
+    if (dsv4_tokenizer_stream_flush(st, &t, &len)) len = 0;
+    (void)!dsv4_chat_parser_push(parser, t, len, on_event, &a); /* what it cannot take is lost */
+    (void)!dsv4_chat_parser_finish(parser, on_event, &a);
     dsv4_chat_parser_free(parser);
     dsv4_tokenizer_stream_free(st);
     fputc('\n', stdout);
@@ -159,7 +168,7 @@ int generate_chat(dsv4_model *model, dsv4_tokenizer *tok, const chat_opts *o) {
     free(a.content);
     free(a.reasoning);
     if (s) {
-      rc = fail("generation failed", s, dsv4_engine_last_error(eng));
+      rc = fail("generation failed", s, dsv4_last_error());
       break;
     }
   }

@@ -18,6 +18,7 @@
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
 
 #include "dsv4/dsv4.h"
 
@@ -84,6 +85,11 @@ typedef struct srv {
   char model_name[256];
   int64_t served, rejected;
 } srv;
+
+/** Calls that cannot fail with the arguments given (params init, info, stats). */
+static inline void must(dsv4_status s) {
+  if (s < 0) abort();
+}
 
 /* engine side (srv_engine.c) */
 int srv_engine_start(srv *s);

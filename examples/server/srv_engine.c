@@ -74,7 +74,7 @@ dsv4_status srv_submit(srv *s, srv_job *j, const int32_t *ids, int64_t n,
 void srv_cancel(srv *s, srv_job *j) {
   pthread_mutex_lock(&s->jobs);
   if (j->rid) {
-    dsv4_scheduler_cancel(s->sched, j->rid);
+    (void)!dsv4_scheduler_cancel(s->sched, j->rid); /* nothing to do on failure here */
     j->rid = 0;
     if (!j->finished) j->finished = DSV4_FINISH_ERROR;
   }
@@ -87,14 +87,14 @@ static void *engine_main(void *arg) {
   while (!s->stop) {
     int32_t active = 0;
     dsv4_scheduler_stats st;
-    dsv4_scheduler_get_stats(s->sched, &st, sizeof st);
+    must(dsv4_scheduler_get_stats(s->sched, &st, sizeof st));
     if (st.waiting + st.running == 0) {
       pthread_cond_wait(&s->work, &s->lock);
       continue;
     }
     dsv4_status rc = dsv4_scheduler_step(s->sched, &active);
     if (rc < 0) {
-      fprintf(stderr, "dsv4-server: step failed: %s\n", dsv4_scheduler_last_error(s->sched));
+      fprintf(stderr, "dsv4-server: step failed: %s\n", dsv4_last_error());
       if (rc == DSV4_ERR_DEVICE_LOST || rc == DSV4_ERR_INTERNAL) s->failed = 1;
     }
     /* let waiting connection threads in between steps */
@@ -110,7 +110,7 @@ static void *engine_main(void *arg) {
 
 int srv_engine_start(srv *s) {
   dsv4_engine_params ep;
-  dsv4_engine_params_init(&ep, sizeof ep);
+  must(dsv4_engine_params_init(&ep, sizeof ep));
   ep.max_sequences = s->o.max_sequences;
   ep.max_context = s->o.max_context;
   ep.n_threads = s->o.n_threads;
@@ -120,12 +120,12 @@ int srv_engine_start(srv *s) {
     return -1;
   }
   dsv4_model_info mi;
-  dsv4_model_get_info(dsv4_engine_model(s->eng), &mi, sizeof mi);
+  must(dsv4_model_get_info(dsv4_engine_model(s->eng), &mi, sizeof mi));
   s->eos = mi.eos_token_id;
   s->bos = mi.bos_token_id;
   s->vocab = mi.vocab_size;
   dsv4_scheduler_params sp;
-  dsv4_scheduler_params_init(&sp, sizeof sp);
+  must(dsv4_scheduler_params_init(&sp, sizeof sp));
   sp.prefill_chunk = s->o.prefill_chunk;
   sp.max_waiting = s->o.max_queue;
   sp.prefix_cache = s->o.prefix_cache;

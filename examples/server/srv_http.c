@@ -185,10 +185,12 @@ static enum MHD_Result generate(srv *s, struct MHD_Connection *c, const conn *k,
     srv_req_free(&r);
     return send_error(c, 500, "out of memory", "server_error");
   }
+  char msg[600] = "";
   srv_lock(s);
   dsv4_status st = s->failed || s->closing ? DSV4_ERR_DEVICE_LOST : srv_submit(s, j, r.ids, r.n_ids, &r.p);
   if (!st) s->served++;
   else s->rejected++;
+  if (st) snprintf(msg, sizeof msg, "%s", dsv4_last_error()); /* before any other call */
   srv_unlock(s);
   json_decref(root);
   srv_req_free(&r);
@@ -197,8 +199,6 @@ static enum MHD_Result generate(srv *s, struct MHD_Connection *c, const conn *k,
     if (st == DSV4_KV_FULL)
       return send_error(c, 429, "the server is at its request limit; retry later", "rate_limit_error");
     if (st == DSV4_ERR_DEVICE_LOST) return send_error(c, 503, "the engine is unavailable", "server_error");
-    char msg[600];
-    snprintf(msg, sizeof msg, "%s", dsv4_scheduler_last_error(s->sched));
     return send_error(c, 400, msg, "invalid_request_error");
   }
   if (j->stream) {
@@ -254,7 +254,7 @@ static enum MHD_Result health(srv *s, struct MHD_Connection *c) {
   srv_lock(s);
   const int failed = s->failed;
   dsv4_scheduler_stats st;
-  dsv4_scheduler_get_stats(s->sched, &st, sizeof st);
+  must(dsv4_scheduler_get_stats(s->sched, &st, sizeof st));
   srv_unlock(s);
   return send_json(c, failed ? 503 : 200,
                    json_pack("{s:s,s:i,s:i,s:I,s:I,s:{s:I,s:I,s:I,s:i}}", "status",

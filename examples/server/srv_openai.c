@@ -122,7 +122,7 @@ static int chat_prompt(srv *s, const json_t *root, srv_req *r, json_t **err) {
   if (!json_is_array(msgs) || !json_array_size(msgs))
     return bad(err, "messages", "'messages' must be a non-empty array");
   dsv4_chat_params cp;
-  dsv4_chat_params_init(&cp, sizeof cp);
+  must(dsv4_chat_params_init(&cp, sizeof cp));
   const json_t *kw = json_object_get(root, "chat_template_kwargs");
   int thinking = json_is_true(json_object_get(root, "thinking")) ||
                  json_is_true(json_object_get(kw, "thinking")) ||
@@ -169,12 +169,12 @@ static int completion_prompt(srv *s, const json_t *root, srv_req *r, json_t **er
     const size_t len = json_string_length(pr);
     size_t n = 0;
     if (dsv4_tokenizer_encode(s->tok, t, len, NULL, 0, &n))
-      return bad(err, "prompt", "%s", dsv4_tokenizer_last_error(s->tok));
+      return bad(err, "prompt", "%s", dsv4_last_error());
     r->ids = malloc((n + 1) * sizeof *r->ids);
     if (!r->ids) return bad(err, NULL, "out of memory");
     r->ids[0] = s->bos; /* as dsv4-generate: BOS + the text */
     if (n && dsv4_tokenizer_encode(s->tok, t, len, r->ids + 1, n, &n))
-      return bad(err, "prompt", "%s", dsv4_tokenizer_last_error(s->tok));
+      return bad(err, "prompt", "%s", dsv4_last_error());
     r->n_ids = (int64_t)n + 1;
     return 0;
   }
@@ -198,7 +198,7 @@ int srv_parse_request(srv *s, const char *body, size_t len, int chat, json_t **r
                       json_t **err) {
   memset(r, 0, sizeof *r);
   r->chat = chat;
-  dsv4_request_params_init(&r->p, sizeof r->p);
+  must(dsv4_request_params_init(&r->p, sizeof r->p));
   json_error_t je;
   *root = json_loadb(body, len, 0, &je);
   if (!*root) return bad(err, NULL, "request body is not valid JSON: %s (line %d, column %d)",
@@ -328,7 +328,7 @@ void srv_job_text(srv *s, srv_job *j, const char *text, size_t n) {
   if (!n) return;
   if (j->chat) {
     void *u[2] = {s, j};
-    dsv4_chat_parser_push(j->parser, text, n, on_event, u);
+    (void)!dsv4_chat_parser_push(j->parser, text, n, on_event, u); /* nothing to do on failure here */
     return;
   }
   if (j->stream) {
@@ -344,7 +344,7 @@ void srv_job_text(srv *s, srv_job *j, const char *text, size_t n) {
 json_t *srv_job_finish(srv *s, srv_job *j) {
   if (j->chat) {
     void *u[2] = {s, j};
-    dsv4_chat_parser_finish(j->parser, on_event, u);
+    (void)!dsv4_chat_parser_finish(j->parser, on_event, u); /* nothing to do on failure here */
   }
   const char *reason = json_array_size(j->tool_calls) && j->finished == DSV4_FINISH_STOP
                            ? "tool_calls" : srv_finish_name(j->finished);

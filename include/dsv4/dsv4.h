@@ -1613,7 +1613,7 @@ typedef struct dsv4_request_params {
  * Fill *params with the defaults above and set struct_size.
  * @return DSV4_OK; DSV4_ERR_INVALID_ARG (NULL); DSV4_ERR_PARAMS_SIZE. Thread-safe. @since 0.1
  */
-DSV4_API dsv4_status dsv4_request_params_init(dsv4_request_params *params, size_t struct_size);
+DSV4_NODISCARD DSV4_API dsv4_status dsv4_request_params_init(dsv4_request_params *params, size_t struct_size);
 
 /** Scheduler limits. Size-prefixed, append-only: fill with dsv4_scheduler_params_init(). @since 0.1 */
 typedef struct dsv4_scheduler_params {
@@ -1640,7 +1640,7 @@ typedef struct dsv4_scheduler_params {
 
 /** Fill *params with defaults. @return DSV4_OK; DSV4_ERR_INVALID_ARG; DSV4_ERR_PARAMS_SIZE.
  *  Thread-safe. @since 0.1 */
-DSV4_API dsv4_status dsv4_scheduler_params_init(dsv4_scheduler_params *params, size_t struct_size);
+DSV4_NODISCARD DSV4_API dsv4_status dsv4_scheduler_params_init(dsv4_scheduler_params *params, size_t struct_size);
 
 /**
  * Create a scheduler.
@@ -1650,18 +1650,16 @@ DSV4_API dsv4_status dsv4_scheduler_params_init(dsv4_scheduler_params *params, s
  * @param out     [out] the scheduler, NULL on failure.
  * @return DSV4_OK; DSV4_ERR_INVALID_ARG (NULL, a limit out of range, token_budget
  *         below prefill_chunk + max_running, tok's vocabulary larger than the model's);
- *         DSV4_ERR_PARAMS_SIZE; DSV4_ERR_OUT_OF_MEMORY. Message in dsv4_last_error().
+ *         DSV4_ERR_PARAMS_SIZE; DSV4_ERR_OUT_OF_MEMORY. Every scheduler call leaves its
+ *         message in dsv4_last_error() when it fails.
  *         Handle-exclusive (engine). @since 0.1
  */
-DSV4_API dsv4_status dsv4_scheduler_create(dsv4_engine *engine, const dsv4_tokenizer *tok,
+DSV4_NODISCARD DSV4_API dsv4_status dsv4_scheduler_create(dsv4_engine *engine, const dsv4_tokenizer *tok,
                                            const dsv4_scheduler_params *params,
                                            dsv4_scheduler **out);
 
 /** Cancel every request, free their sequences and the scheduler. NULL is a no-op. @since 0.1 */
 DSV4_API void dsv4_scheduler_free(dsv4_scheduler *sched);
-
-/** Message of the last failed call on the scheduler ("" if none). Borrowed. @since 0.1 */
-DSV4_API const char *dsv4_scheduler_last_error(const dsv4_scheduler *sched);
 
 /**
  * Queue a request. Nothing runs until dsv4_scheduler_step().
@@ -1675,7 +1673,7 @@ DSV4_API const char *dsv4_scheduler_last_error(const dsv4_scheduler *sched);
  *         DSV4_KV_FULL (positive: max_waiting requests are queued or running; retry
  *         later); DSV4_ERR_PARAMS_SIZE; DSV4_ERR_OUT_OF_MEMORY. @since 0.1
  */
-DSV4_API dsv4_status dsv4_scheduler_submit(dsv4_scheduler *sched, const int32_t *prompt,
+DSV4_NODISCARD DSV4_API dsv4_status dsv4_scheduler_submit(dsv4_scheduler *sched, const int32_t *prompt,
                                            int64_t n_prompt, const dsv4_request_params *params,
                                            int64_t *request);
 
@@ -1691,7 +1689,7 @@ DSV4_API dsv4_status dsv4_scheduler_submit(dsv4_scheduler *sched, const int32_t 
  *         DSV4_FINISH_ERROR, the others are intact and the next step continues them.
  * @since 0.1
  */
-DSV4_API dsv4_status dsv4_scheduler_step(dsv4_scheduler *sched, int32_t *n_active);
+DSV4_NODISCARD DSV4_API dsv4_status dsv4_scheduler_step(dsv4_scheduler *sched, int32_t *n_active);
 
 /**
  * Cancel a request at any stage: its sequence and buffers are freed at once
@@ -1699,7 +1697,7 @@ DSV4_API dsv4_status dsv4_scheduler_step(dsv4_scheduler *sched, int32_t *n_activ
  * @return DSV4_OK; DSV4_ERR_UNKNOWN_SEQUENCE (no such request: never submitted,
  *         finished and delivered, or cancelled); DSV4_ERR_INVALID_ARG (NULL). @since 0.1
  */
-DSV4_API dsv4_status dsv4_scheduler_cancel(dsv4_scheduler *sched, int64_t request);
+DSV4_NODISCARD DSV4_API dsv4_status dsv4_scheduler_cancel(dsv4_scheduler *sched, int64_t request);
 
 /**
  * Poll-mode output (a request without on_token): move up to cap buffered
@@ -1709,7 +1707,7 @@ DSV4_API dsv4_status dsv4_scheduler_cancel(dsv4_scheduler *sched, int64_t reques
  * @return DSV4_OK; DSV4_ERR_UNKNOWN_SEQUENCE; DSV4_ERR_INVALID_ARG (NULL, cap < 0,
  *         a callback-mode request). @since 0.1
  */
-DSV4_API dsv4_status dsv4_scheduler_poll(dsv4_scheduler *sched, int64_t request, int32_t *tokens,
+DSV4_NODISCARD DSV4_API dsv4_status dsv4_scheduler_poll(dsv4_scheduler *sched, int64_t request, int32_t *tokens,
                                          int32_t cap, int32_t *n, int32_t *finish);
 
 /** Counters (size-prefixed output struct, as dsv4_model_info). @since 0.1 */
@@ -1730,7 +1728,7 @@ typedef struct dsv4_scheduler_stats {
 } dsv4_scheduler_stats;
 
 /** @return DSV4_OK; DSV4_ERR_INVALID_ARG (NULL, struct_size too small). @since 0.1 */
-DSV4_API dsv4_status dsv4_scheduler_get_stats(const dsv4_scheduler *sched,
+DSV4_NODISCARD DSV4_API dsv4_status dsv4_scheduler_get_stats(const dsv4_scheduler *sched,
                                               dsv4_scheduler_stats *stats, size_t struct_size);
 
 #ifdef __cplusplus

@@ -14,11 +14,9 @@
 #define SP_MIN (offsetof(dsv4_scheduler_params, max_waiting) + sizeof(int32_t))
 #define ST_MIN (offsetof(dsv4_scheduler_stats, max_step_tokens) + sizeof(int64_t))
 
+/* Errors are reported through dsv4_last_error() alone (the thread-local slot). */
 static dsv4_status on_sched(const dsv4_scheduler *s, dsv4_status st) {
-  if (st < 0 && s && s->last_error) {
-    strncpy(s->last_error, dsv4i_error_message(), DSV4I_ERROR_CAP - 1);
-    s->last_error[DSV4I_ERROR_CAP - 1] = '\0';
-  }
+  (void)s;
   return st;
 }
 
@@ -89,10 +87,6 @@ DSV4_API dsv4_status dsv4_scheduler_create(dsv4_engine *engine, const dsv4_token
 }
 
 DSV4_API void dsv4_scheduler_free(dsv4_scheduler *sched) { dsv4i_sched_free(sched); }
-
-DSV4_API const char *dsv4_scheduler_last_error(const dsv4_scheduler *sched) {
-  return sched && sched->last_error ? sched->last_error : "";
-}
 
 DSV4_API dsv4_status dsv4_scheduler_submit(dsv4_scheduler *sched, const int32_t *prompt,
                                            int64_t n_prompt, const dsv4_request_params *params,

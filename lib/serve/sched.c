@@ -166,8 +166,7 @@ dsv4_status dsv4i_sched_create(struct dsv4_engine *e, const dsv4i_tokenizer *tok
   s->ids = dsv4i_calloc((size_t)run, sizeof *s->ids, "scheduler batch");
   s->toks = dsv4i_calloc((size_t)run, sizeof *s->toks, "scheduler batch");
   s->batch = dsv4i_calloc((size_t)run, sizeof *s->batch, "scheduler batch");
-  s->last_error = dsv4i_calloc(1, DSV4I_ERROR_CAP, "scheduler error slot");
-  if (!s->logits || !s->ids || !s->toks || !s->batch || !s->last_error) {
+  if (!s->logits || !s->ids || !s->toks || !s->batch) {
     dsv4i_sched_free(s);
     return DSV4_ERR_OUT_OF_MEMORY;
   }
@@ -185,7 +184,6 @@ void dsv4i_sched_free(struct dsv4_scheduler *s) {
   free(s->ids);
   free(s->toks);
   free(s->batch);
-  free(s->last_error);
   free(s);
 }
 

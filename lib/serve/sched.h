@@ -70,7 +70,6 @@ struct dsv4_scheduler {
   dsv4i_prefix *cache;         /**< [n_cache] */
   int32_t n_cache;
   uint64_t clock;
-  char *last_error;
 };
 
 dsv4_status dsv4i_sched_create(struct dsv4_engine *e, const dsv4i_tokenizer *tok,

@@ -22,7 +22,7 @@ static int setup(void **state) {
   (void)state;
   char *dir = tu_join(getenv("DSV4_BUILD_ROOT"), "models/dsv4-tiny");
   dsv4_engine_params p;
-  dsv4_engine_params_init(&p, sizeof p);
+  assert_int_equal(dsv4_engine_params_init(&p, sizeof p), DSV4_OK);
   p.max_sequences = MAX_SEQS;
   p.max_context = 512;
   p.n_threads = 1;
@@ -32,7 +32,7 @@ static int setup(void **state) {
   free(dir);
   if (s) return -1;
   dsv4_model_info mi;
-  dsv4_model_get_info(dsv4_engine_model(eng), &mi, sizeof mi);
+  assert_int_equal(dsv4_model_get_info(dsv4_engine_model(eng), &mi, sizeof mi), DSV4_OK);
   vocab = mi.vocab_size;
   return 0;
 }
@@ -76,7 +76,7 @@ static void on_tok(int64_t request, const dsv4_token_event *ev, void *user) {
 
 static dsv4_scheduler *make_sched(int32_t chunk) {
   dsv4_scheduler_params sp;
-  dsv4_scheduler_params_init(&sp, sizeof sp);
+  assert_int_equal(dsv4_scheduler_params_init(&sp, sizeof sp), DSV4_OK);
   sp.prefill_chunk = chunk;
   dsv4_scheduler *s = NULL;
   assert_int_equal(dsv4_scheduler_create(eng, tok, &sp, &s), DSV4_OK);
@@ -114,7 +114,7 @@ static void test_same_as_alone(void **state) {
     job *j = &jobs[i];
     j->n_prompt = 1 + (int32_t)rnd(i % 5 == 0 ? 120 : 40);
     for (int32_t k = 0; k < j->n_prompt; k++) j->prompt[k] = 3 + (int32_t)rnd((uint32_t)vocab - 3);
-    dsv4_request_params_init(&j->p, sizeof j->p);
+    assert_int_equal(dsv4_request_params_init(&j->p, sizeof j->p), DSV4_OK);
     j->p.max_tokens = 1 + (int32_t)rnd(24);
     j->p.seed = rnd(1000);
     if (i % 3) {
@@ -155,7 +155,7 @@ static void test_same_as_alone(void **state) {
     int32_t active = 0;
     assert_int_equal(dsv4_scheduler_step(s, &active), DSV4_OK);
     dsv4_engine_info ei;
-    dsv4_engine_get_info(eng, &ei, sizeof ei);
+    assert_int_equal(dsv4_engine_get_info(eng, &ei, sizeof ei), DSV4_OK);
     assert_true(ei.sequences_live <= MAX_SEQS);
     done = 0;
     for (int i = 0; i < N; i++) {
@@ -187,7 +187,7 @@ static void test_same_as_alone(void **state) {
   assert_true(st.max_step_tokens <= 16 + MAX_SEQS);
   dsv4_scheduler_free(s);
   dsv4_engine_info ei;
-  dsv4_engine_get_info(eng, &ei, sizeof ei);
+  assert_int_equal(dsv4_engine_get_info(eng, &ei, sizeof ei), DSV4_OK);
   assert_int_equal(ei.sequences_live, 0);
   free(jobs);
 }
@@ -202,7 +202,7 @@ static void test_fairness(void **state) {
   dsv4_scheduler *s = make_sched(16);
   a.n_prompt = 5;
   for (int k = 0; k < 5; k++) a.prompt[k] = 10 + k;
-  dsv4_request_params_init(&a.p, sizeof a.p);
+  assert_int_equal(dsv4_request_params_init(&a.p, sizeof a.p), DSV4_OK);
   a.p.max_tokens = 60;
   a.p.flags = DSV4_REQUEST_F_IGNORE_EOS;
   a.p.on_token = on_tok;
@@ -225,7 +225,7 @@ static void test_fairness(void **state) {
   }
   assert_int_equal(steps, 13);
   dsv4_scheduler_stats st;
-  dsv4_scheduler_get_stats(s, &st, sizeof st);
+  assert_int_equal(dsv4_scheduler_get_stats(s, &st, sizeof st), DSV4_OK);
   assert_int_equal(st.max_step_tokens, 1 + 16);
   dsv4_scheduler_free(s);
 }
@@ -234,14 +234,14 @@ static void test_fairness(void **state) {
 static void test_admission(void **state) {
   (void)state;
   dsv4_scheduler_params sp;
-  dsv4_scheduler_params_init(&sp, sizeof sp);
+  assert_int_equal(dsv4_scheduler_params_init(&sp, sizeof sp), DSV4_OK);
   sp.max_running = 2;
   sp.max_waiting = 6;
   dsv4_scheduler *s = NULL;
   assert_int_equal(dsv4_scheduler_create(eng, tok, &sp, &s), DSV4_OK);
   int32_t prompt[3] = {5, 6, 7};
   dsv4_request_params p;
-  dsv4_request_params_init(&p, sizeof p);
+  assert_int_equal(dsv4_request_params_init(&p, sizeof p), DSV4_OK);
   p.max_tokens = 4;
   p.flags = DSV4_REQUEST_F_IGNORE_EOS;
   int64_t ids[7];
@@ -255,9 +255,9 @@ static void test_admission(void **state) {
   for (int step = 0; step < 100 && finished < 6; step++) {
     assert_int_equal(dsv4_scheduler_step(s, NULL), DSV4_OK);
     dsv4_scheduler_stats st;
-    dsv4_scheduler_get_stats(s, &st, sizeof st);
+    assert_int_equal(dsv4_scheduler_get_stats(s, &st, sizeof st), DSV4_OK);
     dsv4_engine_info ei;
-    dsv4_engine_get_info(eng, &ei, sizeof ei);
+    assert_int_equal(dsv4_engine_get_info(eng, &ei, sizeof ei), DSV4_OK);
     assert_true(ei.sequences_live <= 2);
     assert_true(st.running <= 2);
     for (int i = 0; i < 6; i++) {
@@ -315,7 +315,7 @@ static void run_text(dsv4_request_params *p, textacc *t) {
 static void test_stops(void **state) {
   (void)state;
   dsv4_request_params p;
-  dsv4_request_params_init(&p, sizeof p);
+  assert_int_equal(dsv4_request_params_init(&p, sizeof p), DSV4_OK);
   p.max_tokens = 24;
   p.n_logprobs = 3;
   p.flags = DSV4_REQUEST_F_IGNORE_EOS;
@@ -355,7 +355,7 @@ static void test_bad_input(void **state) {
   (void)state;
   dsv4_scheduler *s = make_sched(16);
   dsv4_request_params p;
-  dsv4_request_params_init(&p, sizeof p);
+  assert_int_equal(dsv4_request_params_init(&p, sizeof p), DSV4_OK);
   int32_t pr[2] = {5, 6};
   int64_t id = 0;
   assert_int_equal(dsv4_scheduler_submit(s, pr, 0, &p, &id), DSV4_ERR_INVALID_ARG);
@@ -368,7 +368,7 @@ static void test_bad_input(void **state) {
     dsv4_request_params q = p;
     *(float *)((char *)&q + ((char *)bad[i].f - (char *)&p)) = bad[i].v;
     assert_int_equal(dsv4_scheduler_submit(s, pr, 2, &q, &id), DSV4_ERR_INVALID_ARG);
-    assert_true(strlen(dsv4_scheduler_last_error(s)) > 0);
+    assert_true(strlen(dsv4_last_error()) > 0);
   }
   dsv4_request_params q = p;
   q.max_tokens = 0;
@@ -391,7 +391,7 @@ static void test_bad_input(void **state) {
   assert_int_equal(dsv4_scheduler_poll(s, 12345, NULL, 0, &n, &fin), DSV4_ERR_UNKNOWN_SEQUENCE);
   dsv4_scheduler_free(s);
   dsv4_scheduler_params sp;
-  dsv4_scheduler_params_init(&sp, sizeof sp);
+  assert_int_equal(dsv4_scheduler_params_init(&sp, sizeof sp), DSV4_OK);
   sp.max_running = MAX_SEQS + 1;
   dsv4_scheduler *t = (dsv4_scheduler *)1;
   assert_int_equal(dsv4_scheduler_create(eng, tok, &sp, &t), DSV4_ERR_INVALID_ARG);
@@ -400,7 +400,7 @@ static void test_bad_input(void **state) {
   sp.token_budget = 10; /* below prefill_chunk + max_running */
   assert_int_equal(dsv4_scheduler_create(eng, tok, &sp, &t), DSV4_ERR_INVALID_ARG);
   /* stop strings without a tokenizer */
-  dsv4_scheduler_params_init(&sp, sizeof sp);
+  assert_int_equal(dsv4_scheduler_params_init(&sp, sizeof sp), DSV4_OK);
   assert_int_equal(dsv4_scheduler_create(eng, NULL, &sp, &t), DSV4_OK);
   const char *stop = "x";
   q = p;
@@ -416,7 +416,7 @@ static int32_t run_one(dsv4_scheduler *s, const int32_t *prompt, int32_t n, int3
   static job j;
   memset(&j, 0, sizeof j);
   dsv4_request_params p;
-  dsv4_request_params_init(&p, sizeof p);
+  assert_int_equal(dsv4_request_params_init(&p, sizeof p), DSV4_OK);
   p.max_tokens = max_tokens;
   p.flags = DSV4_REQUEST_F_IGNORE_EOS;
   p.on_token = on_tok;
@@ -433,7 +433,7 @@ static int32_t run_one(dsv4_scheduler *s, const int32_t *prompt, int32_t n, int3
 static void test_prefix_reuse(void **state) {
   (void)state;
   dsv4_scheduler_params sp;
-  dsv4_scheduler_params_init(&sp, sizeof sp);
+  assert_int_equal(dsv4_scheduler_params_init(&sp, sizeof sp), DSV4_OK);
   sp.prefill_chunk = 16;
   sp.prefix_cache = 1;
   dsv4_scheduler *s = NULL;
@@ -446,18 +446,18 @@ static void test_prefix_reuse(void **state) {
   memcpy(b + 30, out_a, sizeof out_a);
   for (int i = 38; i < 45; i++) b[i] = 3 + (i * 5) % (vocab - 3);
   dsv4_scheduler_stats st0, st;
-  dsv4_scheduler_get_stats(s, &st0, sizeof st0);
+  assert_int_equal(dsv4_scheduler_get_stats(s, &st0, sizeof st0), DSV4_OK);
   assert_int_equal(st0.prefix_entries, 1);
   assert_int_equal(st0.prefix_misses, 1);
   assert_int_equal(run_one(s, b, 45, 8, out_b), 8);
-  dsv4_scheduler_get_stats(s, &st, sizeof st);
+  assert_int_equal(dsv4_scheduler_get_stats(s, &st, sizeof st), DSV4_OK);
   assert_int_equal(st.prefix_hits, 1);
   assert_int_equal(st.prefix_tokens_reused, 37); /* a + the 7 answer tokens that were fed */
   assert_int_equal(st.prefill_tokens - st0.prefill_tokens, 45 - 37);
   /* an unrelated prompt misses; with room for one entry the older one is evicted */
   for (int i = 0; i < 10; i++) c[i] = 4 + i;
   run_one(s, c, 10, 4, out_c);
-  dsv4_scheduler_get_stats(s, &st, sizeof st);
+  assert_int_equal(dsv4_scheduler_get_stats(s, &st, sizeof st), DSV4_OK);
   assert_int_equal(st.prefix_misses, 2);
   assert_int_equal(st.prefix_evictions, 2); /* a's entry (by b's), then b's (by c's) */
   assert_int_equal(st.prefix_entries, 1);
@@ -465,12 +465,12 @@ static void test_prefix_reuse(void **state) {
   /* the same turn without the cache: the same tokens */
   dsv4_scheduler *t = make_sched(16);
   assert_int_equal(run_one(t, b, 45, 8, out_b0), 8);
-  dsv4_scheduler_get_stats(t, &st, sizeof st);
+  assert_int_equal(dsv4_scheduler_get_stats(t, &st, sizeof st), DSV4_OK);
   assert_int_equal(st.prefix_hits + st.prefix_misses, 0);
   dsv4_scheduler_free(t);
   assert_memory_equal(out_b, out_b0, sizeof out_b);
   dsv4_engine_info ei;
-  dsv4_engine_get_info(eng, &ei, sizeof ei);
+  assert_int_equal(dsv4_engine_get_info(eng, &ei, sizeof ei), DSV4_OK);
   assert_int_equal(ei.sequences_live, 0);
 }
 
@@ -479,13 +479,13 @@ static void test_prefix_reuse(void **state) {
 static void test_churn(void **state) {
   (void)state;
   dsv4_scheduler_params sp;
-  dsv4_scheduler_params_init(&sp, sizeof sp);
+  assert_int_equal(dsv4_scheduler_params_init(&sp, sizeof sp), DSV4_OK);
   sp.prefill_chunk = 8;
   sp.prefix_cache = 2; /* kept sequences are freed with the scheduler too */
   dsv4_scheduler *s = NULL;
   assert_int_equal(dsv4_scheduler_create(eng, tok, &sp, &s), DSV4_OK);
   dsv4_request_params p;
-  dsv4_request_params_init(&p, sizeof p);
+  assert_int_equal(dsv4_request_params_init(&p, sizeof p), DSV4_OK);
   p.max_tokens = 2;
   p.temperature = 0.5f;
   p.top_k = 5;
@@ -515,7 +515,7 @@ static void test_churn(void **state) {
   }
   dsv4_scheduler_free(s); /* frees what is still queued or running */
   dsv4_engine_info ei;
-  dsv4_engine_get_info(eng, &ei, sizeof ei);
+  assert_int_equal(dsv4_engine_get_info(eng, &ei, sizeof ei), DSV4_OK);
   assert_int_equal(ei.sequences_live, 0);
   assert_int_equal(ei.kv_pages_used, 0);
 }
