@@ -669,8 +669,8 @@ DSV4_NODISCARD DSV4_API dsv4_status dsv4_tokenizer_stream_flush(dsv4_tokenizer_s
 
 /** dsv4_chat_params.mode. @since 0.1 */
 enum {
-  DSV4_CHAT_MODE_CHAT = 0,    /**< answer directly: the assistant turn opens with </think> */
-  DSV4_CHAT_MODE_THINKING = 1 /**< reason first: the turn opens with <think>, effort line in the system slot */
+  DSV4_CHAT_MODE_CHAT = 0,    /**< answer directly: the assistant turn opens with the think-end marker */
+  DSV4_CHAT_MODE_THINKING = 1 /**< reason first: the turn opens with the think marker, effort line in the system slot */
 };
 
 /** dsv4_chat_params.flags bits. @since 0.1 */
@@ -684,7 +684,7 @@ enum {
    *  drop_thinking = False). Default: dropped, as the encoder does unless a
    *  message defines tools. */
   DSV4_CHAT_F_KEEP_REASONING = 1u << 1,
-  /** Do not start with <｜begin▁of▁sentence｜> (continuing a rendered prompt). */
+  /** Do not start with the begin-of-sentence marker (continuing a rendered prompt). */
   DSV4_CHAT_F_NO_BOS = 1u << 2
 };
 
@@ -723,6 +723,7 @@ DSV4_NODISCARD DSV4_API dsv4_status dsv4_chat_params_init(dsv4_chat_params *para
  *                 object {"messages": [...], "tools": [...]} whose top-level tools
  *                 go on the first system message (an empty one is put first
  *                 when there is none).
+ * @param len      bytes of conversation.
  * @param params   [in] NULL = defaults.
  * @param text     [out] malloc'd NUL-terminated prompt; release with dsv4_free(). NULL on failure.
  * @param text_len [out] its length in bytes, or NULL.
@@ -746,6 +747,9 @@ DSV4_NODISCARD DSV4_API dsv4_status dsv4_chat_render(const char *conversation, s
  *
  * @param tok    [in] Only read: may run concurrently with other calls on tok
  *               except dsv4_tokenizer_free.
+ * @param conversation [in] as for dsv4_chat_render().
+ * @param len    bytes of conversation.
+ * @param params [in] NULL = defaults.
  * @param ids    [out] malloc'd int32 [*n_ids] (host); release with dsv4_free(). NULL on failure.
  * @param n_ids  [out] number of ids.
  * @return the statuses of dsv4_chat_render(); DSV4_ERR_INVALID_ARG (tok NULL).
@@ -760,12 +764,12 @@ typedef struct dsv4_chat_parser dsv4_chat_parser;
 
 /** Kinds of dsv4_chat_event_fn events. @since 0.1 */
 enum {
-  DSV4_CHAT_EVENT_REASONING = 1, /**< reasoning text (before </think>) */
+  DSV4_CHAT_EVENT_REASONING = 1, /**< reasoning text (before the think-end marker) */
   DSV4_CHAT_EVENT_CONTENT = 2,   /**< answer text */
   DSV4_CHAT_EVENT_TOOL_CALL = 3, /**< one complete tool call: JSON {"name": "...",
                                   *   "arguments": "<JSON object text>"}; the arguments
                                   *   are the text the release parser builds */
-  DSV4_CHAT_EVENT_END = 4        /**< <｜end▁of▁sentence｜> seen; later text is ignored */
+  DSV4_CHAT_EVENT_END = 4        /**< the end-of-sentence marker seen; later text is ignored */
 };
 
 /**
@@ -1559,19 +1563,19 @@ enum {
  * @since 0.1
  */
 typedef struct dsv4_token_event {
-  uint32_t struct_size;
+  uint32_t struct_size;      /**< sizeof as this library filled it */
   int32_t token;             /**< the id, in [0, vocab) */
   int64_t position;          /**< its position in the sequence (prompt length for the first) */
   int32_t finish;            /**< DSV4_FINISH_*: non-zero on the request's last event */
   float logprob;             /**< log-softmax of the model's raw logits at token */
   int32_t n_top;             /**< n_logprobs alternatives, most likely first (ties: lower id) */
-  int32_t reserved0;
+  int32_t reserved0;         /**< 0 */
   const int32_t *top_ids;    /**< [n_top] */
   const float *top_logprobs; /**< [n_top], as logprob */
   const char *text;          /**< with a tokenizer: UTF-8 text this token completes, minus
                               *   text held back while it may begin a stop string (released
                               *   later, or cut at a matching stop string); NULL without one */
-  size_t text_len;
+  size_t text_len;           /**< bytes of text */
 } dsv4_token_event;
 
 /** Token callback: the request id, the event, the user pointer. Called inside
@@ -1584,7 +1588,7 @@ typedef void (*dsv4_token_fn)(int64_t request, const dsv4_token_event *event, vo
  * @since 0.1
  */
 typedef struct dsv4_request_params {
-  uint32_t struct_size;
+  uint32_t struct_size;       /**< sizeof, set by the init call */
   float temperature;          /**< <= 0: greedy; default 0 */
   int32_t top_k;              /**< keep the k most likely; 0 = off (default) */
   float top_p;                /**< keep the most likely whose mass reaches top_p; (0, 1], default 1 */
@@ -1617,7 +1621,7 @@ DSV4_NODISCARD DSV4_API dsv4_status dsv4_request_params_init(dsv4_request_params
 
 /** Scheduler limits. Size-prefixed, append-only: fill with dsv4_scheduler_params_init(). @since 0.1 */
 typedef struct dsv4_scheduler_params {
-  uint32_t struct_size;
+  uint32_t struct_size;  /**< sizeof, set by the init call */
   int32_t max_running;   /**< requests holding a sequence at once; 0 (default) = the engine's
                           *   max_sequences; at most that */
   int32_t prefill_chunk; /**< prompt tokens per chunk; default 256. A chunk of at least the
@@ -1663,7 +1667,9 @@ DSV4_API void dsv4_scheduler_free(dsv4_scheduler *sched);
 
 /**
  * Queue a request. Nothing runs until dsv4_scheduler_step().
- * @param prompt   [in] int32 [n_prompt] ids in [0, vocab) (host), copied; n_prompt >= 1.
+ * @param sched    [in,out] Handle-exclusive.
+ * @param prompt   [in] int32 [n_prompt] ids in [0, vocab) (host), copied.
+ * @param n_prompt >= 1.
  * @param params   [in] NULL = defaults (greedy, 256 tokens).
  * @param request  [out] the request id (> 0, never reused).
  * @return DSV4_OK; with nothing queued: DSV4_ERR_INVALID_ARG (NULL, an empty
@@ -1683,6 +1689,7 @@ DSV4_NODISCARD DSV4_API dsv4_status dsv4_scheduler_submit(dsv4_scheduler *sched,
  * when a sequence is free and the engine's KV pools take its chunk; otherwise
  * it waits, and so do the requests behind it). Finished requests give their
  * sequence back at once.
+ * @param sched    [in,out] Handle-exclusive.
  * @param n_active [out] requests still queued or running after the step, or NULL.
  * @return DSV4_OK; DSV4_ERR_INVALID_ARG (NULL); an engine error (DSV4_ERR_OUT_OF_MEMORY,
  *         DSV4_ERR_INTERNAL, device errors): the requests of the failed batch end with
@@ -1712,19 +1719,23 @@ DSV4_NODISCARD DSV4_API dsv4_status dsv4_scheduler_poll(dsv4_scheduler *sched, i
 
 /** Counters (size-prefixed output struct, as dsv4_model_info). @since 0.1 */
 typedef struct dsv4_scheduler_stats {
-  uint32_t struct_size;
+  uint32_t struct_size;      /**< bytes filled */
   int32_t waiting;           /**< queued, no sequence yet, or prompt not fully prefilled */
   int32_t running;           /**< decoding */
-  int32_t reserved0;
-  int64_t submitted, finished, cancelled;
-  int64_t steps, decode_tokens, prefill_tokens;
+  int32_t reserved0;         /**< 0 */
+  int64_t submitted;         /**< requests accepted by submit */
+  int64_t finished;          /**< requests that ended (any finish reason) */
+  int64_t cancelled;         /**< requests cancelled before they ended */
+  int64_t steps;             /**< dsv4_scheduler_step calls */
+  int64_t decode_tokens;     /**< tokens fed by decodes */
+  int64_t prefill_tokens;    /**< prompt tokens prefilled */
   int64_t max_step_tokens;   /**< largest decode + prefill tokens of one step */
   int64_t prefix_hits;       /**< requests started from a kept sequence */
   int64_t prefix_misses;     /**< requests admitted without one (only counted with prefix_cache > 0) */
   int64_t prefix_tokens_reused; /**< prompt tokens not prefilled thanks to a hit */
   int64_t prefix_evictions;  /**< kept sequences freed to make room */
   int32_t prefix_entries;    /**< sequences kept now */
-  int32_t reserved1;
+  int32_t reserved1;         /**< 0 */
 } dsv4_scheduler_stats;
 
 /** @return DSV4_OK; DSV4_ERR_INVALID_ARG (NULL, struct_size too small). @since 0.1 */
