@@ -7,12 +7,16 @@
  *   dsv4-generate [-m DIR] -p TEXT [-n N] [--temp T] [--seed S] [--chunk C] [--ids]
  *                 [--threads K] [--quiet] [--speculative [--draft N]]
  *                 [--backend cpu|cuda|auto] [--device D]
+ *   dsv4-generate [-m DIR] -f FILE ...        (the prompt from a file; "-" = stdin)
+ *   dsv4-generate [-m DIR] --chat [--thinking] [--system TEXT] [-n N] ...
+ *                 (a conversation: user turns from stdin, one per line; generate_chat.c)
  *
  * stderr: a progress line while loading, then a summary (prompt tokens,
  * prefill tok/s, decode tok/s, ms per step; with --speculative the mean
  * acceptance length and the acceptance of each draft position).
  */
 #include <errno.h>
+#include <float.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,10 +24,13 @@
 #include <unistd.h>
 
 #include "dsv4/dsv4.h"
+#include "generate_chat.h"
 #include "tool_util.h"
 
 typedef struct opts {
-  const char *model, *prompt;
+  const char *model, *prompt, *file, *system;
+  char *prompt_buf;           /* -f: the file's text */
+  int chat, thinking;
   char model_buf[4096];
   long n;
   double temp;
@@ -44,6 +51,11 @@ static void usage(FILE *f) {
           "  -m DIR        checkpoint directory (official release format; default: the\n"
           "                default model installed with the tools)\n"
           "  -p TEXT       prompt; the model input is BOS + its encoding\n"
+          "  -f FILE       the prompt is the file's text (\"-\": standard input)\n"
+          "  --chat        interactive chat in the V4.1 chat format: one user turn per line of\n"
+          "                standard input, the answer on stdout (-n tokens at most per answer)\n"
+          "  --thinking    with --chat: thinking mode; the reasoning goes to stderr\n"
+          "  --system TEXT with --chat: a system prompt\n"
           "  -n N          tokens to generate at most (default 64); stops at EOS\n"
           "  --temp T      temperature (default 0 = greedy)\n"
           "  --seed S      sampling seed (default 0)\n"
@@ -70,6 +82,35 @@ static int num(const char *s, double *out) {
   return s[0] && !*end && !errno;
 }
 
+/* The whole of FILE ("-": standard input) as a NUL-terminated string. */
+static char *read_text(const char *path) {
+  FILE *f = strcmp(path, "-") ? fopen(path, "rb") : stdin;
+  if (!f) {
+    fprintf(stderr, "dsv4-generate: cannot open %s: %s\n", path, strerror(errno));
+    return NULL;
+  }
+  size_t n = 0, cap = 4096;
+  char *b = malloc(cap);
+  size_t k;
+  while (b && (k = fread(b + n, 1, cap - n - 1, f)) > 0) {
+    n += k;
+    if (n + 1 == cap) {
+      char *nb = realloc(b, cap *= 2);
+      if (!nb) free(b);
+      b = nb;
+    }
+  }
+  const int bad = !b || ferror(f) || memchr(b, 0, n);
+  if (f != stdin) fclose(f);
+  if (bad) {
+    fprintf(stderr, "dsv4-generate: cannot read %s (or it holds a NUL byte)\n", path);
+    free(b);
+    return NULL;
+  }
+  b[n] = 0;
+  return b;
+}
+
 static int parse(int argc, char **argv, opts *o) {
   memset(o, 0, sizeof *o);
   o->n = 64;
@@ -90,6 +131,10 @@ static int parse(int argc, char **argv, opts *o) {
       o->quiet = 1;
     } else if (!strcmp(a, "--speculative")) {
       o->spec = 1;
+    } else if (!strcmp(a, "--chat")) {
+      o->chat = 1;
+    } else if (!strcmp(a, "--thinking")) {
+      o->thinking = 1;
     } else if (!v) {
       fprintf(stderr, "dsv4-generate: %s needs a value (or is unknown)\n", a);
       return 1;
@@ -106,6 +151,10 @@ static int parse(int argc, char **argv, opts *o) {
       o->model = v, i++;
     } else if (!strcmp(a, "-p")) {
       o->prompt = v, i++;
+    } else if (!strcmp(a, "-f")) {
+      o->file = v, i++;
+    } else if (!strcmp(a, "--system")) {
+      o->system = v, i++;
     } else if (!strcmp(a, "--seed")) {
       char *end;
       errno = 0;
@@ -119,9 +168,17 @@ static int parse(int argc, char **argv, opts *o) {
                               !strcmp(a, "--temp") || !strcmp(a, "--draft") ||
                               !strcmp(a, "--device"))) {
       i++;
-      if (!strcmp(a, "--temp")) o->temp = x;
-      else if (x < 0 || x > 2147483647.0 || x != (double)(long)x) {
-        fprintf(stderr, "dsv4-generate: %s wants a non-negative integer\n", a);
+      if (!strcmp(a, "--temp")) {
+        if (!(x >= 0.0 && x <= FLT_MAX)) { /* NaN fails both */
+          fprintf(stderr, "dsv4-generate: --temp wants a finite number >= 0, not %s\n", v);
+          return 1;
+        }
+        o->temp = x;
+      } else if (x > 2147483647.0) {
+        fprintf(stderr, "dsv4-generate: %s %s is too large (at most 2147483647)\n", a, v);
+        return 1;
+      } else if (!(x >= 0) || x != (double)(long)x) {
+        fprintf(stderr, "dsv4-generate: %s wants a non-negative integer, not %s\n", a, v);
         return 1;
       } else if (!strcmp(a, "-n")) o->n = (long)x;
       else if (!strcmp(a, "--chunk")) o->chunk = (long)x;
@@ -134,7 +191,12 @@ static int parse(int argc, char **argv, opts *o) {
     }
   }
   if (!o->model) o->model = tool_default_model(o->model_buf, sizeof o->model_buf);
-  if (!o->model || !o->prompt) {
+  if ((o->prompt != NULL) + (o->file != NULL) + o->chat > 1) {
+    fprintf(stderr, "dsv4-generate: -p, -f and --chat exclude each other\n");
+    return 1;
+  }
+  if (o->file && !(o->prompt = o->prompt_buf = read_text(o->file))) return 1;
+  if (!o->model || (!o->prompt && !o->chat)) {
     usage(stderr);
     if (!o->model) fprintf(stderr, "dsv4-generate: -m DIR is required (no default model installed)\n");
     return 1;
@@ -257,6 +319,11 @@ int main(int argc, char **argv) {
     rc = fail("cannot load the tokenizer", s, dsv4_last_error());
     goto out;
   }
+  if (o.chat) {
+    chat_opts co = {o.system, o.thinking, o.n, o.temp, o.seed, o.threads, o.chunk, stdin};
+    rc = generate_chat(model, tok, &co);
+    goto out;
+  }
   /* model input: BOS + encode(TEXT) (spec §5.0) */
   const size_t plen = strlen(o.prompt);
   size_t n_ids = 0;
@@ -340,6 +407,7 @@ out_err:
 out_model:
   rc = fail("model info", s, dsv4_last_error());
 out:
+  free(o.prompt_buf);
   free(ids);
   dsv4_tokenizer_stream_free(st);
   dsv4_engine_free(eng);

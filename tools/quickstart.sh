@@ -9,11 +9,15 @@ cd "$(dirname "$0")/.."
 pkgs="
 abigail-tools
 build-essential
+clang
 cmake
+curl
 doxygen
 gnuplot-nox
+libclang-rt-14-dev
 libcmocka-dev
 libjansson-dev
+libmicrohttpd-dev
 libomp-dev
 libopenmpi-dev
 libpcre2-dev

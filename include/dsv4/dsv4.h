@@ -109,7 +109,7 @@ enum {
   DSV4_ERR_ST_HEADER = -20,         /**< header length past the end of the file, or header not a JSON object of tensors */
   DSV4_ERR_ST_TRUNCATED = -21,      /**< file shorter than 8 bytes, or data area shorter than the tensors need */
   DSV4_ERR_ST_DTYPE = -22,          /**< unknown dtype string */
-  DSV4_ERR_ST_OFFSETS = -23,        /**< data_offsets malformed, outside the data area, or (dsv4_model_load) a tensor not aligned to its dtype's size */
+  DSV4_ERR_ST_OFFSETS = -23,        /**< data_offsets malformed, outside the data area, or a gap: the tensors must cover the data area exactly */
   DSV4_ERR_ST_OVERLAP = -24,        /**< two tensors' byte ranges overlap */
   DSV4_ERR_ST_SIZE = -25,           /**< byte size != product(shape) x dtype size */
   DSV4_ERR_ST_DUPLICATE = -26,      /**< a tensor name appears twice (in a shard or across shards) */
@@ -131,6 +131,7 @@ enum {
   DSV4_ERR_CONTEXT_OVERFLOW = -51,  /**< the request passes the engine's maximum context */
   DSV4_ERR_INVALID_TOKEN = -52,     /**< a token id outside [0, vocab) */
   DSV4_ERR_DOES_NOT_FIT = -53,      /**< the memory plan cannot hold the request; nothing was allocated */
+  DSV4_ERR_NOT_FINITE = -54,        /**< a logits row holds NaN or +inf, or no finite value (damaged weights, an overflow): no token can be drawn; nothing changed */
 
   /* devices */
   DSV4_ERR_NO_DEVICE = -70,         /**< no NVIDIA driver, no GPU, or the device index is out of range */
@@ -281,7 +282,12 @@ DSV4_NODISCARD DSV4_API dsv4_status dsv4_model_params_init(dsv4_model_params *pa
  * shards (or a single model.safetensors), spec §4. Every shard header is
  * validated, every tensor is resolved, and the tensor set is checked against
  * the contract the config implies (spec §4.2); all differences are reported
- * in one message. Shards are mmapped read-only; no weight is copied.
+ * in one message. Shards are mmapped read-only; a tensor whose bytes do not
+ * start at a multiple of its element size (legal safetensors: an odd,
+ * unpadded header) is copied once into aligned memory, logged at
+ * DSV4_LOG_INFO; no other weight is copied. Every file is opened without
+ * blocking and must be a regular file (a FIFO or device: DSV4_ERR_IO).
+ * Shard rules: docs/reliability.md.
  *
  * @param dir     [in] directory path (UTF-8, NUL-terminated).
  * @param params  [in] NULL for defaults. The library reads min(params->struct_size,
@@ -658,6 +664,155 @@ DSV4_NODISCARD DSV4_API dsv4_status dsv4_tokenizer_stream_flush(dsv4_tokenizer_s
                                                  size_t *len);
 
 /* ------------------------------------------------------------------------ */
+/* Chat format: DeepSeek-V4.1 prompts and output (docs/serving.md)           */
+/* ------------------------------------------------------------------------ */
+
+/** dsv4_chat_params.mode. @since 0.1 */
+enum {
+  DSV4_CHAT_MODE_CHAT = 0,    /**< answer directly: the assistant turn opens with the think-end marker */
+  DSV4_CHAT_MODE_THINKING = 1 /**< reason first: the turn opens with the think marker, effort line in the system slot */
+};
+
+/** dsv4_chat_params.flags bits. @since 0.1 */
+enum {
+  /** Special-token text inside message strings (content, reasoning, tool
+   *  schemas, arguments, results) becomes special ids, as the release's own
+   *  serving path does (a user can then forge role markers). Default: such
+   *  text is encoded as ordinary text. */
+  DSV4_CHAT_F_PARSE_SPECIAL = 1u << 0,
+  /** Keep the reasoning of earlier assistant turns (the encoder's
+   *  drop_thinking = False). Default: dropped, as the encoder does unless a
+   *  message defines tools. */
+  DSV4_CHAT_F_KEEP_REASONING = 1u << 1,
+  /** Do not start with the begin-of-sentence marker (continuing a rendered prompt). */
+  DSV4_CHAT_F_NO_BOS = 1u << 2
+};
+
+/**
+ * How a conversation is rendered. Size-prefixed, append-only: fill with
+ * dsv4_chat_params_init(). @since 0.1
+ */
+typedef struct dsv4_chat_params {
+  uint32_t struct_size;     /**< sizeof, set by the init call */
+  int32_t mode;             /**< DSV4_CHAT_MODE_*; default CHAT */
+  uint32_t flags;           /**< DSV4_CHAT_F_* bits; default 0 */
+  int32_t reasoning_effort; /**< 1..100, or 0 = the encoder's default "high" (50); the
+                             *   encoder's names are low 25, high 50, xhigh 75, max 100.
+                             *   Rendered in thinking mode only */
+} dsv4_chat_params;
+
+/**
+ * Fill *params with defaults and set struct_size.
+ * @return DSV4_OK; DSV4_ERR_INVALID_ARG (NULL); DSV4_ERR_PARAMS_SIZE.
+ * Thread-safe. @since 0.1
+ */
+DSV4_NODISCARD DSV4_API dsv4_status dsv4_chat_params_init(dsv4_chat_params *params, size_t struct_size);
+
+/**
+ * Render a conversation into the V4.1 prompt text exactly as the release's
+ * encoder (encoding_dsv41.py, encode_messages) builds it: system / user /
+ * developer / assistant / tool / latest_reminder turns, tool definitions,
+ * DSML tool-call blocks, tool results merged into user turns in call order,
+ * earlier reasoning dropped or kept, the thinking mode's effort line and
+ * the assistant opening (docs/serving.md, "Chat format").
+ *
+ * @param conversation [in] len bytes of UTF-8 JSON: an array of OpenAI-style
+ *                 messages ({"role", "content" (string or list of text parts),
+ *                 "reasoning_content", "tool_calls", "tool_call_id", and the
+ *                 encoder's "tools", "response_format", "task", "wo_eos"}), or an
+ *                 object {"messages": [...], "tools": [...]} whose top-level tools
+ *                 go on the first system message (an empty one is put first
+ *                 when there is none).
+ * @param len      bytes of conversation.
+ * @param params   [in] NULL = defaults.
+ * @param text     [out] malloc'd NUL-terminated prompt; release with dsv4_free(). NULL on failure.
+ * @param text_len [out] its length in bytes, or NULL.
+ * @return DSV4_OK; DSV4_ERR_INVALID_ARG (NULL, reasoning_effort or mode out of
+ *         range, unknown flags, a message the encoder rejects: the message names
+ *         its index and field); DSV4_ERR_JSON (not JSON; line and column in the
+ *         message); DSV4_ERR_INVALID_UTF8; DSV4_ERR_UNSUPPORTED (image parts: no
+ *         vision tower); DSV4_ERR_PARAMS_SIZE; DSV4_ERR_OUT_OF_MEMORY. Message in
+ *         dsv4_last_error(). Thread-safe. @since 0.1
+ */
+DSV4_NODISCARD DSV4_API dsv4_status dsv4_chat_render(const char *conversation, size_t len,
+                                      const dsv4_chat_params *params, char **text,
+                                      size_t *text_len);
+
+/**
+ * dsv4_chat_render() then the tokenizer: the ids equal those of the
+ * reference tokenizer on the rendered text, except that without
+ * DSV4_CHAT_F_PARSE_SPECIAL no special token is matched inside text that
+ * came from the conversation (it is encoded as ordinary text). Markers the
+ * tokenizer has no token for are encoded as text.
+ *
+ * @param tok    [in] Only read: may run concurrently with other calls on tok
+ *               except dsv4_tokenizer_free.
+ * @param conversation [in] as for dsv4_chat_render().
+ * @param len    bytes of conversation.
+ * @param params [in] NULL = defaults.
+ * @param ids    [out] malloc'd int32 [*n_ids] (host); release with dsv4_free(). NULL on failure.
+ * @param n_ids  [out] number of ids.
+ * @return the statuses of dsv4_chat_render(); DSV4_ERR_INVALID_ARG (tok NULL).
+ *         Message in dsv4_last_error(). @since 0.1
+ */
+DSV4_NODISCARD DSV4_API dsv4_status dsv4_chat_encode(const dsv4_tokenizer *tok, const char *conversation,
+                                      size_t len, const dsv4_chat_params *params, int32_t **ids,
+                                      size_t *n_ids);
+
+/** Streaming parser of model output (reasoning, content, tool calls). Opaque. @since 0.1 */
+typedef struct dsv4_chat_parser dsv4_chat_parser;
+
+/** Kinds of dsv4_chat_event_fn events. @since 0.1 */
+enum {
+  DSV4_CHAT_EVENT_REASONING = 1, /**< reasoning text (before the think-end marker) */
+  DSV4_CHAT_EVENT_CONTENT = 2,   /**< answer text */
+  DSV4_CHAT_EVENT_TOOL_CALL = 3, /**< one complete tool call: JSON {"name": "...",
+                                  *   "arguments": "<JSON object text>"}; the arguments
+                                  *   are the text the release parser builds */
+  DSV4_CHAT_EVENT_END = 4        /**< the end-of-sentence marker seen; later text is ignored */
+};
+
+/**
+ * Receives parsed output: kind (DSV4_CHAT_EVENT_*) and len bytes of text
+ * (borrowed for the call; not NUL-terminated for REASONING and CONTENT).
+ * Called on the thread of the push or finish call.
+ */
+typedef void (*dsv4_chat_event_fn)(int32_t kind, const char *text, size_t len, void *user_data);
+
+/**
+ * @param mode  DSV4_CHAT_MODE_* the prompt was rendered with (THINKING: output
+ *              starts as reasoning).
+ * @param out   [out] the parser, NULL on failure. Free with dsv4_chat_parser_free().
+ * @return DSV4_OK; DSV4_ERR_INVALID_ARG (NULL, unknown mode); DSV4_ERR_OUT_OF_MEMORY.
+ *         Thread-safe. @since 0.1
+ */
+DSV4_NODISCARD DSV4_API dsv4_status dsv4_chat_parser_create(int32_t mode, dsv4_chat_parser **out);
+
+/**
+ * Feed decoded output text (decode with special tokens kept, so the markers
+ * are visible). Text is reported as soon as it cannot be the start of a
+ * marker, so a marker split across pushes is still recognised; a tool call
+ * is reported when its block closes. A block that does not parse is
+ * reported as content, unchanged.
+ * @return DSV4_OK; DSV4_ERR_INVALID_ARG (NULL parser or fn, text NULL with len > 0);
+ *         DSV4_ERR_OUT_OF_MEMORY (the text of this push may be lost). Handle-exclusive. @since 0.1
+ */
+DSV4_NODISCARD DSV4_API dsv4_status dsv4_chat_parser_push(dsv4_chat_parser *parser, const char *text, size_t len,
+                                           dsv4_chat_event_fn fn, void *user_data);
+
+/**
+ * The output ended (end of sentence, a stop condition or a length limit):
+ * report everything held back (an unfinished tool-call block as content).
+ * The parser then accepts nothing more but can be freed.
+ * @return DSV4_OK; DSV4_ERR_INVALID_ARG (NULL). Handle-exclusive. @since 0.1
+ */
+DSV4_NODISCARD DSV4_API dsv4_status dsv4_chat_parser_finish(dsv4_chat_parser *parser, dsv4_chat_event_fn fn,
+                                             void *user_data);
+
+/** Release a parser. NULL is a no-op. Handle-exclusive. @since 0.1 */
+DSV4_API void dsv4_chat_parser_free(dsv4_chat_parser *parser);
+
+/* ------------------------------------------------------------------------ */
 /* Engine: sequences, prefill, batched decode (design §3, api-guide §4)     */
 /* ------------------------------------------------------------------------ */
 
@@ -810,7 +965,7 @@ typedef struct dsv4_engine_info {
   int64_t kv_bytes;             /**< pool + per-sequence bookkeeping */
   int64_t kv_bytes_per_token;   /**< record bytes per position over all layers (spec §5.8) */
   int64_t workspace_bytes;      /**< step buffers and scratch */
-  int64_t prepared_weight_bytes;/**< weights the backend converted at load (wo_a) */
+  int64_t prepared_weight_bytes;/**< weights the backend converted at load (wo_a), plus checkpoint tensors copied to aligned memory because the shard did not align them */
   int64_t mapped_bytes;         /**< checkpoint bytes, mmapped (paged in on use) */
 } dsv4_engine_info;
 
@@ -899,7 +1054,9 @@ typedef struct dsv4_sampling_params {
   uint32_t struct_size;   /**< sizeof, set by the init call */
   float temperature;      /**< <= 0: greedy argmax (lower id on ties, the reference's
                            *   argmax); > 0: softmax(logits / max(T, 1e-5)) sampled by the
-                           *   exponential race argmax(p / Exp(1)) as the reference; default 0 */
+                           *   exponential race argmax(p / Exp(1)) as the reference; default 0.
+                           *   Either way only ids the model's tokenizer defines are drawn:
+                           *   head rows past them (the release pads to 129,280) never are */
   uint64_t seed;          /**< noise seed for every sequence of the call; default 0 */
   const uint64_t *seeds;  /**< [n_seq] per-sequence seeds in batch order (prefill: [1]),
                            *   or NULL = seed for all; default NULL */
@@ -931,7 +1088,9 @@ DSV4_NODISCARD DSV4_API dsv4_status dsv4_sampling_params_init(dsv4_sampling_para
  *   prompt", a damaged sequence); DSV4_ERR_UNKNOWN_SEQUENCE; DSV4_ERR_INVALID_TOKEN
  *   (the message gives index and value); DSV4_ERR_CONTEXT_OVERFLOW (length +
  *   n_tokens > max_context); DSV4_KV_FULL (positive: the pools cannot hold
- *   the prompt; free sequences and retry);
+ *   the prompt; free sequences and retry); DSV4_ERR_NOT_FINITE (logits or a
+ *   token asked for, and the logits hold NaN or +inf, or no finite value:
+ *   the prompt is rolled back);
  *   DSV4_ERR_OUT_OF_MEMORY / DSV4_ERR_INTERNAL during the computation: the
  *   sequence is rolled back to its previous length when its caches allow it,
  *   otherwise it is marked damaged (every later call on it but free fails
@@ -961,6 +1120,8 @@ DSV4_NODISCARD DSV4_API dsv4_status dsv4_engine_prefill(dsv4_engine *engine, int
  *   damaged sequence); DSV4_ERR_UNKNOWN_SEQUENCE; DSV4_ERR_INVALID_TOKEN;
  *   DSV4_ERR_CONTEXT_OVERFLOW (a sequence already holds max_context
  *   positions); DSV4_KV_FULL (positive; free sequences and retry);
+ *   DSV4_ERR_NOT_FINITE (a row's logits hold NaN or +inf, or no finite
+ *   value: the whole batch is rolled back);
  *   DSV4_ERR_OUT_OF_MEMORY / DSV4_ERR_INTERNAL during the computation: the
  *   batch's sequences are rolled back one position (or marked damaged, as
  *   for prefill). The message names the batch row.
@@ -1291,7 +1452,8 @@ DSV4_NODISCARD DSV4_API dsv4_status dsv4_plan_config(const char *config_path, co
  *         of range, an id twice, an empty or damaged sequence);
  *         DSV4_ERR_UNKNOWN_SEQUENCE; DSV4_ERR_INVALID_TOKEN (an anchor);
  *         DSV4_ERR_UNSUPPORTED (the model has no DSpark stages, or the backend
- *         cannot draft); DSV4_ERR_OUT_OF_MEMORY. Drafting never changes a
+ *         cannot draft); DSV4_ERR_NOT_FINITE (draft logits hold NaN or +inf,
+ *         or no finite value); DSV4_ERR_OUT_OF_MEMORY. Drafting never changes a
  *         sequence's positions or caches.
  * @since 0.1
  */
@@ -1333,7 +1495,9 @@ DSV4_NODISCARD DSV4_API dsv4_status dsv4_engine_draft(dsv4_engine *engine, int32
  *   twice, n_drafts outside 0..B, a damaged sequence); DSV4_ERR_UNKNOWN_SEQUENCE;
  *   DSV4_ERR_INVALID_TOKEN; DSV4_ERR_CONTEXT_OVERFLOW (length + 1 + n_drafts
  *   passes max_context); DSV4_ERR_UNSUPPORTED (as dsv4_engine_draft);
- *   DSV4_KV_FULL (positive; free sequences and retry);
+ *   DSV4_KV_FULL (positive; free sequences and retry); DSV4_ERR_NOT_FINITE
+ *   (a target row's logits hold NaN or +inf, or no finite value: every
+ *   sequence rolled back);
  *   DSV4_ERR_OUT_OF_MEMORY / DSV4_ERR_INTERNAL during the computation: the
  *   batch's sequences are rolled back to their previous lengths (or marked
  *   damaged, as for dsv4_engine_prefill()).
@@ -1358,6 +1522,225 @@ DSV4_NODISCARD DSV4_API dsv4_status dsv4_engine_verify(dsv4_engine *engine, int3
  * Thread-safe. @since 0.1
  */
 DSV4_API int32_t dsv4_spec_draft_length(const float *confidence, int32_t n, float min_survival);
+
+/* ------------------------------------------------------------------------ */
+/* Scheduler: continuous batching of requests (docs/serving.md)              */
+/* ------------------------------------------------------------------------ */
+
+/**
+ * A request scheduler over one engine: requests are submitted with their
+ * prompt ids and sampling parameters; each dsv4_scheduler_step() feeds every
+ * running request one token (one batched decode) and prefills waiting
+ * prompts in chunks of prefill_chunk tokens while the step's token_budget
+ * lasts, oldest request first; tokens reach the caller by callback or
+ * dsv4_scheduler_poll(). A prompt is always cut at the same chunk
+ * boundaries and every draw is a pure function of (seed, position), so a
+ * request's tokens are the same whatever else runs and whatever the arrival
+ * order. The scheduler owns engine sequences while it runs (create it on an
+ * engine with no other users). Opaque. Handle-exclusive, like its engine.
+ * @since 0.1
+ */
+typedef struct dsv4_scheduler dsv4_scheduler;
+
+/** Most alternatives a token event can carry (dsv4_request_params.n_logprobs). @since 0.1 */
+#define DSV4_MAX_LOGPROBS 20
+
+/** Why a request ended (dsv4_token_event.finish, dsv4_scheduler_poll). @since 0.1 */
+enum {
+  DSV4_FINISH_NONE = 0,   /**< still running */
+  DSV4_FINISH_STOP = 1,   /**< end of sentence, a stop id or a stop string */
+  DSV4_FINISH_LENGTH = 2, /**< max_tokens, or the engine's max_context */
+  DSV4_FINISH_ERROR = 3   /**< the engine failed on its batch (the step returned the status) */
+};
+
+/** dsv4_request_params.flags bits. @since 0.1 */
+enum {
+  DSV4_REQUEST_F_IGNORE_EOS = 1u << 0 /**< do not stop at the end-of-sentence id */
+};
+
+/**
+ * One generated token. Borrowed by the callback for the duration of the call.
+ * @since 0.1
+ */
+typedef struct dsv4_token_event {
+  uint32_t struct_size;      /**< sizeof as this library filled it */
+  int32_t token;             /**< the id, in [0, vocab) */
+  int64_t position;          /**< its position in the sequence (prompt length for the first) */
+  int32_t finish;            /**< DSV4_FINISH_*: non-zero on the request's last event */
+  float logprob;             /**< log-softmax of the model's raw logits at token */
+  int32_t n_top;             /**< n_logprobs alternatives, most likely first (ties: lower id) */
+  int32_t reserved0;         /**< 0 */
+  const int32_t *top_ids;    /**< [n_top] */
+  const float *top_logprobs; /**< [n_top], as logprob */
+  const char *text;          /**< with a tokenizer: UTF-8 text this token completes, minus
+                              *   text held back while it may begin a stop string (released
+                              *   later, or cut at a matching stop string); NULL without one */
+  size_t text_len;           /**< bytes of text */
+} dsv4_token_event;
+
+/** Token callback: the request id, the event, the user pointer. Called inside
+ *  dsv4_scheduler_step() on its thread; it must not call the scheduler. @since 0.1 */
+typedef void (*dsv4_token_fn)(int64_t request, const dsv4_token_event *event, void *user_data);
+
+/**
+ * Per-request limits and sampling (docs/serving.md, "Sampling"). Size-prefixed,
+ * append-only: fill with dsv4_request_params_init(). Arrays are copied at submit.
+ * @since 0.1
+ */
+typedef struct dsv4_request_params {
+  uint32_t struct_size;       /**< sizeof, set by the init call */
+  float temperature;          /**< <= 0: greedy; default 0 */
+  int32_t top_k;              /**< keep the k most likely; 0 = off (default) */
+  float top_p;                /**< keep the most likely whose mass reaches top_p; (0, 1], default 1 */
+  float min_p;                /**< keep p >= min_p x max p; [0, 1], default 0 */
+  float repetition_penalty;   /**< prompt and output tokens: logit / r if > 0 else x r; > 0, default 1 */
+  float presence_penalty;     /**< minus this once per output token seen; default 0 */
+  float frequency_penalty;    /**< minus this x its output count; default 0 */
+  uint64_t seed;              /**< noise seed; default 0 */
+  int32_t max_tokens;         /**< tokens to generate, >= 1; default 256 */
+  int32_t n_logprobs;         /**< alternatives per event, 0..DSV4_MAX_LOGPROBS; default 0 */
+  uint32_t flags;             /**< DSV4_REQUEST_F_*; default 0 */
+  int32_t n_stop_ids;         /**< ids that end the request (the id is emitted); default 0 */
+  const int32_t *stop_ids;    /**< [n_stop_ids] */
+  int32_t n_stop;             /**< stop strings (need a tokenizer); default 0 */
+  const char *const *stop;    /**< [n_stop] non-empty UTF-8, matched across token boundaries in
+                               *   the decoded text; the request ends at the token completing a
+                               *   match and its text stops before the match */
+  int32_t n_logit_bias;       /**< default 0 */
+  const int32_t *logit_bias_ids; /**< [n_logit_bias] ids in [0, vocab) */
+  const float *logit_bias;    /**< [n_logit_bias] added to the logits before everything else */
+  dsv4_token_fn on_token;     /**< NULL: tokens are buffered for dsv4_scheduler_poll() */
+  void *user_data;            /**< passed to on_token */
+} dsv4_request_params;
+
+/**
+ * Fill *params with the defaults above and set struct_size.
+ * @return DSV4_OK; DSV4_ERR_INVALID_ARG (NULL); DSV4_ERR_PARAMS_SIZE. Thread-safe. @since 0.1
+ */
+DSV4_NODISCARD DSV4_API dsv4_status dsv4_request_params_init(dsv4_request_params *params, size_t struct_size);
+
+/** Scheduler limits. Size-prefixed, append-only: fill with dsv4_scheduler_params_init(). @since 0.1 */
+typedef struct dsv4_scheduler_params {
+  uint32_t struct_size;  /**< sizeof, set by the init call */
+  int32_t max_running;   /**< requests holding a sequence at once; 0 (default) = the engine's
+                          *   max_sequences; at most that */
+  int32_t prefill_chunk; /**< prompt tokens per chunk; default 256. A chunk of at least the
+                          *   model's sliding window (128) rounds exactly as one prefill call
+                          *   of the whole prompt (the attention row layout depends only on
+                          *   where the call ends up to the window) */
+  int32_t token_budget;  /**< tokens per step (decodes + chunks); 0 (default) = prefill_chunk +
+                          *   max_running, the least that always leaves room for one chunk */
+  int32_t max_waiting;   /**< submitted requests not yet finished, beyond which submit refuses;
+                          *   default 1024 */
+  int32_t prefix_cache;  /**< finished requests' sequences kept for prefix reuse, 0..max_sequences;
+                          *   default 0 (off). A request whose prompt starts with everything a
+                          *   kept sequence holds starts from a fork of it and prefills only the
+                          *   rest (the reused positions keep the rounding of how they were
+                          *   computed: decode rows for generated tokens). Kept sequences count
+                          *   against the engine's max_sequences and KV pool; the least recently
+                          *   used one is freed when the cache is full, when a request needs a
+                          *   sequence or KV pages, or when the engine refuses a step */
+} dsv4_scheduler_params;
+
+/** Fill *params with defaults. @return DSV4_OK; DSV4_ERR_INVALID_ARG; DSV4_ERR_PARAMS_SIZE.
+ *  Thread-safe. @since 0.1 */
+DSV4_NODISCARD DSV4_API dsv4_status dsv4_scheduler_params_init(dsv4_scheduler_params *params, size_t struct_size);
+
+/**
+ * Create a scheduler.
+ * @param engine  [in,out] Borrowed; must outlive the scheduler.
+ * @param tok     [in] the model's tokenizer for token text and stop strings, or NULL. Borrowed.
+ * @param params  [in] NULL = defaults.
+ * @param out     [out] the scheduler, NULL on failure.
+ * @return DSV4_OK; DSV4_ERR_INVALID_ARG (NULL, a limit out of range, token_budget
+ *         below prefill_chunk + max_running, tok's vocabulary larger than the model's);
+ *         DSV4_ERR_PARAMS_SIZE; DSV4_ERR_OUT_OF_MEMORY. Every scheduler call leaves its
+ *         message in dsv4_last_error() when it fails.
+ *         Handle-exclusive (engine). @since 0.1
+ */
+DSV4_NODISCARD DSV4_API dsv4_status dsv4_scheduler_create(dsv4_engine *engine, const dsv4_tokenizer *tok,
+                                           const dsv4_scheduler_params *params,
+                                           dsv4_scheduler **out);
+
+/** Cancel every request, free their sequences and the scheduler. NULL is a no-op. @since 0.1 */
+DSV4_API void dsv4_scheduler_free(dsv4_scheduler *sched);
+
+/**
+ * Queue a request. Nothing runs until dsv4_scheduler_step().
+ * @param sched    [in,out] Handle-exclusive.
+ * @param prompt   [in] int32 [n_prompt] ids in [0, vocab) (host), copied.
+ * @param n_prompt >= 1.
+ * @param params   [in] NULL = defaults (greedy, 256 tokens).
+ * @param request  [out] the request id (> 0, never reused).
+ * @return DSV4_OK; with nothing queued: DSV4_ERR_INVALID_ARG (NULL, an empty
+ *         prompt, a parameter out of range: the message names it, stop strings
+ *         without a tokenizer); DSV4_ERR_INVALID_TOKEN; DSV4_ERR_CONTEXT_OVERFLOW
+ *         (n_prompt + 1 passes max_context: it could never run);
+ *         DSV4_KV_FULL (positive: max_waiting requests are queued or running; retry
+ *         later); DSV4_ERR_PARAMS_SIZE; DSV4_ERR_OUT_OF_MEMORY. @since 0.1
+ */
+DSV4_NODISCARD DSV4_API dsv4_status dsv4_scheduler_submit(dsv4_scheduler *sched, const int32_t *prompt,
+                                           int64_t n_prompt, const dsv4_request_params *params,
+                                           int64_t *request);
+
+/**
+ * One step: a decode of every running request, then prompt chunks of waiting
+ * requests in arrival order while the budget lasts (a request is admitted
+ * when a sequence is free and the engine's KV pools take its chunk; otherwise
+ * it waits, and so do the requests behind it). Finished requests give their
+ * sequence back at once.
+ * @param sched    [in,out] Handle-exclusive.
+ * @param n_active [out] requests still queued or running after the step, or NULL.
+ * @return DSV4_OK; DSV4_ERR_INVALID_ARG (NULL); an engine error (DSV4_ERR_OUT_OF_MEMORY,
+ *         DSV4_ERR_INTERNAL, device errors): the requests of the failed batch end with
+ *         DSV4_FINISH_ERROR, the others are intact and the next step continues them.
+ * @since 0.1
+ */
+DSV4_NODISCARD DSV4_API dsv4_status dsv4_scheduler_step(dsv4_scheduler *sched, int32_t *n_active);
+
+/**
+ * Cancel a request at any stage: its sequence and buffers are freed at once
+ * and no callback follows; the id is invalid afterwards.
+ * @return DSV4_OK; DSV4_ERR_UNKNOWN_SEQUENCE (no such request: never submitted,
+ *         finished and delivered, or cancelled); DSV4_ERR_INVALID_ARG (NULL). @since 0.1
+ */
+DSV4_NODISCARD DSV4_API dsv4_status dsv4_scheduler_cancel(dsv4_scheduler *sched, int64_t request);
+
+/**
+ * Poll-mode output (a request without on_token): move up to cap buffered
+ * tokens into tokens[0 .. *n). *finish is the finish reason once the request
+ * ended and every token has been taken; the request is then released and its
+ * id invalid. (Callback-mode requests are released after their last event.)
+ * @return DSV4_OK; DSV4_ERR_UNKNOWN_SEQUENCE; DSV4_ERR_INVALID_ARG (NULL, cap < 0,
+ *         a callback-mode request). @since 0.1
+ */
+DSV4_NODISCARD DSV4_API dsv4_status dsv4_scheduler_poll(dsv4_scheduler *sched, int64_t request, int32_t *tokens,
+                                         int32_t cap, int32_t *n, int32_t *finish);
+
+/** Counters (size-prefixed output struct, as dsv4_model_info). @since 0.1 */
+typedef struct dsv4_scheduler_stats {
+  uint32_t struct_size;      /**< bytes filled */
+  int32_t waiting;           /**< queued, no sequence yet, or prompt not fully prefilled */
+  int32_t running;           /**< decoding */
+  int32_t reserved0;         /**< 0 */
+  int64_t submitted;         /**< requests accepted by submit */
+  int64_t finished;          /**< requests that ended (any finish reason) */
+  int64_t cancelled;         /**< requests cancelled before they ended */
+  int64_t steps;             /**< dsv4_scheduler_step calls */
+  int64_t decode_tokens;     /**< tokens fed by decodes */
+  int64_t prefill_tokens;    /**< prompt tokens prefilled */
+  int64_t max_step_tokens;   /**< largest decode + prefill tokens of one step */
+  int64_t prefix_hits;       /**< requests started from a kept sequence */
+  int64_t prefix_misses;     /**< requests admitted without one (only counted with prefix_cache > 0) */
+  int64_t prefix_tokens_reused; /**< prompt tokens not prefilled thanks to a hit */
+  int64_t prefix_evictions;  /**< kept sequences freed to make room */
+  int32_t prefix_entries;    /**< sequences kept now */
+  int32_t reserved1;         /**< 0 */
+} dsv4_scheduler_stats;
+
+/** @return DSV4_OK; DSV4_ERR_INVALID_ARG (NULL, struct_size too small). @since 0.1 */
+DSV4_NODISCARD DSV4_API dsv4_status dsv4_scheduler_get_stats(const dsv4_scheduler *sched,
+                                              dsv4_scheduler_stats *stats, size_t struct_size);
 
 #ifdef __cplusplus
 }

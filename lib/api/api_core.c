@@ -31,7 +31,7 @@ DSV4_API const char *dsv4_status_string(dsv4_status status) {
   case DSV4_ERR_ST_HEADER: return "DSV4_ERR_ST_HEADER: safetensors header malformed";
   case DSV4_ERR_ST_TRUNCATED: return "DSV4_ERR_ST_TRUNCATED: safetensors file truncated";
   case DSV4_ERR_ST_DTYPE: return "DSV4_ERR_ST_DTYPE: unknown safetensors dtype";
-  case DSV4_ERR_ST_OFFSETS: return "DSV4_ERR_ST_OFFSETS: tensor data_offsets outside the data area";
+  case DSV4_ERR_ST_OFFSETS: return "DSV4_ERR_ST_OFFSETS: tensor data_offsets malformed, outside the data area, or leaving a gap";
   case DSV4_ERR_ST_OVERLAP: return "DSV4_ERR_ST_OVERLAP: tensor byte ranges overlap";
   case DSV4_ERR_ST_SIZE: return "DSV4_ERR_ST_SIZE: tensor byte size differs from its shape and dtype";
   case DSV4_ERR_ST_DUPLICATE: return "DSV4_ERR_ST_DUPLICATE: duplicate tensor name";
@@ -47,6 +47,7 @@ DSV4_API const char *dsv4_status_string(dsv4_status status) {
   case DSV4_ERR_CONTEXT_OVERFLOW: return "DSV4_ERR_CONTEXT_OVERFLOW: maximum context exceeded";
   case DSV4_ERR_INVALID_TOKEN: return "DSV4_ERR_INVALID_TOKEN: token id outside the vocabulary";
   case DSV4_ERR_DOES_NOT_FIT: return "DSV4_ERR_DOES_NOT_FIT: the memory plan cannot hold the request";
+  case DSV4_ERR_NOT_FINITE: return "DSV4_ERR_NOT_FINITE: the logits are not finite (NaN or +inf): no token can be drawn";
   case DSV4_ERR_NO_DEVICE: return "DSV4_ERR_NO_DEVICE: no usable NVIDIA driver or GPU";
   case DSV4_ERR_DEVICE: return "DSV4_ERR_DEVICE: a device library call failed";
   case DSV4_ERR_DEVICE_LOST: return "DSV4_ERR_DEVICE_LOST: GPU context lost; free the handle";

@@ -8,12 +8,8 @@
 
 #include "base/base.h"
 #include "dsv4/dsv4.h"
+#include "api/api_tokenizer.h"
 #include "io/tokenizer.h"
-
-struct dsv4_tokenizer {
-  dsv4i_tokenizer *impl;
-  char last_error[DSV4I_ERROR_CAP];
-};
 
 struct dsv4_tokenizer_stream {
   dsv4i_detok d;

@@ -60,7 +60,8 @@ typedef struct dsv4i_batch {
 /** One sampling request (host), row r of a logits buffer. */
 typedef struct dsv4i_sample_req {
   float temperature;  /**< <= 0: argmax (lower index on ties) */
-  uint32_t reserved;
+  int32_t n_valid;    /**< only ids < n_valid are drawn (the tokenizer's ids; 0 or >= vocab:
+                       *   all); later values of the row are never read */
   uint64_t seed;      /**< noise stream (spec §5.6 exponential race) */
   uint64_t counter;   /**< draw index within the stream (the engine uses the position) */
 } dsv4i_sample_req;
@@ -216,7 +217,9 @@ typedef struct dsv4i_backend_ops {
                        dsv4i_bbuf taps);
   /** Head (spec §5.6 1-2) for the batch's out_tok rows: logits[r] f32 [vocab]. */
   dsv4_status (*head)(dsv4i_backend *be, dsv4i_bbuf h, dsv4i_bbuf pre, dsv4i_bbuf logits);
-  /** Sample n rows of logits (spec §5.6 3): tokens[r] (host) from req[r] (host). */
+  /** Sample n rows of logits (spec §5.6 3): tokens[r] (host) from req[r] (host). A row
+   *  whose first n_valid values hold NaN or +inf, or no finite value, has no token:
+   *  DSV4_ERR_NOT_FINITE naming the row (-inf values are fine: never drawn). */
   dsv4_status (*sample)(dsv4i_backend *be, dsv4i_bbuf logits, int32_t n,
                         const dsv4i_sample_req *req, int32_t *tokens);
   /**
@@ -245,7 +248,8 @@ typedef struct dsv4i_backend_ops {
    * sits at pos[i]+1 .. pos[i]+block; caches change only through taps.
    * Drafts tok_1..tok_block (host int32 [n][block]), drawn left to right:
    * req[i].temperature <= 0 argmax, else draft k (1-based) with the sample
-   * op's rule at (req[i].seed, req[i].counter + k - 1). confidence (host f32
+   * op's rule at (req[i].seed, req[i].counter + k - 1), ids < req[i].n_valid;
+   * a row the sample op would refuse is DSV4_ERR_NOT_FINITE. confidence (host f32
    * [n][block]) and logits (backend f32 [n][block][vocab]: the Markov-biased
    * logits each draft was drawn from) are optional (NULL / {NULL}).
    */

@@ -54,6 +54,26 @@ void dsv4i_str_free(dsv4i_str *s);
 /** buf, or "" when nothing was appended. */
 const char *dsv4i_str_cstr(const dsv4i_str *s);
 
+/* ---- allocation-failure injection -----------------------------------------
+ * Built with -Dfault_injection=true (tests only): every allocation the
+ * library makes (the wrappers below, its other malloc/realloc calls and,
+ * when the test routes them here with json_set_alloc_funcs, jansson's) asks
+ * DSV4I_FAULT() first; armed with dsv4i_fault_arm(n), the n-th one fails.
+ * Plain builds compile DSV4I_FAULT() to 0. */
+#ifdef DSV4I_FAULT_INJECTION
+int dsv4i_fault_fail_now(void);
+/** Fail the n-th allocation from now (n >= 1); 0 disarms. Resets the count. */
+void dsv4i_fault_arm(long n);
+/** Allocations asked for since the last arm (whether armed or not). */
+long dsv4i_fault_count(void);
+/** Whether the armed failure has happened. */
+int dsv4i_fault_fired(void);
+void *dsv4i_fault_json_malloc(size_t size);
+#define DSV4I_FAULT() dsv4i_fault_fail_now()
+#else
+#define DSV4I_FAULT() 0
+#endif
+
 /* ---- allocation ----------------------------------------------------------
  * Thin wrappers that record DSV4_ERR_OUT_OF_MEMORY with what was asked for.
  * They return NULL on failure (the caller returns DSV4_ERR_OUT_OF_MEMORY). */
@@ -76,9 +96,20 @@ typedef struct dsv4i_logger {
 void dsv4i_log(const dsv4i_logger *lg, int32_t level, const char *fmt, ...) DSV4I_PRINTF(3, 4);
 
 /**
+ * Open path read-only without blocking (O_NONBLOCK: a FIFO or tty never
+ * stalls the open) and fstat it; anything but a regular file is refused
+ * before a byte is read. Every file the library reads is opened here.
+ * On success *fd (O_CLOEXEC, the caller closes it) and *size are set.
+ * DSV4_ERR_NOT_FOUND; DSV4_ERR_IO (the message names the path, `what` and
+ * the kind of file found, e.g. "a FIFO"). *fd is -1 on failure.
+ */
+dsv4_status dsv4i_open_regular(const char *path, const char *what, int *fd, uint64_t *size);
+
+/**
  * Read a whole regular file into a malloc'd NUL-terminated buffer (*len
- * excludes the NUL). Refuses what is not a regular file (a FIFO or device
- * would never end) and files larger than max_bytes. DSV4_ERR_NOT_FOUND,
+ * excludes the NUL), opened with dsv4i_open_regular: refuses what is not a
+ * regular file (a FIFO or device could block or never end) and files
+ * larger than max_bytes. DSV4_ERR_NOT_FOUND,
  * DSV4_ERR_IO (message names the path and the reason),
  * DSV4_ERR_OUT_OF_MEMORY. `what` names the file's role in messages.
  */

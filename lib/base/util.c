@@ -4,7 +4,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "base/base.h"
 
@@ -19,7 +21,7 @@ static int str_reserve(dsv4i_str *s, size_t n) {
   if (need > s->cap) {
     size_t cap = s->cap ? s->cap : 256;
     while (cap < need) cap = cap * 2 > cap ? cap * 2 : need;
-    char *nb = realloc(s->buf, cap);
+    char *nb = DSV4I_FAULT() ? NULL : realloc(s->buf, cap);
     if (!nb) {
       s->oom = 1;
       return 0;
@@ -62,20 +64,43 @@ void dsv4i_str_free(dsv4i_str *s) {
 
 const char *dsv4i_str_cstr(const dsv4i_str *s) { return s->buf ? s->buf : ""; }
 
+#ifdef DSV4I_FAULT_INJECTION
+static _Atomic long g_fault_at, g_fault_count, g_fault_fired;
+
+int dsv4i_fault_fail_now(void) {
+  const long k = ++g_fault_count;
+  if (g_fault_at > 0 && k == g_fault_at) {
+    g_fault_fired = 1;
+    return 1;
+  }
+  return 0;
+}
+
+void dsv4i_fault_arm(long n) {
+  g_fault_count = 0;
+  g_fault_fired = 0;
+  g_fault_at = n > 0 ? n : 0;
+}
+
+long dsv4i_fault_count(void) { return g_fault_count; }
+int dsv4i_fault_fired(void) { return g_fault_fired != 0; }
+void *dsv4i_fault_json_malloc(size_t size) { return dsv4i_fault_fail_now() ? NULL : malloc(size); }
+#endif
+
 void *dsv4i_malloc(size_t size, const char *what) {
-  void *p = malloc(size ? size : 1);
+  void *p = DSV4I_FAULT() ? NULL : malloc(size ? size : 1);
   if (!p) dsv4i_error(DSV4_ERR_OUT_OF_MEMORY, "out of memory allocating %zu bytes for %s", size, what);
   return p;
 }
 
 void *dsv4i_calloc(size_t n, size_t size, const char *what) {
-  void *p = calloc(n ? n : 1, size ? size : 1);
+  void *p = DSV4I_FAULT() ? NULL : calloc(n ? n : 1, size ? size : 1);
   if (!p) dsv4i_error(DSV4_ERR_OUT_OF_MEMORY, "out of memory allocating %zu x %zu bytes for %s", n, size, what);
   return p;
 }
 
 void *dsv4i_realloc(void *old, size_t size, const char *what) {
-  void *p = realloc(old, size ? size : 1);
+  void *p = DSV4I_FAULT() ? NULL : realloc(old, size ? size : 1);
   if (!p) dsv4i_error(DSV4_ERR_OUT_OF_MEMORY, "out of memory growing %s to %zu bytes", what, size);
   return p;
 }
@@ -104,39 +129,69 @@ char *dsv4i_path_join(const char *dir, const char *name) {
   return p;
 }
 
-dsv4_status dsv4i_read_file(const char *path, size_t max_bytes, const char *what, char **buf,
-                            size_t *len) {
-  *buf = NULL;
-  *len = 0;
-  FILE *f = fopen(path, "rb");
-  if (!f) {
+static const char *file_kind(mode_t m) {
+  if (S_ISDIR(m)) return "a directory";
+  if (S_ISFIFO(m)) return "a FIFO";
+  if (S_ISCHR(m)) return "a character device";
+  if (S_ISBLK(m)) return "a block device";
+  if (S_ISSOCK(m)) return "a socket";
+  return "something else";
+}
+
+dsv4_status dsv4i_open_regular(const char *path, const char *what, int *fd_out, uint64_t *size_out) {
+  *fd_out = -1;
+  *size_out = 0;
+  /* O_NONBLOCK: opening a FIFO without a writer (or a tty) must not block;
+   * nothing but a regular file is ever read. */
+  int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+  if (fd < 0) {
     int e = errno;
     return dsv4i_error(e == ENOENT ? DSV4_ERR_NOT_FOUND : DSV4_ERR_IO, "cannot open %s %s: %s",
                        what, path, strerror(e));
   }
   struct stat st;
-  dsv4_status s = DSV4_OK;
-  if (fstat(fileno(f), &st) != 0) {
-    s = dsv4i_error(DSV4_ERR_IO, "cannot stat %s %s: %s", what, path, strerror(errno));
-  } else if (!S_ISREG(st.st_mode)) {
-    s = dsv4i_error(DSV4_ERR_IO, "%s %s is not a regular file", what, path);
-  } else if ((uint64_t)st.st_size > (uint64_t)max_bytes) {
-    s = dsv4i_error(DSV4_ERR_IO, "%s %s is %lld bytes, more than the %zu this reader accepts", what,
-                    path, (long long)st.st_size, max_bytes);
+  if (fstat(fd, &st) != 0) {
+    int e = errno;
+    close(fd);
+    return dsv4i_error(DSV4_ERR_IO, "cannot stat %s %s: %s", what, path, strerror(e));
   }
+  if (!S_ISREG(st.st_mode)) {
+    close(fd);
+    return dsv4i_error(DSV4_ERR_IO, "%s %s is %s, not a regular file (nothing else is read)", what, path,
+                       file_kind(st.st_mode));
+  }
+  *fd_out = fd;
+  *size_out = (uint64_t)st.st_size;
+  return DSV4_OK;
+}
+
+dsv4_status dsv4i_read_file(const char *path, size_t max_bytes, const char *what, char **buf,
+                            size_t *len) {
+  *buf = NULL;
+  *len = 0;
+  int fd;
+  uint64_t size;
+  dsv4_status s = dsv4i_open_regular(path, what, &fd, &size);
+  if (s != DSV4_OK) return s;
+  if (size > (uint64_t)max_bytes)
+    s = dsv4i_error(DSV4_ERR_IO, "%s %s is %llu bytes, more than the %zu this reader accepts", what,
+                    path, (unsigned long long)size, max_bytes);
   char *b = NULL;
   size_t n = 0;
   if (s == DSV4_OK) {
-    b = dsv4i_malloc((size_t)st.st_size + 1, what);
+    b = dsv4i_malloc((size_t)size + 1, what);
     if (!b) s = DSV4_ERR_OUT_OF_MEMORY;
   }
-  if (s == DSV4_OK) {
-    n = fread(b, 1, (size_t)st.st_size, f);
-    if (n != (size_t)st.st_size)
+  while (s == DSV4_OK && n < (size_t)size) {
+    ssize_t r = read(fd, b + n, (size_t)size - n);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0)
       s = dsv4i_error(DSV4_ERR_IO, "cannot read %s %s: %s", what, path,
-                      ferror(f) ? strerror(errno) : "file shrank while reading");
+                      r < 0 ? strerror(errno) : "file shrank while reading");
+    else
+      n += (size_t)r;
   }
-  fclose(f);
+  close(fd);
   if (s != DSV4_OK) {
     free(b);
     return s;

@@ -110,9 +110,9 @@ dsv4_status dsv4i_attn_attend(const attn_call *c, const uint16_t *q, const uint1
     int failed = 0;
     DSV4I_AOMP(omp parallel)
     {
-      int64_t *wp = malloc((size_t)win * sizeof *wp);
-      const float **pr = malloc((size_t)width * sizeof *pr);
-      float *cr = malloc(((size_t)nsel * (size_t)hd + 1) * sizeof *cr);
+      int64_t *wp = DSV4I_FAULT() ? NULL : malloc((size_t)win * sizeof *wp);
+      const float **pr = DSV4I_FAULT() ? NULL : malloc((size_t)width * sizeof *pr);
+      float *cr = DSV4I_FAULT() ? NULL : malloc(((size_t)nsel * (size_t)hd + 1) * sizeof *cr);
       if (!wp || !pr || !cr) {
         DSV4I_AOMP(omp atomic write)
         failed = 1;

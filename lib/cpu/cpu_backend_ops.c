@@ -133,9 +133,12 @@ dsv4_status dsv4i_cpu_be_sample(dsv4i_backend *be, dsv4i_bbuf logits, int32_t n,
   if (n < 0 || n > b->max_out || (n > 0 && (!req || !tokens)))
     return dsv4i_error(DSV4_ERR_INVALID_ARG, "cpu sample: %d rows", (int)n);
   const float *l = logits.impl;
-  for (int32_t r = 0; r < n; r++)
-    tokens[r] = dsv4i_cpu_sample(l + (size_t)r * (size_t)b->vocab, b->vocab, req[r].temperature,
-                                 req[r].seed, req[r].counter);
+  for (int32_t r = 0; r < n; r++) {
+    const float *row = l + (size_t)r * (size_t)b->vocab;
+    const int32_t nv = dsv4i_cpu_valid_ids(req[r].n_valid, b->vocab);
+    tokens[r] = dsv4i_cpu_sample(row, nv, req[r].temperature, req[r].seed, req[r].counter);
+    if (tokens[r] < 0) return dsv4i_cpu_not_finite_error(row, nv, "logits row", r);
+  }
   return DSV4_OK;
 }
 

@@ -246,8 +246,13 @@ dsv4_status dsv4i_cpu_dspark_draft(cpu_backend *b, int32_t n, const int32_t *slo
       float *lg = w.base + ((size_t)i * (size_t)B + (size_t)k) * (size_t)V;
       const float *bi = w.bias + (size_t)i * (size_t)V;
       for (int32_t v = 0; v < V; v++) lg[v] += bi[v];
-      const int32_t nt = dsv4i_cpu_sample(lg, V, req[i].temperature, req[i].seed,
+      const int32_t nv = dsv4i_cpu_valid_ids(req[i].n_valid, V);
+      const int32_t nt = dsv4i_cpu_sample(lg, nv, req[i].temperature, req[i].seed,
                                           req[i].counter + (uint64_t)k);
+      if (nt < 0) {
+        s = dsv4i_cpu_not_finite_error(lg, nv, "draft logits of batch row", i);
+        break;
+      }
       w.tok[(size_t)i * (size_t)(B + 1) + (size_t)k + 1] = nt;
       out->drafts[(size_t)i * (size_t)B + (size_t)k] = nt;
     }

@@ -395,6 +395,18 @@ dsv4_status dsv4i_cpu_head(int64_t n_tok, int32_t hc, int32_t dim, const uint16_
  *  the first among equal maxima; NaN ignored (all NaN: 0). n >= 1. */
 int32_t dsv4i_cpu_argmax(const float *x, int64_t n);
 
+/** Whether a token can be drawn from x[0..n): -1 when it can (no NaN, no
+ *  +inf, some value finite); else the index of the first NaN or +inf, or n
+ *  when every value is -inf. */
+int64_t dsv4i_cpu_not_drawable(const float *x, int64_t n);
+
+/** ids a sample request may draw: n_valid when in (0, vocab), else vocab. */
+static inline int32_t dsv4i_cpu_valid_ids(int32_t n_valid, int32_t vocab) {
+  return n_valid > 0 && n_valid < vocab ? n_valid : vocab;
+}
+/** DSV4_ERR_NOT_FINITE for row r of x[0..n) (dsv4i_cpu_not_drawable), naming what it holds. */
+dsv4_status dsv4i_cpu_not_finite_error(const float *x, int64_t n, const char *what, int32_t r);
+
 /**
  * The Exp(1) noise of dsv4i_cpu_sample (spec §5.6) for element i:
  * q = fp32(−log(u)) in double with u = (r + 0.5) · 2^-53, r = the top 53 bits of a 64-bit counter-based hash
@@ -415,7 +427,8 @@ float dsv4i_sample_noise(uint64_t seed, uint64_t counter, int64_t i);
  * trick the reference uses, i.e. an exact draw from p. Use a new counter per
  * draw (e.g. the position) so draws are independent and replayable.
  * @param logits [in] float [vocab].
- * @return the token id in [0, vocab).
+ * @return the token id in [0, vocab); -1 when the row has none
+ *         (dsv4i_cpu_not_drawable, or bad arguments).
  */
 int32_t dsv4i_cpu_sample(const float *logits, int32_t vocab, float temperature, uint64_t seed,
                          uint64_t counter);

@@ -39,13 +39,32 @@ int32_t dsv4i_cpu_argmax(const float *x, int64_t n) {
   return best < 0 ? 0 : (int32_t)best;
 }
 
+int64_t dsv4i_cpu_not_drawable(const float *x, int64_t n) {
+  int finite = 0;
+  for (int64_t i = 0; i < n; i++) {
+    if (isnan(x[i]) || x[i] == INFINITY) return i;
+    finite |= x[i] != -INFINITY;
+  }
+  return finite ? -1 : n;
+}
+
+dsv4_status dsv4i_cpu_not_finite_error(const float *x, int64_t n, const char *what, int32_t r) {
+  const int64_t i = dsv4i_cpu_not_drawable(x, n);
+  if (i < 0 || i >= n)
+    return dsv4i_error(DSV4_ERR_NOT_FINITE, "%s %d: all %lld values are -inf: no token can be drawn",
+                       what, (int)r, (long long)n);
+  return dsv4i_error(DSV4_ERR_NOT_FINITE, "%s %d: the logit of token %lld is %s: no token can be "
+                     "drawn (damaged weights or an overflow)", what, (int)r, (long long)i,
+                     isnan(x[i]) ? "NaN" : "+inf");
+}
+
 float dsv4i_sample_noise(uint64_t seed, uint64_t counter, int64_t i) {
   return dsv4i_sample_noise_at(seed, counter, i); /* model/ref_math.h: shared with the kernels */
 }
 
 int32_t dsv4i_cpu_sample(const float *logits, int32_t vocab, float temperature, uint64_t seed,
                          uint64_t counter) {
-  if (!logits || vocab <= 0) return 0;
+  if (!logits || vocab <= 0 || dsv4i_cpu_not_drawable(logits, vocab) >= 0) return -1;
   if (!(temperature > 0.0f)) return dsv4i_cpu_argmax(logits, vocab);
   const float t = temperature > 1e-5f ? temperature : 1e-5f;
   /* softmax(logits / t) in fp32: max, Σ exp(l - max) in index order, × 1/Σ */

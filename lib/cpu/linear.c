@@ -266,7 +266,10 @@ static int use_fast_decode(int64_t nt) {
  * loaded weight row. The hot tile functions are compiled for AVX-512, AVX2
  * and the baseline and picked at load time (GCC target_clones). */
 
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
+/* Not under ThreadSanitizer: the clones' ifunc resolvers run during relocation,
+ * before the sanitizer's runtime is up, and crash when instrumented. */
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__) && \
+    !defined(__SANITIZE_THREAD__)
 #define DSV4I_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
 #else
 #define DSV4I_CLONES

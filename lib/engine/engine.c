@@ -13,20 +13,33 @@ static int progress(const dsv4i_engine_args *a, const char *stage, int64_t done,
   return a->progress ? a->progress(stage, done, total, a->progress_user) : 0;
 }
 
-/* Engram tables from the model directory's tokenizer (spec §5.2 a-c). */
-static dsv4_status make_engram(struct dsv4_engine *e) {
+/* The model directory's tokenizer: the ids it defines bound the ids ever
+ * drawn (n_valid), and the Engram tables come from it (spec §5.2 a-c).
+ * Without tokenizer.json every head row may be drawn (and Engram fails). */
+static dsv4_status use_tokenizer(struct dsv4_engine *e) {
   const dsv4i_config *c = e->cfg;
-  if (c->n_engram == 0) return DSV4_OK;
+  e->n_valid = e->vocab;
   dsv4i_tokenizer *tok = NULL;
   dsv4_status s = dsv4i_tokenizer_load(dsv4i_model_dir(e->model), &tok);
+  if (s == DSV4_ERR_NOT_FOUND && c->n_engram == 0) {
+    dsv4i_error_clear();
+    return DSV4_OK;
+  }
   if (s) {
-    dsv4i_error_prefix("Engram tables need the model's tokenizer");
+    if (c->n_engram) dsv4i_error_prefix("Engram tables need the model's tokenizer");
     return s;
   }
-  s = dsv4i_engram_tables_create(c, tok, &e->engram);
+  const int32_t n_ids = dsv4i_tokenizer_vocab_size(tok);
+  if (n_ids > 0 && n_ids < e->vocab) {
+    e->n_valid = n_ids;
+    dsv4i_log(&e->args.log, DSV4_LOG_INFO,
+              "the head has %d rows, the tokenizer %d ids: rows %d .. %d are never drawn",
+              (int)e->vocab, (int)n_ids, (int)n_ids, (int)e->vocab - 1);
+  }
+  if (c->n_engram) s = dsv4i_engram_tables_create(c, tok, &e->engram);
   dsv4i_tokenizer_free(tok);
   if (s) return s;
-  e->n_engram_cols = e->engram->n_layers * e->engram->n_cols;
+  if (e->engram) e->n_engram_cols = e->engram->n_layers * e->engram->n_cols;
   return DSV4_OK;
 }
 
@@ -69,6 +82,7 @@ dsv4_status dsv4i_engine_plan(const struct dsv4_model *model, const dsv4i_engine
   rq.chunk = a->chunk;
   rq.host_limit = a->backend == DSV4_BACKEND_CPU ? dsv4i_plan_host_memory() : 0;
   rq.mapped_bytes = (int64_t)dsv4i_model_contract(model)->payload_bytes;
+  rq.copied_weight_bytes = (int64_t)dsv4i_model_realigned_bytes(model);
   return dsv4i_plan_make(dsv4i_model_config(model), &rq, out);
 }
 
@@ -108,7 +122,7 @@ dsv4_status dsv4i_engine_create(struct dsv4_model *model, const dsv4i_engine_arg
               (long long)p->kv_bytes, (long long)p->act_bytes, (long long)p->extra_weight_bytes);
   }
   if (!s && progress(a, "engram", 0, 1)) s = dsv4i_error(DSV4_ABORTED, "engine: aborted");
-  if (!s) s = make_engram(e);
+  if (!s) s = use_tokenizer(e);
   if (!s && progress(a, "engram", 1, 1)) s = dsv4i_error(DSV4_ABORTED, "engine: aborted");
   if (!s) {
     dsv4i_backend_desc d;

@@ -82,6 +82,8 @@ struct dsv4_engine {
   struct dsv4_model *model;      /**< borrowed, or owned when owns_model */
   int32_t owns_model;
   int32_t vocab;
+  int32_t n_valid;               /**< ids ever drawn: min(vocab, the tokenizer's ids); rows of
+                                  *   a wider head (the release pads its vocabulary) never are */
   const dsv4i_config *cfg;
   dsv4i_engine_args args;
   dsv4i_plan plan;

@@ -56,7 +56,9 @@ dsv4_status dsv4i_plan_make(const struct dsv4i_config *cfg, const dsv4i_plan_req
     out->buckets[out->n_buckets++] = (int32_t)b;
   out->buckets[out->n_buckets++] = out->max_batch_tokens;
   out->mapped_bytes = req->mapped_bytes;
-  out->extra_weight_bytes = f->weight_bytes;
+  if (req->copied_weight_bytes < 0 ||
+      !add_ok(f->weight_bytes, req->copied_weight_bytes, &out->extra_weight_bytes))
+    return dsv4i_error(DSV4_ERR_INVALID_ARG, "memory plan: bad copied weight bytes");
   out->pages_per_seq = f->seq_pages;
 
   int64_t one_seq, all_pages, t;

@@ -25,6 +25,7 @@ typedef struct dsv4i_plan_req {
   int32_t reserved;
   int64_t host_limit;       /**< bytes the machine can give (0 = unchecked) */
   int64_t mapped_bytes;     /**< checkpoint bytes (mmapped; reported, not charged) */
+  int64_t copied_weight_bytes; /**< checkpoint tensors copied at load (unaligned; charged) */
 } dsv4i_plan_req;
 
 #define DSV4I_PLAN_MAX_BUCKETS 32
@@ -50,7 +51,7 @@ typedef struct dsv4i_plan {
   int64_t kv_bytes;          /**< slot_bytes_total + pool_bytes */
   int64_t engram_hist_bytes; /**< Engram histories (4 B per position per sequence) */
   int64_t act_bytes;         /**< step workspace */
-  int64_t extra_weight_bytes;/**< fmt.weight_bytes */
+  int64_t extra_weight_bytes;/**< fmt.weight_bytes + req copied_weight_bytes */
   int64_t mapped_bytes;      /**< checkpoint, mmapped */
   int64_t total_bytes;       /**< kv + engram history + act + extra weights (not mapped) */
 } dsv4i_plan;

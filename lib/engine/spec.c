@@ -23,6 +23,7 @@ typedef struct spec_rec {
 
 struct dsv4i_spec {
   int32_t block, vocab, cap;  /**< cap: tokens (= output rows) per verify step */
+  int32_t n_valid;            /**< ids ever drawn (engine n_valid); distributions cover these */
   dsv4i_bbuf dlogits;         /**< f32 [max_seqs][block][vocab], on the first sampled draft */
   spec_rec *rec;              /**< [max_seqs] */
   /* per-call scratch: [max_seqs] */
@@ -66,6 +67,7 @@ dsv4_status dsv4i_spec_create(struct dsv4_engine *e) {
   const size_t ns = (size_t)e->plan.max_seqs;
   sp->block = c->dspark_block_size;
   sp->vocab = e->vocab;
+  sp->n_valid = e->n_valid;
   sp->cap = e->plan.max_batch_tokens < e->plan.max_out_rows ? e->plan.max_batch_tokens
                                                             : e->plan.max_out_rows;
   const size_t cap = (size_t)sp->cap;
@@ -155,6 +157,7 @@ static dsv4_status spec_draft(struct dsv4_engine *e, int32_t n, const int64_t *i
     memset(r, 0, sizeof *r);
     r->temperature = T;
     r->seed = seed_of(smp, i) ^ DSV4I_TAG_DRAFT;
+    r->n_valid = e->n_valid;
     r->counter = (uint64_t)sp->q[i]->len + 1; /* position of draft 1 */
   }
   const size_t BV = (size_t)sp->block * (size_t)sp->vocab;
@@ -298,6 +301,7 @@ static dsv4_status decide(struct dsv4_engine *e, int32_t i, int32_t j, int32_t r
   req.temperature = T;
   req.q_temperature = rc->temperature;
   req.draft = dk;
+  req.n_valid = e->n_valid;
   req.seed = sp->seed[i];
   req.pos = sp->len0[i] + j + 1; /* the draft's position */
   req.q = use_rec ? rc->q + (size_t)j * (size_t)sp->vocab : NULL;
@@ -357,6 +361,7 @@ static dsv4_status spec_verify(struct dsv4_engine *e, int32_t n, const int64_t *
         memset(r, 0, sizeof *r);
         r->temperature = T;
         r->seed = sp->seed[i0];
+        r->n_valid = e->n_valid;
         r->counter = (uint64_t)e->b_pos[m] + 1; /* position of the token this row draws */
       }
       if (j0 <= sp->nd[i0]) break; /* the step is full inside this run: resume here */

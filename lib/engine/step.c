@@ -4,6 +4,7 @@
  * The order of backend calls is the reference's (spec §5.1-§5.6); see
  * backend/backend.h for the contract.
  */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -59,7 +60,30 @@ static dsv4_status check_tokens(const struct dsv4_engine *e, const int32_t *tok,
   return DSV4_OK;
 }
 
-/* Logits rows [0, n) to the caller and/or sampled tokens. */
+/* DSV4_ERR_NOT_FINITE unless a token can be drawn from every row's first
+ * n_valid logits (host): no NaN, no +inf, something finite. */
+static dsv4_status check_finite(const struct dsv4_engine *e, int32_t n, dsv4i_seq *const *qs,
+                                const float *logits) {
+  for (int32_t r = 0; r < n; r++) {
+    const float *x = logits + (size_t)r * (size_t)e->vocab;
+    int finite = 0;
+    for (int32_t v = 0; v < e->n_valid; v++) {
+      if (isnan(x[v]) || x[v] == INFINITY)
+        return dsv4i_error(DSV4_ERR_NOT_FINITE,
+                           "sequence %lld (batch row %d): the logit of token %d is %s: no token can "
+                           "be drawn (damaged weights or an overflow)", (long long)qs[r]->id, (int)r,
+                           (int)v, isnan(x[v]) ? "NaN" : "+inf");
+      finite |= x[v] != -INFINITY;
+    }
+    if (!finite)
+      return dsv4i_error(DSV4_ERR_NOT_FINITE, "sequence %lld (batch row %d): every logit is -inf",
+                         (long long)qs[r]->id, (int)r);
+  }
+  return DSV4_OK;
+}
+
+/* Logits rows [0, n) to the caller and/or sampled tokens; DSV4_ERR_NOT_FINITE
+ * when a row has no token to draw (the caller rolls the step back). */
 static dsv4_status outputs(struct dsv4_engine *e, int32_t n, const dsv4i_sampling *smp,
                            dsv4i_seq *const *qs, float *logits, int32_t *sampled) {
   dsv4_status s = DSV4_OK;
@@ -68,12 +92,14 @@ static dsv4_status outputs(struct dsv4_engine *e, int32_t n, const dsv4i_samplin
     s = e->be->ops->buf_read(e->be, e->logits, 0, (size_t)n * (size_t)e->vocab * sizeof(float),
                              logits);
     dsv4i_op_end(e, t, DSV4I_OP_READ, -1);
+    if (!s && !sampled) s = check_finite(e, n, qs, logits);
   }
   if (!s && sampled) {
     for (int32_t i = 0; i < n; i++) {
       dsv4i_sample_req *r = &e->b_req[i];
       memset(r, 0, sizeof *r);
       r->temperature = smp ? smp->temperature : 0.0f;
+      r->n_valid = e->n_valid;
       r->seed = smp ? (smp->seeds ? smp->seeds[i] : smp->seed) : 0;
       r->counter = (uint64_t)qs[i]->len; /* position the sampled token will take */
     }
@@ -132,7 +158,10 @@ dsv4_status dsv4i_engine_prefill(struct dsv4_engine *e, int64_t id, const int32_
     if ((s = dsv4i_engine_run_step(e, &b))) return fail_rollback(e, s, &q, &len0, 1);
   }
   q->len = target;
-  if (want && (s = outputs(e, 1, smp, &q, logits, sampled))) return s;
+  if (want && (s = outputs(e, 1, smp, &q, logits, sampled))) {
+    q->len = len0; /* no token to return: the prompt is not taken either */
+    return fail_rollback(e, s, &q, &len0, 1);
+  }
   const int64_t dt = dsv4i_now_ns() - t0;
   e->t.prefill_calls++;
   e->t.prefill_tokens += n;
@@ -220,7 +249,11 @@ dsv4_status dsv4i_engine_decode(struct dsv4_engine *e, int32_t n, const int64_t 
     goto out;
   }
   for (int32_t i = 0; i < n; i++) qs[i]->len = lens[i] + 1;
-  if (want && (s = outputs(e, n, smp, qs, logits, sampled))) goto out;
+  if (want && (s = outputs(e, n, smp, qs, logits, sampled))) {
+    for (int32_t i = 0; i < n; i++) qs[i]->len = lens[i]; /* the whole batch steps back */
+    s = fail_rollback(e, s, qs, lens, n);
+    goto out;
+  }
   const int64_t dt = dsv4i_now_ns() - t0;
   e->t.decode_steps++;
   e->t.decode_tokens += n;

@@ -13,6 +13,7 @@
 #include <jansson.h>
 
 #include "io/safetensors.h"
+#include "io/json_util.h"
 
 #define INDEX_NAME "model.safetensors.index.json"
 #define SINGLE_NAME "model.safetensors"
@@ -61,15 +62,13 @@ static dsv4_status parse_metadata(index_doc *ix) {
   return DSV4_OK;
 }
 
-/* Parse the index file and check its structure (not the shards). */
-static dsv4_status load_index(index_doc *ix) {
+/* Parse the index text and check its structure (not the shards). */
+static dsv4_status parse_index(index_doc *ix, const char *buf, size_t len) {
   json_error_t je;
-  ix->root = json_load_file(ix->path, JSON_REJECT_DUPLICATES, &je);
+  ix->root = json_loadb(buf, len, JSON_REJECT_DUPLICATES, &je);
   if (!ix->root) {
-    enum json_error_code code = json_error_code(&je);
-    if (code == json_error_cannot_open_file)
-      return dsv4i_error(DSV4_ERR_IO, "%s: %s", ix->path, je.text);
-    if (code == json_error_duplicate_key)
+    if (dsv4i_json_oom(&je, ix->path)) return DSV4_ERR_OUT_OF_MEMORY;
+    if (json_error_code(&je) == json_error_duplicate_key)
       return dsv4i_error(DSV4_ERR_INDEX, "%s: %s (line %d, column %d): keys must be unique",
                          ix->path, je.text, je.line, je.column);
     return dsv4i_error(DSV4_ERR_JSON, "%s: not valid JSON: %s (line %d, column %d)", ix->path,
@@ -85,6 +84,16 @@ static dsv4_status load_index(index_doc *ix) {
   if (json_object_size(ix->weight_map) == 0)
     return dsv4i_error(DSV4_ERR_INDEX, "%s: \"weight_map\" is empty", ix->path);
   return parse_metadata(ix);
+}
+
+static dsv4_status load_index(index_doc *ix) {
+  char *buf;
+  size_t len;
+  dsv4_status s = dsv4i_read_file(ix->path, (size_t)1 << 30, "index", &buf, &len);
+  if (s != DSV4_OK) return s;
+  s = parse_index(ix, buf, len);
+  free(buf);
+  return s;
 }
 
 /* A shard must be a plain, non-empty file name inside the directory. */
@@ -183,6 +192,7 @@ static dsv4_status build_entries(dsv4i_checkpoint *c) {
       e->name = f->tensors[i].name;
       e->shard = s;
       e->t = &f->tensors[i];
+      e->copy = NULL;
       if (c->payload_bytes + e->t->nbytes < c->payload_bytes)
         return dsv4i_error(DSV4_ERR_ST_SIZE, "checkpoint %s: payload bytes overflow 64 bits", c->dir);
       c->payload_bytes += e->t->nbytes;
@@ -246,6 +256,18 @@ static dsv4_status open_indexed(dsv4i_checkpoint *c, const char *index_path) {
   return st;
 }
 
+dsv4_status dsv4i_index_check_text(const char *name, const char *buf, size_t len) {
+  if (!name || (!buf && len)) return dsv4i_error(DSV4_ERR_INVALID_ARG, "index check: NULL");
+  index_doc ix = {.path = name};
+  const char **names = NULL;
+  int32_t n = 0;
+  dsv4_status st = parse_index(&ix, buf ? buf : "", len);
+  if (st == DSV4_OK) st = collect_shards(&ix, &names, &n);
+  free(names);
+  json_decref(ix.root);
+  return st;
+}
+
 /* The single-file layout: one shard, no index to agree with. */
 static dsv4_status open_single(dsv4i_checkpoint *c, const char *path) {
   c->shards = dsv4i_calloc(1, sizeof *c->shards, "the shard table");
@@ -283,6 +305,32 @@ static dsv4_status open_dir(dsv4i_checkpoint *c) {
   return st;
 }
 
+/* The format does not align tensors (an odd, unpadded header or a 1-byte
+ * tensor before a wider one is legal). The backends read weights in place as
+ * arrays of their dtype, so a tensor whose start is not a multiple of its
+ * element size is copied once into 64-byte aligned memory; the rest stays
+ * mapped. */
+static dsv4_status realign(dsv4i_checkpoint *c) {
+  for (size_t i = 0; i < c->n_entries; i++) {
+    dsv4i_ckpt_entry *e = &c->entries[i];
+    const size_t a = dsv4i_dtype_size(e->t->dtype);
+    if (a <= 1 || e->t->offset % a == 0 || e->t->nbytes == 0) continue;
+    if (e->t->nbytes > SIZE_MAX - 64)
+      return dsv4i_error(DSV4_ERR_OUT_OF_MEMORY, "tensor '%s': %llu bytes", e->name,
+                         (unsigned long long)e->t->nbytes);
+    const size_t n = ((size_t)e->t->nbytes + 63) & ~(size_t)63;
+    e->copy = DSV4I_FAULT() ? NULL : aligned_alloc(64, n);
+    if (!e->copy)
+      return dsv4i_error(DSV4_ERR_OUT_OF_MEMORY,
+                         "out of memory copying tensor '%s' (%zu bytes, not aligned to its %zu-byte "
+                         "element in %s) into aligned memory", e->name, n, a, c->shards[e->shard].path);
+    memcpy(e->copy, dsv4i_st_data(&c->shards[e->shard], e->t), (size_t)e->t->nbytes);
+    c->n_realigned++;
+    c->realigned_bytes += n;
+  }
+  return DSV4_OK;
+}
+
 dsv4_status dsv4i_checkpoint_open(const char *dir, dsv4i_checkpoint *out) {
   if (!out) return dsv4i_error(DSV4_ERR_INVALID_ARG, "dsv4i_checkpoint_open: out is NULL");
   memset(out, 0, sizeof *out);
@@ -291,6 +339,7 @@ dsv4_status dsv4i_checkpoint_open(const char *dir, dsv4i_checkpoint *out) {
   c.dir = dsv4i_strdup(dir, "a checkpoint path");
   if (!c.dir) return DSV4_ERR_OUT_OF_MEMORY;
   dsv4_status st = open_dir(&c);
+  if (st == DSV4_OK) st = realign(&c);
   if (st != DSV4_OK) {
     dsv4i_checkpoint_close(&c);
     return st;
@@ -301,6 +350,7 @@ dsv4_status dsv4i_checkpoint_open(const char *dir, dsv4i_checkpoint *out) {
 
 void dsv4i_checkpoint_close(dsv4i_checkpoint *c) {
   if (!c) return;
+  for (size_t i = 0; i < c->n_entries; i++) free(c->entries[i].copy);
   for (int32_t i = 0; i < c->n_shards; i++) dsv4i_st_close(&c->shards[i]);
   free(c->shards);
   free(c->entries);

@@ -24,3 +24,10 @@ const char *dsv4i_json_type(const json_t *obj) {
   const json_t *t = json_object_get(obj, "type");
   return json_is_string(t) ? json_string_value(t) : NULL;
 }
+
+dsv4_status dsv4i_json_oom(const json_error_t *je, const char *origin) {
+  /* jansson gives every parse error a text; none means it could not start
+   * (its lexer's first allocation failed) */
+  if (json_error_code(je) != json_error_out_of_memory && je->text[0] != '\0') return DSV4_OK;
+  return dsv4i_error(DSV4_ERR_OUT_OF_MEMORY, "%s: out of memory parsing JSON", origin);
+}

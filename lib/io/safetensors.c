@@ -27,23 +27,10 @@ static uint64_t read_le64(const uint8_t *p) {
 
 /* Open, stat and map f->path into f->map / f->size; the fd never outlives the call. */
 static dsv4_status map_file(dsv4i_st_file *f) {
-  int fd = open(f->path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    int e = errno;
-    return dsv4i_error(e == ENOENT ? DSV4_ERR_NOT_FOUND : DSV4_ERR_IO, "%s: cannot open: %s",
-                       f->path, strerror(e));
-  }
-  struct stat st;
-  if (fstat(fd, &st) != 0) {
-    int e = errno;
-    close(fd);
-    return dsv4i_error(DSV4_ERR_IO, "%s: cannot stat: %s", f->path, strerror(e));
-  }
-  if (!S_ISREG(st.st_mode)) {
-    close(fd);
-    return dsv4i_error(DSV4_ERR_IO, "%s: not a regular file", f->path);
-  }
-  uint64_t size = (uint64_t)st.st_size;
+  int fd;
+  uint64_t size;
+  dsv4_status s = dsv4i_open_regular(f->path, "shard", &fd, &size);
+  if (s != DSV4_OK) return s;
   if (size < 8) {
     close(fd);
     return dsv4i_error(DSV4_ERR_ST_TRUNCATED,
@@ -131,6 +118,17 @@ static dsv4_status parse_offsets(const dsv4i_st_file *f, const char *name, const
   return DSV4_OK;
 }
 
+/* The reference reader's dtypes that libdsv4 does not read (the model's
+ * tensors never use them): legal in the format, refused by this reader. */
+static int is_reference_dtype(const char *s) {
+  static const char *const k[] = {"BOOL", "U8", "I16", "U16", "U32", "U64", "F64", "C64",
+                                  "F8_E5M2", "F8_E4M3FNUZ", "F8_E5M2FNUZ", "F4", "F6_E2M3",
+                                  "F6_E3M2"};
+  for (size_t i = 0; i < DSV4I_ARRAY_LEN(k); i++)
+    if (strcmp(s, k[i]) == 0) return 1;
+  return 0;
+}
+
 /* Validate one tensor entry v named `name` and fill *t (name set by the caller). */
 static dsv4_status parse_entry(const dsv4i_st_file *f, const char *name, const json_t *v,
                                dsv4i_st_tensor *t) {
@@ -140,8 +138,10 @@ static dsv4_status parse_entry(const dsv4i_st_file *f, const char *name, const j
   t->dtype = dsv4i_dtype_from_string(ds);
   if (t->dtype == 0)
     return dsv4i_error(DSV4_ERR_ST_DTYPE,
-                       "%s: tensor '%s': unknown dtype \"%s\" (supported: BF16, F16, F32, "
-                       "F8_E4M3, F8_E8M0, I8, I32, I64)", f->path, name, ds);
+                       "%s: tensor '%s': %s \"%s\" (libdsv4 reads BF16, F16, F32, F8_E4M3, "
+                       "F8_E8M0, I8, I32, I64)", f->path, name,
+                       is_reference_dtype(ds) ? "the model never uses the safetensors dtype"
+                                              : "unknown dtype", ds);
   const json_t *js = json_object_get(v, "shape");
   size_t ndim = json_array_size(js);
   if (ndim > DSV4I_MAX_DIMS)
@@ -175,6 +175,7 @@ static dsv4_status parse_entry(const dsv4i_st_file *f, const char *name, const j
 
 /* "__metadata__": an object of strings, kept re-serialised in f->metadata_json. */
 static dsv4_status parse_metadata(dsv4i_st_file *f, const json_t *m) {
+  if (json_is_null(m)) return DSV4_OK; /* the reference reader reads null as absent */
   if (!json_is_object(m))
     return dsv4i_error(DSV4_ERR_ST_HEADER, "%s: \"" ST_META_KEY "\" is %s, expected an object of strings",
                        f->path, dsv4i_json_kind(m));
@@ -241,6 +242,7 @@ static dsv4_status parse_header(dsv4i_st_file *f) {
   json_error_t je;
   json_t *root = json_loadb((const char *)f->map + 8, (size_t)n, JSON_REJECT_DUPLICATES, &je);
   if (!root) {
+    if (dsv4i_json_oom(&je, f->path)) return DSV4_ERR_OUT_OF_MEMORY;
     if (json_error_code(&je) == json_error_duplicate_key)
       return dsv4i_error(DSV4_ERR_ST_DUPLICATE,
                          "%s: header: %s (line %d, column %d): keys, tensor names included, must be unique",
@@ -253,36 +255,48 @@ static dsv4_status parse_header(dsv4i_st_file *f) {
   return st;
 }
 
+/* By (begin, end) as the reference reader sorts; ties by header order. */
 static int cmp_by_offset(const void *a, const void *b) {
   const dsv4i_st_tensor *x = *(const dsv4i_st_tensor *const *)a;
   const dsv4i_st_tensor *y = *(const dsv4i_st_tensor *const *)b;
   if (x->offset != y->offset) return x->offset < y->offset ? -1 : 1;
   if (x->nbytes != y->nbytes) return x->nbytes < y->nbytes ? -1 : 1;
-  return 0;
+  return (x > y) - (x < y);
 }
 
-/* Sort the non-empty ranges by begin; each must start at or after the
- * furthest end seen so far. Empty tensors occupy no bytes and are skipped. */
-static dsv4_status check_overlap(const dsv4i_st_file *f) {
-  if (f->n_tensors < 2) return DSV4_OK;
-  const dsv4i_st_tensor **v = dsv4i_malloc(f->n_tensors * sizeof *v, "a safetensors overlap check");
+/* The ranges sorted by (begin, end) must tile the data area exactly: each
+ * begins where the previous one ended (the first at 0) and the last ends at
+ * the end of the file. An earlier begin is an overlap, a later one a gap. */
+static dsv4_status check_coverage(const dsv4i_st_file *f) {
+  const uint64_t d = f->data_start, data_len = f->size - f->data_start;
+  const dsv4i_st_tensor **v = dsv4i_malloc((f->n_tensors ? f->n_tensors : 1) * sizeof *v,
+                                           "a safetensors coverage check");
   if (!v) return DSV4_ERR_OUT_OF_MEMORY;
-  size_t m = 0;
-  for (size_t i = 0; i < f->n_tensors; i++)
-    if (f->tensors[i].nbytes > 0) v[m++] = &f->tensors[i];
-  qsort(v, m, sizeof *v, cmp_by_offset);
-  const dsv4i_st_tensor *far = NULL;
+  for (size_t i = 0; i < f->n_tensors; i++) v[i] = &f->tensors[i];
+  qsort(v, f->n_tensors, sizeof *v, cmp_by_offset);
+  const dsv4i_st_tensor *prev = NULL;
+  uint64_t at = 0; /* end of the covered prefix, relative to the data area */
   dsv4_status st = DSV4_OK;
-  for (size_t i = 0; i < m && st == DSV4_OK; i++) {
-    if (far && v[i]->offset < far->offset + far->nbytes) {
-      uint64_t d = f->data_start;
+  for (size_t i = 0; i < f->n_tensors && st == DSV4_OK; i++) {
+    const uint64_t b = v[i]->offset - d;
+    if (b < at)
       st = dsv4i_error(DSV4_ERR_ST_OVERLAP,
                        "%s: tensors '%s' [%" PRIu64 ", %" PRIu64 ") and '%s' [%" PRIu64 ", %" PRIu64
-                       ") overlap", f->path, far->name, far->offset - d, far->offset - d + far->nbytes,
-                       v[i]->name, v[i]->offset - d, v[i]->offset - d + v[i]->nbytes);
-    }
-    if (!far || v[i]->offset + v[i]->nbytes > far->offset + far->nbytes) far = v[i];
+                       ") overlap", f->path, prev->name, prev->offset - d, at, v[i]->name, b,
+                       b + v[i]->nbytes);
+    else if (b > at)
+      st = dsv4i_error(DSV4_ERR_ST_OFFSETS,
+                       "%s: gap in the data area: bytes [%" PRIu64 ", %" PRIu64 ") before tensor '%s' "
+                       "belong to no tensor (the tensors must cover the data area exactly)",
+                       f->path, at, b, v[i]->name);
+    prev = v[i];
+    at = b + v[i]->nbytes;
   }
+  if (st == DSV4_OK && at != data_len)
+    st = dsv4i_error(DSV4_ERR_ST_OFFSETS,
+                     "%s: gap in the data area: %" PRIu64 " byte%s [%" PRIu64 ", %" PRIu64 ") after %s "
+                     "belong to no tensor (the tensors must cover the data area exactly)",
+                     f->path, data_len - at, data_len - at == 1 ? "" : "s", at, data_len, prev ? "the last tensor" : "the header");
   free(v);
   return st;
 }
@@ -296,7 +310,32 @@ dsv4_status dsv4i_st_open(const char *path, dsv4i_st_file *out) {
   if (!f.path) return DSV4_ERR_OUT_OF_MEMORY;
   dsv4_status st = map_file(&f);
   if (st == DSV4_OK) st = parse_header(&f);
-  if (st == DSV4_OK) st = check_overlap(&f);
+  if (st == DSV4_OK) st = check_coverage(&f);
+  if (st != DSV4_OK) {
+    dsv4i_st_close(&f);
+    return st;
+  }
+  *out = f;
+  return DSV4_OK;
+}
+
+dsv4_status dsv4i_st_parse(const char *name, const uint8_t *buf, size_t size, dsv4i_st_file *out) {
+  if (!out) return dsv4i_error(DSV4_ERR_INVALID_ARG, "dsv4i_st_parse: out is NULL");
+  memset(out, 0, sizeof *out);
+  if (!name || (!buf && size))
+    return dsv4i_error(DSV4_ERR_INVALID_ARG, "dsv4i_st_parse: name or buffer is NULL");
+  dsv4i_st_file f = {0};
+  f.path = dsv4i_strdup(name, "a shard name");
+  if (!f.path) return DSV4_ERR_OUT_OF_MEMORY;
+  f.map = buf;
+  f.size = size;
+  f.borrowed = 1;
+  dsv4_status st = DSV4_OK;
+  if (size < 8)
+    st = dsv4i_error(DSV4_ERR_ST_TRUNCATED,
+                     "%s: file is %zu bytes, too short for the 8-byte header length", name, size);
+  if (st == DSV4_OK) st = parse_header(&f);
+  if (st == DSV4_OK) st = check_coverage(&f);
   if (st != DSV4_OK) {
     dsv4i_st_close(&f);
     return st;
@@ -307,7 +346,7 @@ dsv4_status dsv4i_st_open(const char *path, dsv4i_st_file *out) {
 
 void dsv4i_st_close(dsv4i_st_file *f) {
   if (!f) return;
-  if (f->map) munmap((void *)f->map, (size_t)f->size);
+  if (f->map && !f->borrowed) munmap((void *)f->map, (size_t)f->size);
   free(f->path);
   free(f->tensors);
   free(f->metadata_json);

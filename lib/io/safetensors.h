@@ -25,13 +25,23 @@
  *   begin > end, or end past the data area                  DSV4_ERR_ST_OFFSETS
  *   a negative dimension, or end - begin != prod(shape) x
  *   dtype size (also when the product overflows)            DSV4_ERR_ST_SIZE
- *   two non-empty byte ranges overlap                       DSV4_ERR_ST_OVERLAP
+ *   two byte ranges overlap (sorted by begin, end)          DSV4_ERR_ST_OVERLAP
+ *   a gap in the data area, or bytes after the last range  DSV4_ERR_ST_OFFSETS
  * A data area shorter than the largest end offset (a truncated download) is
  * DSV4_ERR_ST_OFFSETS ("end past the data area"): DSV4_ERR_ST_TRUNCATED is
- * only the file too short to hold the header length. Gaps between ranges and
- * bytes after the last range are allowed; unknown keys in an entry are
- * ignored (as the official reader does). Checks run in the order above per
- * entry, entries in header order; the first violation is reported.
+ * only the file too short to hold the header length. Sorted by (begin, end),
+ * the ranges must tile the data area exactly, as in the reference reader: a
+ * range starting before the previous one ends is DSV4_ERR_ST_OVERLAP, a gap
+ * (before the first range, between two, or bytes after the last) is
+ * DSV4_ERR_ST_OFFSETS naming the gap. Tensors need not be aligned to their
+ * element size; unknown keys in an entry are ignored; "__metadata__": null
+ * reads as absent (all as the reference reader does). Refused on purpose
+ * although the reference reads them: safetensors dtypes no model tensor uses
+ * (U8, BOOL, F4, ...: DSV4_ERR_ST_DTYPE, "the model never uses"), more than
+ * DSV4I_MAX_DIMS dimensions, and a repeated key (the reference keeps the last
+ * one silently). tests/data/safetensors-reference holds vectors with the
+ * reference's verdicts. Checks run in the order above per entry, entries in
+ * header order, then the coverage; the first violation is reported.
  */
 #ifndef DSV4I_SAFETENSORS_H
 #define DSV4I_SAFETENSORS_H
@@ -67,6 +77,7 @@ typedef struct dsv4i_st_file {
   dsv4i_st_tensor *tensors; /* in header order */
   size_t n_tensors;
   char *metadata_json;      /* "__metadata__" re-serialised (compact), or NULL */
+  int borrowed;             /* map is the caller's buffer (dsv4i_st_parse): not unmapped */
 } dsv4i_st_file;
 
 /**
@@ -80,6 +91,12 @@ typedef struct dsv4i_st_file {
  *         DSV4_ERR_OUT_OF_MEMORY. On failure *out is zeroed and nothing is held.
  */
 dsv4_status dsv4i_st_open(const char *path, dsv4i_st_file *out);
+/**
+ * The same validation on a shard already in memory (buf, size bytes; borrowed,
+ * must outlive *out). `name` stands for the path in messages. Statuses of
+ * dsv4i_st_open minus the file ones. The fuzz target's entry.
+ */
+dsv4_status dsv4i_st_parse(const char *name, const uint8_t *buf, size_t size, dsv4i_st_file *out);
 /** Unmap and free; leaves *f zeroed. A zeroed or NULL f is a no-op. */
 void dsv4i_st_close(dsv4i_st_file *f);
 /** Pointer to a tensor's bytes inside the mapping (pages load on first touch). */
@@ -95,6 +112,8 @@ typedef struct dsv4i_ckpt_entry {
   const char *name;            /* borrowed from the shard's tensor */
   int32_t shard;
   const dsv4i_st_tensor *t;
+  void *copy;                  /* owned aligned copy when the mapped bytes are not
+                                  aligned to the element size; else NULL */
 } dsv4i_ckpt_entry;
 
 typedef struct dsv4i_checkpoint {
@@ -104,6 +123,8 @@ typedef struct dsv4i_checkpoint {
   dsv4i_ckpt_entry *entries;   /* sorted by name (strcmp) */
   size_t n_entries;
   uint64_t payload_bytes;      /* sum of nbytes */
+  size_t n_realigned;          /* entries with a copy */
+  uint64_t realigned_bytes;    /* bytes of those copies (64-byte rounded) */
 } dsv4i_checkpoint;
 
 /**
@@ -115,6 +136,8 @@ typedef struct dsv4i_checkpoint {
  * must name a tensor that is in that shard, every tensor of those shards must
  * be in the index, and total_size must equal the summed payload bytes.
  * Without an index, a single model.safetensors. Names are unique across shards.
+ * Tensors not aligned to their element size in the file are copied once
+ * into aligned memory (n_realigned, realigned_bytes); the rest stay mapped.
  *
  * @param dir [in] the directory; copied into out->dir.
  * @param out [out] zeroed first; filled on success. Close with dsv4i_checkpoint_close.
@@ -134,12 +157,20 @@ typedef struct dsv4i_checkpoint {
  *         On failure *out is zeroed and nothing is held or mapped.
  */
 dsv4_status dsv4i_checkpoint_open(const char *dir, dsv4i_checkpoint *out);
+/**
+ * The index checks that need no shard, on the text of an index (len bytes;
+ * `name` stands for the path in messages): JSON, structure, metadata, shard
+ * names. DSV4_OK or the index statuses of dsv4i_checkpoint_open. The fuzz
+ * target's entry.
+ */
+dsv4_status dsv4i_index_check_text(const char *name, const char *buf, size_t len);
 /** Close every shard and free; leaves *c zeroed. A zeroed or NULL c is a no-op. */
 void dsv4i_checkpoint_close(dsv4i_checkpoint *c);
 /** Binary search by name; NULL if absent. */
 const dsv4i_ckpt_entry *dsv4i_checkpoint_find(const dsv4i_checkpoint *c, const char *name);
-/** Pointer to an entry's bytes inside its shard's mapping. */
+/** Pointer to an entry's bytes: its aligned copy, else inside its shard's mapping. */
 static inline const void *dsv4i_checkpoint_data(const dsv4i_checkpoint *c, const dsv4i_ckpt_entry *e) {
+  if (e->copy) return e->copy;
   return dsv4i_st_data(&c->shards[e->shard], e->t);
 }
 

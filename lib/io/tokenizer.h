@@ -24,6 +24,13 @@ typedef struct dsv4i_special_ids {
  * (other model type, merge naming an unknown token, bad regex, ...).
  */
 dsv4_status dsv4i_tokenizer_load(const char *dir, dsv4i_tokenizer **out);
+/**
+ * The same from the texts of tokenizer.json (len bytes) and, when cfg_json
+ * is not NULL, tokenizer_config.json; `origin` prefixes messages. The
+ * loader's core (and the fuzz target's entry). Statuses as above minus I/O.
+ */
+dsv4_status dsv4i_tokenizer_load_text(const char *origin, const char *json, size_t len,
+                                      const char *cfg_json, size_t cfg_len, dsv4i_tokenizer **out);
 void dsv4i_tokenizer_free(dsv4i_tokenizer *tok);
 
 int32_t dsv4i_tokenizer_vocab_size(const dsv4i_tokenizer *tok);
@@ -89,5 +96,15 @@ void dsv4i_detok_free(dsv4i_detok *d);
 dsv4_status dsv4i_detok_push(dsv4i_detok *d, int32_t id, dsv4i_str *out);
 /** Append what is held back (invalid bytes as U+FFFD) and start over. */
 dsv4_status dsv4i_detok_flush(dsv4i_detok *d, dsv4i_str *out);
+
+/**
+ * dsv4i_tokenizer_encode where bytes with plain[i] != 0 never become part of
+ * an added (special) token: such a match is encoded as ordinary text, the
+ * way the Rust tokenizer treats special tokens with encode_special_tokens
+ * set (for every added token here). Text between the remaining matches is
+ * pre-tokenized as one piece, plain bytes included. plain NULL: encode.
+ */
+dsv4_status dsv4i_tokenizer_encode_masked(const dsv4i_tokenizer *tok, const char *text, size_t len,
+                                          const uint8_t *plain, int32_t **ids, size_t *n_ids);
 
 #endif /* DSV4I_TOKENIZER_H */

@@ -119,6 +119,7 @@ size_t tk_utf8_check(const char *str, size_t len, const char **what) {
                (b == 0xF0 && len - i > 1 && s[i + 1] < 0x90))
         *what = "overlong encoding";
       else if (b == 0xED && len - i > 1 && s[i + 1] >= 0xA0) *what = "UTF-16 surrogate";
+      else if (b >= 0xF8) *what = "a byte that never appears in UTF-8 (0xF8..0xFF)";
       else if (b >= 0xF5 || (b == 0xF4 && len - i > 1 && s[i + 1] >= 0x90))
         *what = "code point above U+10FFFF";
       else *what = "invalid or truncated sequence";
@@ -150,6 +151,7 @@ uint32_t tk_utf8_get(const char *str, size_t len, size_t *n) {
 }
 
 size_t tk_utf8_lossy_append(const char *str, size_t len, int hold_tail, dsv4i_str *out) {
+  if (len == 0) return 0; /* str may be NULL (nothing decoded): no pointer arithmetic on it */
   static const char repl[3] = {(char)0xEF, (char)0xBF, (char)0xBD};
   const uint8_t *s = (const uint8_t *)str;
   size_t i = 0, run = 0; /* run: start of the pending valid stretch */

@@ -123,7 +123,21 @@ typedef struct enc_ctx {
   dsv4i_str *prefixed; /* [n_stages] ByteLevel add_prefix_space copies */
   tk_bpe_scratch bpe;
   tk_idvec ids;
+  const uint8_t *plain; /* [base_len] non-zero: no added token may match here, or NULL */
+  const char *base;     /* the raw text plain indexes */
+  size_t base_len;
+  int piece_plain;      /* the raw piece being normalized holds plain bytes */
 } enc_ctx;
+
+/* An added-token match at s[start, end) that must stay text (see encode_masked). */
+static int match_is_plain(const enc_ctx *c, const char *s, size_t start, size_t end) {
+  if (!c->plain) return 0;
+  if (s < c->base || s >= c->base + c->base_len) return c->piece_plain; /* normalized copy */
+  const size_t o = (size_t)(s - c->base);
+  for (size_t i = o + start; i < o + end; i++)
+    if (c->plain[i]) return 1;
+  return 0;
+}
 
 static dsv4_status pretok(enc_ctx *c, const char *s, size_t len, size_t k) {
   const dsv4i_tokenizer *tok = c->tok;
@@ -174,6 +188,7 @@ static dsv4_status split_added(enc_ctx *c, const tk_trie *t, const char *s, size
     const tk_added *a = &tok->added[k];
     size_t start = i, stop = end, cs;
     i = end; /* the matcher continues after the match, whatever happens to it */
+    if (match_is_plain(c, s, start, stop)) continue;
     if (a->single_word) {
       int start_space = start == 0 || !is_word_char(cp_before(s, start, &cs));
       size_t n;
@@ -212,6 +227,7 @@ static dsv4_status after_norm_piece(enc_ctx *c, const char *s, size_t len) {
 
 static dsv4_status raw_piece(enc_ctx *c, const char *s, size_t len) {
   const dsv4i_tokenizer *tok = c->tok;
+  if (c->plain) c->piece_plain = match_is_plain(c, s, 0, len);
   if (tok->n_norms == 0) return split_added(c, &tok->trie_norm, s, len, after_norm_piece);
   dsv4i_str norm = {0};
   dsv4_status st = tk_normalize(tok, s, len, &norm);
@@ -249,6 +265,11 @@ dsv4_status tk_normalize(const dsv4i_tokenizer *tok, const char *s, size_t len, 
 
 dsv4_status dsv4i_tokenizer_encode(const dsv4i_tokenizer *tok, const char *text, size_t len,
                                    int32_t **ids, size_t *n_ids) {
+  return dsv4i_tokenizer_encode_masked(tok, text, len, NULL, ids, n_ids);
+}
+
+dsv4_status dsv4i_tokenizer_encode_masked(const dsv4i_tokenizer *tok, const char *text, size_t len,
+                                          const uint8_t *plain, int32_t **ids, size_t *n_ids) {
   if (ids) *ids = NULL;
   if (n_ids) *n_ids = 0;
   if (!tok || !ids || !n_ids || (!text && len > 0))
@@ -258,12 +279,16 @@ dsv4_status dsv4i_tokenizer_encode(const dsv4i_tokenizer *tok, const char *text,
   const char *what;
   size_t bad = tk_utf8_check(text, len, &what);
   if (bad != len)
-    return dsv4i_error(DSV4_ERR_INVALID_UTF8, "tokenizer encode: invalid text at byte %zu: %s", bad, what);
+    return dsv4i_error(DSV4_ERR_INVALID_UTF8, "tokenizer encode: invalid text at byte %zu (0x%02X): %s", bad,
+                       (unsigned)(unsigned char)text[bad], what);
   if (len == 0) return DSV4_OK;
 
   enc_ctx c;
   memset(&c, 0, sizeof c);
   c.tok = tok;
+  c.plain = plain;
+  c.base = text;
+  c.base_len = len;
   dsv4_status st = DSV4_OK;
   size_t ns = tok->n_stages ? tok->n_stages : 1;
   c.spans = dsv4i_calloc(ns, sizeof *c.spans, "tokenizer splits");

@@ -25,25 +25,18 @@
 
 #define MAX_IDS (1 << 24) /* sanity bound on token ids */
 
-static dsv4_status open_json(const char *path, int required, json_t **out) {
+/* Parse one JSON text (origin names it in messages); an object is required. */
+static dsv4_status parse_json(const char *origin, const char *buf, size_t len, json_t **out) {
   *out = NULL;
-  char *buf;
-  size_t len;
-  dsv4_status s = dsv4i_read_file(path, (size_t)1 << 30, "tokenizer file", &buf, &len);
-  if (s == DSV4_ERR_NOT_FOUND && !required) {
-    dsv4i_error_clear();
-    return DSV4_OK;
-  }
-  if (s != DSV4_OK) return s;
   json_error_t jerr;
   json_t *root = json_loadb(buf, len, 0, &jerr);
-  free(buf);
+  if (!root && dsv4i_json_oom(&jerr, origin)) return DSV4_ERR_OUT_OF_MEMORY;
   if (!root)
-    return dsv4i_error(DSV4_ERR_JSON, "%s: line %d column %d: %s", path, jerr.line, jerr.column,
+    return dsv4i_error(DSV4_ERR_JSON, "%s: line %d column %d: %s", origin, jerr.line, jerr.column,
                        jerr.text);
   if (!json_is_object(root)) {
     json_decref(root);
-    return dsv4i_error(DSV4_ERR_JSON, "%s: top level is not a JSON object", path);
+    return dsv4i_error(DSV4_ERR_JSON, "%s: top level is not a JSON object", origin);
   }
   *out = root;
   return DSV4_OK;
@@ -387,36 +380,54 @@ out:
   return st;
 }
 
-dsv4_status dsv4i_tokenizer_load(const char *dir, dsv4i_tokenizer **out) {
+dsv4_status dsv4i_tokenizer_load_text(const char *origin, const char *json, size_t len,
+                                      const char *cfg_json, size_t cfg_len, dsv4i_tokenizer **out) {
   if (!out) return dsv4i_error(DSV4_ERR_INVALID_ARG, "tokenizer load: out is NULL");
   *out = NULL;
-  if (!dir) return dsv4i_error(DSV4_ERR_INVALID_ARG, "tokenizer load: dir is NULL");
-  char *path = dsv4i_path_join(dir, "tokenizer.json");
-  char *cpath = dsv4i_path_join(dir, "tokenizer_config.json");
+  if (!origin || !json)
+    return dsv4i_error(DSV4_ERR_INVALID_ARG, "tokenizer load: origin or text is NULL");
   json_t *root = NULL, *cfg = NULL;
   dsv4i_tokenizer *tok = NULL;
-  dsv4_status st = DSV4_ERR_OUT_OF_MEMORY;
-  if (!path || !cpath) goto done;
-  if ((st = open_json(path, 1, &root)) != DSV4_OK) goto done;
-  if ((st = open_json(cpath, 0, &cfg)) != DSV4_OK) goto done;
-  tok = dsv4i_calloc(1, sizeof *tok, "tokenizer");
-  if (!tok) {
-    st = DSV4_ERR_OUT_OF_MEMORY;
-    goto done;
+  dsv4_status st = parse_json("tokenizer.json", json, len, &root);
+  if (st == DSV4_OK && cfg_json) st = parse_json("tokenizer_config.json", cfg_json, cfg_len, &cfg);
+  if (st == DSV4_OK) {
+    tok = dsv4i_calloc(1, sizeof *tok, "tokenizer");
+    st = tok ? load_into(tok, root, cfg) : DSV4_ERR_OUT_OF_MEMORY;
   }
-  st = load_into(tok, root, cfg);
-  if (st != DSV4_OK && st != DSV4_ERR_OUT_OF_MEMORY) dsv4i_error_prefix("%s", dir);
-done:
+  if (st != DSV4_OK && st != DSV4_ERR_OUT_OF_MEMORY) dsv4i_error_prefix("%s", origin);
   if (root) json_decref(root);
   if (cfg) json_decref(cfg);
-  free(path);
-  free(cpath);
   if (st != DSV4_OK) {
     dsv4i_tokenizer_free(tok);
     return st;
   }
   *out = tok;
   return DSV4_OK;
+}
+
+dsv4_status dsv4i_tokenizer_load(const char *dir, dsv4i_tokenizer **out) {
+  if (!out) return dsv4i_error(DSV4_ERR_INVALID_ARG, "tokenizer load: out is NULL");
+  *out = NULL;
+  if (!dir) return dsv4i_error(DSV4_ERR_INVALID_ARG, "tokenizer load: dir is NULL");
+  char *path = dsv4i_path_join(dir, "tokenizer.json");
+  char *cpath = dsv4i_path_join(dir, "tokenizer_config.json");
+  char *text = NULL, *ctext = NULL;
+  size_t len = 0, clen = 0;
+  dsv4_status st = DSV4_ERR_OUT_OF_MEMORY;
+  if (path && cpath) st = dsv4i_read_file(path, (size_t)1 << 30, "tokenizer file", &text, &len);
+  if (st == DSV4_OK) {
+    st = dsv4i_read_file(cpath, (size_t)1 << 30, "tokenizer file", &ctext, &clen);
+    if (st == DSV4_ERR_NOT_FOUND) { /* optional */
+      dsv4i_error_clear();
+      st = DSV4_OK;
+    }
+  }
+  if (st == DSV4_OK) st = dsv4i_tokenizer_load_text(dir, text, len, ctext, clen, out);
+  free(text);
+  free(ctext);
+  free(path);
+  free(cpath);
+  return st;
 }
 
 void dsv4i_tokenizer_free(dsv4i_tokenizer *tok) {

@@ -52,8 +52,9 @@ void dsv4i_accept_row(const float *logits, int32_t V, const dsv4i_accept_req *r,
                       int32_t *accepted, int32_t *token) {
   double *p = scratch, *q = scratch + V;
   const int32_t d = r->draft;
+  if (r->n_valid > 0 && r->n_valid < V) V = r->n_valid; /* ids past the tokenizer's: never drawn */
   double qd;
-  if (r->q) {
+  if (r->q && d < V) {
     softmax(r->q, V, r->q_temperature, q);
     qd = q[d];
   } else {
@@ -61,7 +62,8 @@ void dsv4i_accept_row(const float *logits, int32_t V, const dsv4i_accept_req *r,
   }
   if (!(qd > 0.0)) qd = one_hot(q, V, d); /* not a draw of that q: a fixed token */
   softmax(logits, V, r->temperature, p);
-  if (dsv4i_accept_uniform(r->seed, DSV4I_TAG_ACCEPT, r->pos, 0) * qd < p[d]) {
+  const double pd = d < V ? p[d] : 0.0;
+  if (dsv4i_accept_uniform(r->seed, DSV4I_TAG_ACCEPT, r->pos, 0) * qd < pd) {
     *accepted = 1;
     *token = d;
     return;

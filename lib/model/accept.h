@@ -24,7 +24,7 @@ typedef struct dsv4i_accept_req {
   float temperature;   /**< target temperature, > 0 */
   float q_temperature; /**< the draft's temperature (with q) */
   int32_t draft;       /**< the draft token d, in [0, vocab) */
-  int32_t reserved;
+  int32_t n_valid;     /**< only ids < n_valid are drawn (the tokenizer's; 0: all V) */
   uint64_t seed;       /**< the sequence's seed */
   int64_t pos;         /**< the draft's position */
   const float *q;      /**< host f32 [vocab]: logits the draft was drawn from; NULL = one-hot */

@@ -359,7 +359,9 @@ dsv4_status dsv4i_config_parse(const char *json_text, size_t len, const char *or
   json_error_t jerr;
   json_t *root = json_loadb(json_text, len, JSON_REJECT_DUPLICATES, &jerr);
   if (!root)
-    return dsv4i_error(DSV4_ERR_JSON, "%s:%d:%d: %s", p.origin, jerr.line, jerr.column, jerr.text);
+    return dsv4i_json_oom(&jerr, p.origin)
+               ? DSV4_ERR_OUT_OF_MEMORY
+               : dsv4i_error(DSV4_ERR_JSON, "%s:%d:%d: %s", p.origin, jerr.line, jerr.column, jerr.text);
   dsv4_status s;
   json_t *text = NULL;
   if (!json_is_object(root)) {

@@ -63,7 +63,7 @@ typedef struct cp_buf {
 static int cp_push(cp_buf *b, int32_t c) {
   if (b->n == b->cap) {
     size_t cap = b->cap ? b->cap * 2 : 64;
-    int32_t *p = realloc(b->v, cap * sizeof *p);
+    int32_t *p = DSV4I_FAULT() ? NULL : realloc(b->v, cap * sizeof *p);
     if (!p) return 0;
     b->v = p;
     b->cap = cap;
@@ -78,7 +78,7 @@ static int str_append_bytes(dsv4i_str *s, const void *p, size_t n) {
   if (s->len + n + 1 > s->cap) {
     size_t cap = s->cap ? s->cap : 64;
     while (cap < s->len + n + 1) cap *= 2;
-    char *nb = realloc(s->buf, cap);
+    char *nb = DSV4I_FAULT() ? NULL : realloc(s->buf, cap);
     if (!nb) {
       s->oom = 1;
       return 0;

@@ -34,27 +34,6 @@ static dsv4_status map_shards(struct dsv4_model *m) {
   return DSV4_OK;
 }
 
-/* The backends read weights in place from the mapping (design §5), as arrays
- * of their dtype: every tensor must start at a multiple of its element size.
- * The official writer guarantees it (header padded to 8, tensors ordered by
- * dtype size); a shard that breaks it is refused here rather than read with
- * misaligned loads. */
-static dsv4_status check_alignment(const struct dsv4_model *m) {
-  for (size_t i = 0; i < m->ckpt.n_entries; i++) {
-    const dsv4i_ckpt_entry *e = &m->ckpt.entries[i];
-    const size_t a = dsv4i_dtype_size(e->t->dtype);
-    if (a > 1 && e->t->offset % a != 0)
-      return dsv4i_error(DSV4_ERR_ST_OFFSETS,
-                         "%s: tensor '%s' (%s) starts at file offset %llu, not a multiple of its "
-                         "%zu-byte element; weights are read in place, so every tensor must be "
-                         "aligned to its dtype (data area at %llu)",
-                         m->ckpt.shards[e->shard].path, e->name, dsv4i_dtype_name(e->t->dtype),
-                         (unsigned long long)e->t->offset, a,
-                         (unsigned long long)m->ckpt.shards[e->shard].data_start);
-  }
-  return DSV4_OK;
-}
-
 static dsv4_status open_all(struct dsv4_model *m) {
   char *cfg_path = dsv4i_path_join(m->dir, "config.json");
   if (!cfg_path) return DSV4_ERR_OUT_OF_MEMORY;
@@ -68,7 +47,11 @@ static dsv4_status open_all(struct dsv4_model *m) {
   if (!(m->flags & DSV4_MODEL_F_CONFIG_ONLY)) {
     if ((s = dsv4i_checkpoint_open(m->dir, &m->ckpt))) return s;
     if ((s = dsv4i_contract_check(&m->contract, &m->ckpt, m->dir))) return s;
-    if ((s = check_alignment(m))) return s;
+    if (m->ckpt.n_realigned)
+      dsv4i_log(&m->log, DSV4_LOG_INFO,
+                "%s: %zu tensors are not aligned to their element size in the shards; copied "
+                "once into %llu bytes of aligned memory (the rest stays mapped)", m->dir,
+                m->ckpt.n_realigned, (unsigned long long)m->ckpt.realigned_bytes);
   }
   if ((s = map_shards(m))) return s;
   if ((s = dsv4i_weights_build(&m->cfg, &m->contract, &m->weights))) return s;
@@ -125,3 +108,5 @@ char *dsv4i_model_error_slot(const struct dsv4_model *m) { return m->last_error;
 int32_t dsv4i_model_shard_of(const struct dsv4_model *m, size_t i) {
   return i < m->contract.n ? m->shard_of[i] : -1;
 }
+
+uint64_t dsv4i_model_realigned_bytes(const struct dsv4_model *m) { return m->ckpt.realigned_bytes; }

@@ -39,6 +39,8 @@ const dsv4i_weights *dsv4i_model_weights(const struct dsv4_model *m);
 const char *dsv4i_model_dir(const struct dsv4_model *m);
 /** DSV4_MODEL_F_* flags of the load. */
 uint32_t dsv4i_model_flags(const struct dsv4_model *m);
+/** Bytes of checkpoint tensors copied to aligned memory at load (not aligned in the shard). */
+uint64_t dsv4i_model_realigned_bytes(const struct dsv4_model *m);
 /** The handle's last-error slot, char [DSV4I_ERROR_CAP]. */
 char *dsv4i_model_error_slot(const struct dsv4_model *m);
 /** Shard of contract tensor i, -1 when config-only. */

@@ -34,6 +34,11 @@ int tu_copy_dir(const char *src, const char *dst);
 /* path join into a malloc'd string */
 char *tu_join(const char *a, const char *b);
 
+/* Bad-input catalogue (docs/bad-inputs.md, tests/tools/bad-input-catalogue.sh):
+ * with DSV4_CATALOGUE set, append "area, case, status, message" for a bad
+ * input a test fed and the answer it checked. No-op otherwise. */
+void tu_catalogue(const char *area, const char *name, int status, const char *message);
+
 /* bf16 bits <-> float for comparing goldens stored as f32 */
 float tu_bf16_to_f32(uint16_t b);
 

@@ -263,6 +263,7 @@ static void run_ck_case(void **state) {
   dsv4_status st = dsv4i_checkpoint_open(dir, &c);
   if (st != k->want)
     fail_msg("%s: status %d, want %d; message: %s", k->name, st, k->want, dsv4i_error_message());
+  tu_catalogue("checkpoint directory", k->name, st, dsv4i_error_message());
   print_message("  -> %s\n", dsv4i_error_message());
   assert_msg_has(dir);
   assert_msg_has(k->needles[0]);

@@ -420,6 +420,7 @@ static void run_bad_case(void **state) {
   if (s != bc->want || !strstr(msg, bc->needle) || strncmp(msg, "config.json", 11) != 0)
     fail_msg("%s: status %d (want %d), message \"%s\" (want \"%s\")", bc->name, (int)s,
              (int)bc->want, msg, bc->needle);
+  tu_catalogue("config.json", bc->name, s, msg);
   assert_int_equal(c.n_layers, 0); /* zeroed on failure */
   free(text);
 }

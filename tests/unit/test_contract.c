@@ -250,7 +250,7 @@ static int by_tensor_name(const void *a, const void *b) {
 
 static const dsv4i_checkpoint *fake_finish(fake_ckpt *f) {
   qsort(f->t, f->n, sizeof *f->t, by_tensor_name);
-  for (size_t i = 0; i < f->n; i++) f->e[i] = (dsv4i_ckpt_entry){f->t[i].name, 0, &f->t[i]};
+  for (size_t i = 0; i < f->n; i++) f->e[i] = (dsv4i_ckpt_entry){f->t[i].name, 0, &f->t[i], NULL};
   memset(&f->ck, 0, sizeof f->ck);
   f->ck.entries = f->e;
   f->ck.n_entries = f->n;

@@ -246,8 +246,9 @@ static void large_sparse_file(void **state) {
 
 /* ---- reader: valid inputs ------------------------------------------------- */
 
-/* Accepted on purpose: gaps, trailing bytes, zero-size tensors sharing an
- * offset, scalars, unknown entry keys, space padding, metadata. */
+/* Accepted as the reference reader accepts them: zero-size tensors at a
+ * range boundary, scalars, unknown entry keys, space padding, metadata,
+ * tensors not aligned to their element size (odd, unpadded header). */
 static void reader_accepts_edge_cases(void **state) {
   (void)state;
   char *dir = tu_mkdtemp();
@@ -255,10 +256,10 @@ static void reader_accepts_edge_cases(void **state) {
   write_shard(path, -1,
               "{\"__metadata__\":{\"format\":\"pt\",\"x\":\"y\"},"
               "\"s\":{\"dtype\":\"F32\",\"shape\":[],\"data_offsets\":[0,4],\"extra\":[1]},"
-              "\"e1\":{\"dtype\":\"BF16\",\"shape\":[0,3],\"data_offsets\":[2,2]},"
-              "\"e2\":{\"dtype\":\"I8\",\"shape\":[4,0],\"data_offsets\":[2,2]},"
-              "\"g\":{\"dtype\":\"F16\",\"shape\":[2],\"data_offsets\":[8,12]}}        ",
-              20);
+              "\"e1\":{\"dtype\":\"BF16\",\"shape\":[0,3],\"data_offsets\":[4,4]},"
+              "\"e2\":{\"dtype\":\"I8\",\"shape\":[4,0],\"data_offsets\":[4,4]},"
+              "\"g\":{\"dtype\":\"F16\",\"shape\":[2],\"data_offsets\":[4,8]}}        ",
+              8);
   dsv4i_st_file f;
   assert_int_equal(dsv4i_st_open(path, &f), DSV4_OK);
   assert_int_equal(f.n_tensors, 4);
@@ -266,13 +267,26 @@ static void reader_accepts_edge_cases(void **state) {
   assert_int_equal(f.tensors[0].ndim, 0);
   assert_int_equal(f.tensors[0].nbytes, 4);
   assert_int_equal(f.tensors[1].nbytes, 0);
-  assert_int_equal(f.tensors[3].offset, f.data_start + 8);
+  assert_int_equal(f.tensors[3].offset, f.data_start + 4);
   assert_string_equal(f.metadata_json, "{\"format\":\"pt\",\"x\":\"y\"}");
   dsv4i_st_close(&f);
 
   write_shard(path, -1, "{}", 0); /* no tensors at all */
   assert_int_equal(dsv4i_st_open(path, &f), DSV4_OK);
   assert_int_equal(f.n_tensors, 0);
+  dsv4i_st_close(&f);
+
+  /* header of 63 bytes (data area at 71), an I8 first: the F32 starts at 72 */
+  write_shard(path, -1,
+              "{\"a\":{\"dtype\":\"I8\",\"shape\":[1],\"data_offsets\":[0,1]},\"b\":{\"dtype\":\"F32\","
+              "\"shape\":[1],\"data_offsets\":[1,5]}}     ", 5);
+  assert_int_equal(dsv4i_st_open(path, &f), DSV4_OK);
+  assert_int_equal(f.data_start % 2, 1);
+  assert_int_equal(f.tensors[1].offset % 4, 0);
+  dsv4i_st_close(&f);
+  write_shard(path, -1, "{\"__metadata__\":null}", 0); /* null metadata reads as absent */
+  assert_int_equal(dsv4i_st_open(path, &f), DSV4_OK);
+  assert_null(f.metadata_json);
   dsv4i_st_close(&f);
   tu_rmtree(dir);
   free(path);
@@ -328,6 +342,92 @@ static void open_missing_dir_and_null(void **state) {
   free(dir);
 }
 
+/* ---- reader vs the reference reader -----------------------------------------
+ * tests/data/safetensors-reference/vectors.json: generated shards, each with
+ * the verdict of the `safetensors` package. Every shard it accepts opens here
+ * and every shard it refuses is refused, except these refusals on purpose:
+ * dtypes no tensor of the model uses (the contract could never take them),
+ * more dimensions than DSV4I_MAX_DIMS, and a key repeated in one object
+ * (the reference keeps the last silently; a tensor name twice is ambiguous). */
+static const struct {
+  const char *name;
+  dsv4_status status;
+} k_refused_on_purpose[] = {
+  {"dtype_u8", DSV4_ERR_ST_DTYPE},       {"dtype_bool", DSV4_ERR_ST_DTYPE},
+  {"dtype_f4", DSV4_ERR_ST_DTYPE},       {"dims_9", DSV4_ERR_UNSUPPORTED},
+  {"duplicate_name_same_entry", DSV4_ERR_ST_DUPLICATE},
+  {"duplicate_metadata_key", DSV4_ERR_ST_DUPLICATE},
+};
+
+static size_t b64_decode(const char *in, uint8_t *out) {
+  static const char k[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  uint32_t acc = 0;
+  int bits = 0;
+  size_t n = 0;
+  for (; *in && *in != '='; in++) {
+    const char *p = strchr(k, *in);
+    assert_non_null(p);
+    acc = (acc << 6) | (uint32_t)(p - k);
+    bits += 6;
+    if (bits >= 8) {
+      bits -= 8;
+      out[n++] = (uint8_t)(acc >> bits);
+    }
+  }
+  return n;
+}
+
+static void reference_vectors(void **state) {
+  (void)state;
+  char *vpath = tu_join(getenv("DSV4_SOURCE_ROOT"), "tests/data/safetensors-reference/vectors.json");
+  json_error_t je;
+  json_t *doc = json_load_file(vpath, 0, &je);
+  if (!doc) fail_msg("%s: %s", vpath, je.text);
+  char *dir = tu_mkdtemp();
+  char *path = tu_join(dir, "vector.safetensors");
+  size_t i, n_accept = 0, n_reject = 0;
+  json_t *v;
+  json_array_foreach(json_object_get(doc, "vectors"), i, v) {
+    const char *name = json_string_value(json_object_get(v, "name"));
+    const char *b64 = json_string_value(json_object_get(v, "bytes_b64"));
+    const int ref_ok = strcmp(json_string_value(json_object_get(v, "reference")), "accept") == 0;
+    uint8_t *bytes = malloc(strlen(b64) + 1);
+    assert_non_null(bytes);
+    assert_int_equal(tu_write_file(path, bytes, b64_decode(b64, bytes)), 0);
+    free(bytes);
+    dsv4_status want = ref_ok ? DSV4_OK : DSV4_ERR_INVALID_ARG; /* any refusal when < 0 */
+    for (size_t k = 0; k < DSV4I_ARRAY_LEN(k_refused_on_purpose); k++)
+      if (strcmp(name, k_refused_on_purpose[k].name) == 0) want = k_refused_on_purpose[k].status;
+    dsv4i_st_file f;
+    dsv4i_error_clear();
+    const dsv4_status st = dsv4i_st_open(path, &f);
+    print_message("  %-26s reference %s, here %s %s\n", name, ref_ok ? "accepts" : "refuses",
+                  dsv4_status_string(st), dsv4i_error_message());
+    if (want == DSV4_OK && st != DSV4_OK)
+      fail_msg("%s: the reference accepts it; refused: %s", name, dsv4i_error_message());
+    if (want == DSV4_ERR_INVALID_ARG && st == DSV4_OK)
+      fail_msg("%s: the reference refuses it (%s); accepted", name,
+               json_string_value(json_object_get(v, "reference_error")));
+    if (want != DSV4_OK && want != DSV4_ERR_INVALID_ARG && st != want)
+      fail_msg("%s: refused on purpose with status %d, got %d", name, want, st);
+    if (st == DSV4_OK) {
+      n_accept++;
+      dsv4i_st_close(&f);
+    } else {
+      n_reject++;
+      char cname[96];
+      snprintf(cname, sizeof cname, "reference vector %s", name);
+      tu_catalogue("safetensors shard", cname, st, dsv4i_error_message());
+    }
+  }
+  assert_true(n_accept >= 10 && n_reject >= 20);
+  json_decref(doc);
+  tu_rmtree(dir);
+  free(path);
+  free(dir);
+  free(vpath);
+}
+
 /* ---- reader: one named case per violation ---------------------------------- */
 
 typedef struct bad_case {
@@ -365,8 +465,19 @@ static const bad_case k_bad[] = {
    DSV4_ERR_ST_HEADER, "'w.x': shape[0] is a real"},
   {"bad_metadata_not_strings", "{\"__metadata__\":{\"n\":1}}", -1, 0, NULL, 0, DSV4_ERR_ST_HEADER,
    "\"__metadata__\".\"n\""},
-  {"bad_unknown_dtype", "{" T("w.x", ENTRY("F4", "[2]", "[0,1]")) "}", -1, 1, NULL, 0,
-   DSV4_ERR_ST_DTYPE, "'w.x': unknown dtype \"F4\""},
+  {"bad_unknown_dtype", "{" T("w.x", ENTRY("F5", "[2]", "[0,1]")) "}", -1, 1, NULL, 0,
+   DSV4_ERR_ST_DTYPE, "'w.x': unknown dtype \"F5\""},
+  {"bad_unread_dtype_u8", "{" T("w.x", ENTRY("U8", "[2]", "[0,2]")) "}", -1, 2, NULL, 0,
+   DSV4_ERR_ST_DTYPE, "'w.x': the model never uses the safetensors dtype \"U8\""},
+  {"bad_gap_between", "{" T("w.a", ENTRY("I8", "[1]", "[0,1]")) "," T("w.b", ENTRY("I8", "[1]", "[2,3]")) "}",
+   -1, 3, NULL, 0, DSV4_ERR_ST_OFFSETS, "gap in the data area: bytes [1, 2) before tensor 'w.b'"},
+  {"bad_gap_at_start", "{" T("w.a", ENTRY("I8", "[1]", "[1,2]")) "}", -1, 2, NULL, 0,
+   DSV4_ERR_ST_OFFSETS, "gap in the data area: bytes [0, 1) before tensor 'w.a'"},
+  {"bad_bytes_after_last", "{" T("w.a", ENTRY("I8", "[1]", "[0,1]")) "}", -1, 9, NULL, 0,
+   DSV4_ERR_ST_OFFSETS, "8 bytes [1, 9) after the last tensor belong to no tensor"},
+  {"bad_bytes_no_tensors", "{}", -1, 3, NULL, 0, DSV4_ERR_ST_OFFSETS, "3 bytes [0, 3) after the header"},
+  {"bad_empty_inside", "{" T("w.a", ENTRY("I8", "[4]", "[0,4]")) "," T("w.z", ENTRY("I8", "[0]", "[2,2]")) "}",
+   -1, 4, NULL, 0, DSV4_ERR_ST_OVERLAP, "'w.a' [0, 4) and 'w.z' [2, 2) overlap"},
   {"bad_too_many_dims", "{" T("w.x", ENTRY("I8", "[1,1,1,1,1,1,1,1,1]", "[0,1]")) "}", -1, 1, NULL, 0,
    DSV4_ERR_UNSUPPORTED, "'w.x': 9 dimensions"},
   {"bad_offsets_reversed", "{" T("w.x", ENTRY("I8", "[4]", "[8,4]")) "}", -1, 8, NULL, 0,
@@ -405,6 +516,7 @@ static void run_bad_case(void **state) {
   if (st != c->want)
     fail_msg("%s: status %d, want %d; message: %s", c->name, st, c->want, dsv4i_error_message());
   assert_int_equal(dsv4i_error_status(), c->want);
+  tu_catalogue("safetensors shard", c->name, st, dsv4i_error_message());
   print_message("  -> %s\n", dsv4i_error_message());
   assert_msg_has(path);
   assert_msg_has(c->needle);
@@ -415,7 +527,7 @@ static void run_bad_case(void **state) {
 }
 
 int tu_run_suite(void) {
-  enum { N_FIXED = 8 };
+  enum { N_FIXED = 9 };
   struct CMUnitTest tests[N_FIXED + DSV4I_ARRAY_LEN(k_bad)] = {
     cmocka_unit_test(dtype_table_round_trips),
     cmocka_unit_test(writer_round_trip),
@@ -425,6 +537,7 @@ int tu_run_suite(void) {
     cmocka_unit_test(reader_accepts_edge_cases),
     cmocka_unit_test(golden_fixture_opens),
     cmocka_unit_test(open_missing_dir_and_null),
+    cmocka_unit_test(reference_vectors),
   };
   for (size_t i = 0; i < DSV4I_ARRAY_LEN(k_bad); i++)
     tests[N_FIXED + i] = (struct CMUnitTest){k_bad[i].name, run_bad_case, NULL, NULL, (void *)&k_bad[i]};

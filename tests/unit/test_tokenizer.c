@@ -549,7 +549,9 @@ static void invalid_utf8_and_nul_rejected(void **state) {
     {"\xbf", 1, 0, "continuation"},
     {"\xf4\x90\x80\x80", 4, 0, "U+10FFFF"},
     {"\xf5\x80\x80\x80", 4, 0, "U+10FFFF"},
-    {"\xff", 1, 0, "U+10FFFF"},
+    {"\xff", 1, 0, "(0xFF): a byte that never appears in UTF-8"},
+    {"ab\xf8\x88\x80\x80\x80", 7, 2, "(0xF8): a byte that never appears in UTF-8"},
+    {"\xfe", 1, 0, "never appears in UTF-8"},
     {"a\0b", 3, 1, "NUL"},
     {"\0", 1, 0, "NUL"},
   };
@@ -560,6 +562,9 @@ static void invalid_utf8_and_nul_rejected(void **state) {
     size_t n = 99;
     dsv4_status s = dsv4i_tokenizer_encode(tok, bad[i].s, bad[i].len, &ids, &n);
     if (s != DSV4_ERR_INVALID_UTF8) fail_msg("case %zu: status %d", i, s);
+    char name[32];
+    snprintf(name, sizeof name, "invalid_text_%zu", i);
+    tu_catalogue("text to encode", name, s, dsv4i_error_message());
     assert_null(ids);
     assert_int_equal(n, 0);
     char at[64];
@@ -573,6 +578,21 @@ static void invalid_utf8_and_nul_rejected(void **state) {
   assert_int_equal(n, 0);
   assert_int_equal(dsv4i_tokenizer_encode(tok, NULL, 3, &ids, &n), DSV4_ERR_INVALID_ARG);
   assert_int_equal(dsv4i_tokenizer_encode(NULL, "a", 1, &ids, &n), DSV4_ERR_INVALID_ARG);
+  dsv4i_tokenizer_free(tok);
+  free(dir);
+}
+
+/* Decoding no ids gives "" (found by fuzz_tokenizer_encode: with nothing
+ * decoded the UTF-8 repair did arithmetic on a NULL buffer; UBSan). */
+static void decode_nothing(void **state) {
+  (void)state;
+  char *dir = tiny_dir();
+  dsv4i_tokenizer *tok = load_ok(dir);
+  dsv4i_str out = {0};
+  assert_int_equal(dsv4i_tokenizer_decode(tok, NULL, 0, &out), DSV4_OK);
+  assert_string_equal(dsv4i_str_cstr(&out), "");
+  assert_int_equal(out.len, 0);
+  dsv4i_str_free(&out);
   dsv4i_tokenizer_free(tok);
   free(dir);
 }
@@ -701,6 +721,7 @@ static void run_bad_case(void **state) {
   dsv4i_tokenizer *tok = (dsv4i_tokenizer *)&tok;
   dsv4_status s = dsv4i_tokenizer_load(tmp, &tok);
   if (s != c->status) fail_msg("%s: status %d, want %d (%s)", c->name, s, c->status, dsv4i_error_message());
+  tu_catalogue("tokenizer.json", c->name, s, dsv4i_error_message());
   assert_null(tok);
   if (!strstr(dsv4i_error_message(), c->msg))
     fail_msg("%s: message '%s' lacks '%s'", c->name, dsv4i_error_message(), c->msg);
@@ -845,6 +866,7 @@ int tu_run_suite(void) {
     cmocka_unit_test(one_megabyte_inputs),
     cmocka_unit_test(partial_tokens_and_streaming),
     cmocka_unit_test(invalid_utf8_and_nul_rejected),
+    cmocka_unit_test(decode_nothing),
     cmocka_unit_test(damaged_files_never_crash),
     cmocka_unit_test(dir_problems),
     cmocka_unit_test(concurrent_encode),
