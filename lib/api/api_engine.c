@@ -44,8 +44,8 @@ static void ep_defaults(dsv4_engine_params *p) {
   p->log_level = DSV4_LOG_WARN;
 }
 
-static dsv4_status init_struct(void *dst, size_t struct_size, size_t min, const void *def,
-                               size_t ours, const char *fn) {
+dsv4_status dsv4i_api_params_init(void *dst, size_t struct_size, size_t min, const void *def,
+                                  size_t ours, const char *fn) {
   dsv4i_error_clear();
   if (!dst) return dsv4i_error(DSV4_ERR_INVALID_ARG, "%s: params is NULL", fn);
   if (struct_size < min || struct_size > UINT32_MAX)
@@ -60,14 +60,14 @@ static dsv4_status init_struct(void *dst, size_t struct_size, size_t min, const 
 DSV4_API dsv4_status dsv4_engine_params_init(dsv4_engine_params *params, size_t struct_size) {
   dsv4_engine_params d;
   ep_defaults(&d);
-  return init_struct(params, struct_size, EP_MIN, &d, sizeof d, "dsv4_engine_params_init");
+  return dsv4i_api_params_init(params, struct_size, EP_MIN, &d, sizeof d, "dsv4_engine_params_init");
 }
 
 DSV4_API dsv4_status dsv4_sampling_params_init(dsv4_sampling_params *params, size_t struct_size) {
   dsv4_sampling_params d;
   memset(&d, 0, sizeof d);
   d.struct_size = sizeof d;
-  return init_struct(params, struct_size, SP_MIN, &d, sizeof d, "dsv4_sampling_params_init");
+  return dsv4i_api_params_init(params, struct_size, SP_MIN, &d, sizeof d, "dsv4_sampling_params_init");
 }
 
 /* Params -> engine args with defaults and range checks. */

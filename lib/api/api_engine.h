@@ -24,4 +24,10 @@ dsv4_status dsv4i_api_on_engine(const dsv4_engine *e, dsv4_status s);
 dsv4_status dsv4i_api_sampling(const dsv4_sampling_params *sp, dsv4i_sampling *out,
                                const char *fn);
 
+/* Fill a public params struct: check struct_size against [min, UINT32_MAX],
+ * zero it, copy the defaults `def` (ours bytes) up to struct_size, stamp the size.
+ * fn names the public call in the message. */
+dsv4_status dsv4i_api_params_init(void *dst, size_t struct_size, size_t min, const void *def,
+                                  size_t ours, const char *fn);
+
 #endif /* DSV4I_API_ENGINE_H */

@@ -5,6 +5,7 @@
 #include <stddef.h>
 #include <string.h>
 
+#include "api/api_engine.h"
 #include "api/api_tokenizer.h"
 #include "base/base.h"
 #include "dsv4/dsv4.h"
@@ -46,29 +47,16 @@ static dsv4_status read_params(void *dst, size_t ours, const void *src, size_t m
   return DSV4_OK;
 }
 
-static dsv4_status init_params(void *dst, size_t struct_size, size_t min, const void *def,
-                               size_t ours, const char *fn) {
-  dsv4i_error_clear();
-  if (!dst) return dsv4i_error(DSV4_ERR_INVALID_ARG, "%s: params is NULL", fn);
-  if (struct_size < min || struct_size > UINT32_MAX)
-    return dsv4i_error(DSV4_ERR_PARAMS_SIZE, "%s: struct_size %zu is below the oldest supported "
-                       "size %zu", fn, struct_size, min);
-  memset(dst, 0, struct_size);
-  memcpy(dst, def, struct_size < ours ? struct_size : ours);
-  *(uint32_t *)dst = (uint32_t)struct_size;
-  return DSV4_OK;
-}
-
 DSV4_API dsv4_status dsv4_request_params_init(dsv4_request_params *params, size_t struct_size) {
   dsv4_request_params d;
   rp_defaults(&d);
-  return init_params(params, struct_size, RP_MIN, &d, sizeof d, "dsv4_request_params_init");
+  return dsv4i_api_params_init(params, struct_size, RP_MIN, &d, sizeof d, "dsv4_request_params_init");
 }
 
 DSV4_API dsv4_status dsv4_scheduler_params_init(dsv4_scheduler_params *params, size_t struct_size) {
   dsv4_scheduler_params d;
   sp_defaults(&d);
-  return init_params(params, struct_size, SP_MIN, &d, sizeof d, "dsv4_scheduler_params_init");
+  return dsv4i_api_params_init(params, struct_size, SP_MIN, &d, sizeof d, "dsv4_scheduler_params_init");
 }
 
 DSV4_API dsv4_status dsv4_scheduler_create(dsv4_engine *engine, const dsv4_tokenizer *tok,
