@@ -3,7 +3,7 @@
 # environment (numpy from Debian), then its tests (default model, fixtures,
 # struct layouts against the C compiler) and the README's Python example, run
 # outside the checkout so the installed copy is the one imported.
-# Time: about 30 s on 2 cores (41 s measured under load).
+# Time: about 40 s on 2 cores (41 s measured under load before the serving tests).
 set -euo pipefail
 root=$PWD
 venv=$root/build-python/venv
@@ -20,3 +20,11 @@ timeout 300 "$venv/bin/python" -m unittest discover -s "$root/python/tests" -v
 out=$(timeout 60 "$venv/bin/python" "$root/examples/python/generate.py")
 echo "example: [$out]"
 grep -qxF -- "$out" "$root/README.md"
+# the serving example: its four completions as README shows them, then a chat message
+out=$(timeout 120 "$venv/bin/python" "$root/examples/python/serve.py")
+printf '%s\n' "$out"
+printf '%s\n' "$out" | head -n 4 > "$root/build-python/serve-out.txt"
+grep -A6 -F -- 'the example'"'"'s four completions print' "$root/README.md" | sed -n '4,7p' |
+  diff - "$root/build-python/serve-out.txt"
+printf '%s\n' "$out" | sed -n 5p |
+  "$venv/bin/python" -c 'import json, sys; m = json.load(sys.stdin); sys.exit(m["role"] != "assistant")'

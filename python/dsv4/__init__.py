@@ -5,6 +5,10 @@
     with dsv4.Engine(model) as eng, dsv4.Tokenizer(model) as tok:
         for t in eng.generate("Every evening the old lamplighter", tok, max_tokens=16):
             print(t.text, end="", flush=True)
+        with dsv4.Scheduler(eng, tok) as sched:     # continuous batching, chat format
+            turn = sched.chat([{"role": "user", "content": "Hi"}], max_tokens=32)
+            for ev in turn:                         # ChatEvent(kind, text), streamed
+                print(ev.kind, ev.text)
 
 The shared library is found at $DSV4_LIBRARY, else in the checkout's build/lib,
 else on the system's library path. Failed calls raise dsv4.Error (subclasses by
@@ -12,13 +16,15 @@ kind) with the status and the library's message. Logits come back as numpy
 arrays the library wrote into (numpy is needed only for them)."""
 import os
 
-from . import _ffi
+from . import _ffi, chat
 from ._ffi import (BACKEND_AUTO, BACKEND_CPU, BACKEND_CUDA, TOKEN_BOS, TOKEN_DSPARK_NOISE,
                    TOKEN_EOS, TOKEN_IMAGE, TOKEN_PAD)
+from .chat import ChatEvent, ChatParser
 from .engine import Engine, Sequence, Token
 from .errors import (Aborted, CheckpointError, ContextOverflow, Error, InvalidArgument,
                      KVCacheFull, NotFound, OutOfMemory, UnknownSequence, Unsupported, last_error)
 from .model import Model
+from .scheduler import ChatRequest, Request, Scheduler, TokenEvent
 from .tokenizer import Tokenizer, TokenStream
 
 __version__ = "0.1.0"
@@ -54,7 +60,8 @@ def default_model():
     return None
 
 
-__all__ = ["Engine", "Sequence", "Token", "Model", "Tokenizer", "TokenStream", "Error",
+__all__ = ["Engine", "Sequence", "Token", "Model", "Tokenizer", "TokenStream", "Scheduler",
+           "Request", "ChatRequest", "TokenEvent", "chat", "ChatEvent", "ChatParser", "Error",
            "InvalidArgument", "NotFound", "CheckpointError", "UnknownSequence",
            "ContextOverflow", "KVCacheFull", "Aborted", "Unsupported", "OutOfMemory",
            "last_error", "library_version", "build_info", "status_string", "default_model",

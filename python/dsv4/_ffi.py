@@ -102,12 +102,66 @@ class EngineTimings(Structure):
         "verify_calls", "verify_tokens", "verify_accepted", "verify_ns", "last_verify_ns")]
 
 
+# ---- chat format and scheduler (dsv4_chat_*, dsv4_scheduler_*) ----------------
+CHAT_MODE_CHAT, CHAT_MODE_THINKING = 0, 1
+CHAT_F_PARSE_SPECIAL, CHAT_F_KEEP_REASONING, CHAT_F_NO_BOS = 1, 2, 4
+CHAT_EVENT_REASONING, CHAT_EVENT_CONTENT, CHAT_EVENT_TOOL_CALL, CHAT_EVENT_END = 1, 2, 3, 4
+FINISH_NONE, FINISH_STOP, FINISH_LENGTH, FINISH_ERROR = 0, 1, 2, 3
+REQUEST_F_IGNORE_EOS = 1
+MAX_LOGPROBS = 20
+
+
+class ChatParams(Structure):
+    _fields_ = [("struct_size", c_uint32), ("mode", c_int32), ("flags", c_uint32),
+                ("reasoning_effort", c_int32)]
+
+
+class TokenEvent(Structure):
+    _fields_ = [("struct_size", c_uint32), ("token", c_int32), ("position", c_int64),
+                ("finish", c_int32), ("logprob", c_float), ("n_top", c_int32),
+                ("reserved0", c_int32), ("top_ids", POINTER(c_int32)),
+                ("top_logprobs", POINTER(c_float)), ("text", c_void_p), ("text_len", c_size_t)]
+
+
+CHAT_EVENT_FN = CFUNCTYPE(None, c_int32, c_void_p, c_size_t, c_void_p)
+TOKEN_FN = CFUNCTYPE(None, c_int64, POINTER(TokenEvent), c_void_p)
+
+
+class RequestParams(Structure):
+    _fields_ = [("struct_size", c_uint32), ("temperature", c_float), ("top_k", c_int32),
+                ("top_p", c_float), ("min_p", c_float), ("repetition_penalty", c_float),
+                ("presence_penalty", c_float), ("frequency_penalty", c_float),
+                ("seed", c_uint64), ("max_tokens", c_int32), ("n_logprobs", c_int32),
+                ("flags", c_uint32), ("n_stop_ids", c_int32), ("stop_ids", POINTER(c_int32)),
+                ("n_stop", c_int32), ("stop", POINTER(c_char_p)), ("n_logit_bias", c_int32),
+                ("logit_bias_ids", POINTER(c_int32)), ("logit_bias", POINTER(c_float)),
+                ("on_token", TOKEN_FN), ("user_data", c_void_p)]
+
+
+class SchedulerParams(Structure):
+    _fields_ = [("struct_size", c_uint32), ("max_running", c_int32), ("prefill_chunk", c_int32),
+                ("token_budget", c_int32), ("max_waiting", c_int32), ("prefix_cache", c_int32)]
+
+
+class SchedulerStats(Structure):
+    _fields_ = [("struct_size", c_uint32), ("waiting", c_int32), ("running", c_int32),
+                ("reserved0", c_int32)] + [(n, c_int64) for n in (
+                    "submitted", "finished", "cancelled", "steps", "decode_tokens",
+                    "prefill_tokens", "max_step_tokens", "prefix_hits", "prefix_misses",
+                    "prefix_tokens_reused", "prefix_evictions")] + [
+        ("prefix_entries", c_int32), ("reserved1", c_int32)]
+
+
 STRUCTS = [ModelParams, ModelInfo, LayerInfo, TensorInfo, EngineParams, EngineInfo,
-           SamplingParams, EngineTimings]
+           SamplingParams, EngineTimings, ChatParams, TokenEvent, RequestParams,
+           SchedulerParams, SchedulerStats]
 C_NAMES = {ModelParams: "dsv4_model_params", ModelInfo: "dsv4_model_info",
            LayerInfo: "dsv4_layer_info", TensorInfo: "dsv4_tensor_info",
            EngineParams: "dsv4_engine_params", EngineInfo: "dsv4_engine_info",
-           SamplingParams: "dsv4_sampling_params", EngineTimings: "dsv4_engine_timings"}
+           SamplingParams: "dsv4_sampling_params", EngineTimings: "dsv4_engine_timings",
+           ChatParams: "dsv4_chat_params", TokenEvent: "dsv4_token_event",
+           RequestParams: "dsv4_request_params", SchedulerParams: "dsv4_scheduler_params",
+           SchedulerStats: "dsv4_scheduler_stats"}
 
 # ---- functions: name -> (restype, argtypes) -------------------------------
 _st, _P = c_int32, POINTER
@@ -167,6 +221,23 @@ SIGNATURES = {
     "dsv4_engine_verify": (_st, [c_void_p, c_int32, _i64p, _i32p, _i32p, _i32p,
                                  _P(SamplingParams), _i32p, _i32p]),
     "dsv4_spec_draft_length": (c_int32, [_fp, c_int32, c_float]),
+    "dsv4_chat_params_init": (_st, [_P(ChatParams), c_size_t]),
+    "dsv4_chat_render": (_st, [c_char_p, c_size_t, _P(ChatParams), _P(c_void_p), _P(c_size_t)]),
+    "dsv4_chat_encode": (_st, [c_void_p, c_char_p, c_size_t, _P(ChatParams), _P(_i32p),
+                               _P(c_size_t)]),
+    "dsv4_chat_parser_create": (_st, [c_int32, _P(c_void_p)]),
+    "dsv4_chat_parser_push": (_st, [c_void_p, c_char_p, c_size_t, CHAT_EVENT_FN, c_void_p]),
+    "dsv4_chat_parser_finish": (_st, [c_void_p, CHAT_EVENT_FN, c_void_p]),
+    "dsv4_chat_parser_free": (None, [c_void_p]),
+    "dsv4_request_params_init": (_st, [_P(RequestParams), c_size_t]),
+    "dsv4_scheduler_params_init": (_st, [_P(SchedulerParams), c_size_t]),
+    "dsv4_scheduler_create": (_st, [c_void_p, c_void_p, _P(SchedulerParams), _P(c_void_p)]),
+    "dsv4_scheduler_free": (None, [c_void_p]),
+    "dsv4_scheduler_submit": (_st, [c_void_p, _i32p, c_int64, _P(RequestParams), _i64p]),
+    "dsv4_scheduler_step": (_st, [c_void_p, _i32p]),
+    "dsv4_scheduler_cancel": (_st, [c_void_p, c_int64]),
+    "dsv4_scheduler_poll": (_st, [c_void_p, c_int64, _i32p, c_int32, _i32p, _i32p]),
+    "dsv4_scheduler_get_stats": (_st, [c_void_p, _P(SchedulerStats), c_size_t]),
 }
 
 _HERE = os.path.dirname(os.path.abspath(__file__))

@@ -1,9 +1,12 @@
 """Base of the handle classes: close() once, context manager, close on
-garbage collection; the handle's last-error message for exceptions."""
+garbage collection; handles that borrow this one (a scheduler borrows its
+engine and tokenizer) are closed first."""
+import weakref
 
 
 class Handle:
     _ptr = None
+    _dependents = None
 
     def __enter__(self):
         return self
@@ -26,8 +29,16 @@ class Handle:
             raise ValueError(f"{type(self).__name__} is closed")
         return self._ptr
 
+    def _lend(self, dependent):
+        """dependent borrows this handle: close() closes it first."""
+        if self._dependents is None:
+            self._dependents = weakref.WeakSet()
+        self._dependents.add(dependent)
+
     def close(self):
-        """Release the handle (idempotent)."""
+        """Release the handle (idempotent); handles borrowing it are closed first."""
+        for d in list(self._dependents or ()):
+            d.close()
         ptr, self._ptr = self._ptr, None
         if ptr:
             self._free(ptr)
