@@ -2,9 +2,8 @@
 # dsv4-server on the default model, on loopback, driven by the `openai` Python
 # client (PyPI, installed in a venv here) and curl: chat and completions,
 # streaming and not, a tool-call round trip, concurrent clients, a client
-# leaving mid-stream, prefix reuse, malformed and oversized requests, 429 when
-# full, and
-# greedy output equal to dsv4-generate's. Bounded: 480 s for the checks
+# leaving mid-stream, prefix reuse, per-token logprobs, malformed and oversized
+# requests, 429 when full, and greedy output equal to dsv4-generate's. Bounded: 480 s for the checks
 # (about 2 min on the 2-core CI machine, plus the pip install).
 set -euo pipefail
 cd "$(dirname "$0")/../.."

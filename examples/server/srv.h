@@ -39,6 +39,14 @@ typedef struct srv_opts {
   int verbose;
 } srv_opts;
 
+/** One generated token's log-probabilities, copied from the scheduler's event. */
+typedef struct srv_lp {
+  int32_t token, n_top;
+  float logprob;
+  int32_t top_ids[DSV4_MAX_LOGPROBS];
+  float top_lp[DSV4_MAX_LOGPROBS];
+} srv_lp;
+
 /** One HTTP generation request (chat or completion), shared by its
  *  connection thread and the engine thread under srv.jobs. */
 typedef struct srv_job {
@@ -53,6 +61,9 @@ typedef struct srv_job {
   int64_t n_taken;           /**< n_completion when the connection thread last took text */
   char *text;                /**< decoded text not yet taken by the connection thread */
   size_t n_text, cap_text;
+  int logprobs;              /**< return per-token log-probabilities (top_logprobs alternatives) */
+  srv_lp *lp;                /**< entries not yet taken, one per token whose text is output */
+  size_t n_lp, cap_lp;
   int oom;
   /* connection-thread side (no lock needed) */
   char id[48];
@@ -61,6 +72,8 @@ typedef struct srv_job {
   json_t *tool_calls;        /**< parsed tool calls (array) */
   char *content, *reasoning; /**< non-streaming: accumulated */
   size_t n_content, n_reasoning;
+  json_t *lp_out;            /**< the OpenAI "logprobs" object not yet sent (NULL: none) */
+  int64_t lp_offset;         /**< completions: characters of text covered by lp_out so far */
   char *sse;                 /**< streaming: bytes to send */
   size_t n_sse, cap_sse, sse_off;
   int sent_role, sent_done, n_tool_calls_sent;
@@ -112,7 +125,7 @@ typedef struct srv_req {
   int32_t n_stop;
   int32_t *bias_ids;
   float *bias;
-  int logprobs;
+  int logprobs;              /**< chat "logprobs": true; completions "logprobs": n (not null) */
 } srv_req;
 
 /** Parse a request body. On failure: HTTP status and an OpenAI error JSON in *err. */
@@ -120,8 +133,9 @@ int srv_parse_request(srv *s, const char *body, size_t len, int chat, json_t **r
                       json_t **err);
 void srv_req_free(srv_req *r);
 json_t *srv_error_json(const char *message, const char *type, const char *param);
-/** Turn new decoded text into output (SSE bytes or accumulated fields). */
-void srv_job_text(srv *s, srv_job *j, const char *text, size_t n);
+/** Turn new decoded text and the log-probabilities of its tokens into output
+ *  (SSE bytes or accumulated fields). */
+void srv_job_text(srv *s, srv_job *j, const char *text, size_t n, const srv_lp *lp, size_t n_lp);
 /** The request finished: flush the parser, final chunk / body. */
 json_t *srv_job_finish(srv *s, srv_job *j);
 const char *srv_finish_name(int finish);

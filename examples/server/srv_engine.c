@@ -38,14 +38,35 @@ static void append_text(srv_job *j, const char *t, size_t n) {
   j->text[j->n_text] = 0;
 }
 
+static void append_lp(srv_job *j, const dsv4_token_event *ev) {
+  if (j->n_lp == j->cap_lp) {
+    const size_t cap = j->cap_lp ? 2 * j->cap_lp : 16;
+    srv_lp *b = realloc(j->lp, cap * sizeof *b);
+    if (!b) {
+      j->oom = 1;
+      return;
+    }
+    j->lp = b;
+    j->cap_lp = cap;
+  }
+  srv_lp *e = &j->lp[j->n_lp++];
+  e->token = ev->token;
+  e->logprob = ev->logprob;
+  e->n_top = ev->n_top;
+  memcpy(e->top_ids, ev->top_ids, (size_t)ev->n_top * sizeof *e->top_ids);
+  memcpy(e->top_lp, ev->top_logprobs, (size_t)ev->n_top * sizeof *e->top_lp);
+}
+
 static void on_token(int64_t request, const dsv4_token_event *ev, void *user) {
   (void)request;
   srv_job *j = user;
   pthread_mutex_lock(j->jobs);
   if (ev->token >= 0) j->n_completion++;
-  /* a completion's end-of-sentence token has no text of its own (the chat parser needs it) */
-  if (ev->text && !(j->skip_eos_text && ev->token == j->eos && ev->finish == DSV4_FINISH_STOP))
-    append_text(j, ev->text, ev->text_len);
+  /* The end-of-sentence token that ends a request is not output text (a completion
+   * drops it; the chat parser only needs it to see the end), so it gets no logprobs. */
+  const int eos_end = ev->token == j->eos && ev->finish == DSV4_FINISH_STOP;
+  if (ev->text && !(j->skip_eos_text && eos_end)) append_text(j, ev->text, ev->text_len);
+  if (j->logprobs && ev->token >= 0 && !eos_end) append_lp(j, ev);
   if (ev->finish) {
     j->finished = ev->finish;
     j->rid = 0; /* released by the scheduler after this event */

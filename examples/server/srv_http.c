@@ -62,6 +62,7 @@ static srv_job *job_new(srv *s, const srv_req *r) {
   j->include_usage = r->include_usage;
   j->continuous_usage = r->continuous_usage;
   j->skip_eos_text = !r->chat;
+  j->logprobs = r->logprobs;
   j->created = (int64_t)time(NULL);
   snprintf(j->id, sizeof j->id, "%s-%016lx", r->chat ? "chatcmpl" : "cmpl",
            (unsigned long)atomic_fetch_add(&job_serial, 1) + 1);
@@ -80,6 +81,8 @@ static void job_free(srv_job *j) {
   dsv4_chat_parser_free(j->parser);
   json_decref(j->tool_calls);
   free(j->text);
+  free(j->lp);
+  json_decref(j->lp_out);
   free(j->content);
   free(j->reasoning);
   free(j->sse);
@@ -90,19 +93,27 @@ static void job_free(srv_job *j) {
  * anything happened (text, or the finish). srv.jobs held on entry and exit. */
 static int pump(srv *s, srv_job *j, int *finished) {
   char *t = NULL;
-  size_t n = 0;
+  size_t n = 0, n_lp = 0;
+  srv_lp *lp = NULL;
   if (j->n_text) {
     t = j->text;
     n = j->n_text;
     j->text = NULL;
     j->n_text = j->cap_text = 0;
   }
+  if (j->n_lp) {
+    lp = j->lp;
+    n_lp = j->n_lp;
+    j->lp = NULL;
+    j->n_lp = j->cap_lp = 0;
+  }
   *finished = j->finished;
   j->n_taken = j->n_completion;
-  if (!t) return *finished != 0;
+  if (!t && !lp) return *finished != 0;
   pthread_mutex_unlock(&s->jobs);
-  srv_job_text(s, j, t, n);
+  srv_job_text(s, j, t, n, lp, n_lp);
   free(t);
+  free(lp);
   pthread_mutex_lock(&s->jobs);
   return 1;
 }
@@ -128,7 +139,7 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
     }
     int fin = 0;
     if (pump(s, j, &fin)) {
-      if (fin && !j->n_text) {
+      if (fin && !j->n_text && !j->n_lp) {
         pthread_mutex_unlock(&s->jobs);
         srv_job_finish(s, j);
         pthread_mutex_lock(&s->jobs);
@@ -139,7 +150,7 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     ts.tv_sec += 1;
-    if (pthread_cond_timedwait(&j->cond, &s->jobs, &ts) == ETIMEDOUT && j->n_text == 0 &&
+    if (pthread_cond_timedwait(&j->cond, &s->jobs, &ts) == ETIMEDOUT && j->n_text == 0 && j->n_lp == 0 &&
         !j->finished) { /* a comment line: keeps proxies and clients from timing out */
       pthread_mutex_unlock(&s->jobs);
       const char *k = ": keep-alive\n\n";
@@ -227,8 +238,8 @@ static enum MHD_Result generate(srv *s, struct MHD_Connection *c, const conn *k,
   int fin = 0;
   for (;;) {
     pump(s, j, &fin);
-    if (fin && !j->n_text) break;
-    if (!j->n_text) pthread_cond_wait(&j->cond, &s->jobs);
+    if (fin && !j->n_text && !j->n_lp) break;
+    if (!j->n_text && !j->n_lp) pthread_cond_wait(&j->cond, &s->jobs);
   }
   pthread_mutex_unlock(&s->jobs);
   srv_lock(s);

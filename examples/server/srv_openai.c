@@ -56,9 +56,30 @@ static int sampling(srv *s, const json_t *root, srv_req *r, json_t **err) {
   const json_t *n = json_object_get(root, "n");
   if (n && !json_is_null(n) && !(json_is_integer(n) && json_integer_value(n) == 1))
     return bad(err, "n", "only n = 1 is supported");
+  /* chat: "logprobs": true and "top_logprobs": 0..20; completions: "logprobs": 0..20 */
   const json_t *lp = json_object_get(root, "logprobs");
-  if (json_is_true(lp) || (json_is_integer(lp) && json_integer_value(lp) > 0))
-    return bad(err, "logprobs", "logprobs are not returned by this server yet");
+  const json_t *top = json_object_get(root, "top_logprobs");
+  int64_t n_top = 0;
+  if (r->chat) {
+    if (lp && !json_is_boolean(lp) && !json_is_null(lp))
+      return bad(err, "logprobs", "'logprobs' must be a boolean");
+    r->logprobs = json_is_true(lp);
+    if (top && !json_is_null(top)) {
+      if (!json_is_integer(top) || json_integer_value(top) < 0 ||
+          json_integer_value(top) > DSV4_MAX_LOGPROBS)
+        return bad(err, "top_logprobs", "'top_logprobs' must be an integer in [0, %d]",
+                   DSV4_MAX_LOGPROBS);
+      if (!r->logprobs) return bad(err, "top_logprobs", "'top_logprobs' needs 'logprobs': true");
+      n_top = json_integer_value(top);
+    }
+  } else if (lp && !json_is_null(lp)) {
+    if (!json_is_integer(lp) || json_integer_value(lp) < 0 ||
+        json_integer_value(lp) > DSV4_MAX_LOGPROBS)
+      return bad(err, "logprobs", "'logprobs' must be an integer in [0, %d]", DSV4_MAX_LOGPROBS);
+    r->logprobs = 1;
+    n_top = json_integer_value(lp);
+  }
+  p->n_logprobs = (int32_t)n_top;
   p->temperature = (float)t;
   p->top_p = (float)top_p;
   p->top_k = top_k < 0 ? 0 : (int32_t)top_k;
@@ -243,6 +264,78 @@ static void grow(char **b, size_t *n, size_t *cap, const char *t, size_t k) {
   (*b)[*n] = 0;
 }
 
+/* ---- log-probabilities --------------------------------------------------- */
+
+/* The text of one token (special tokens kept; a partial UTF-8 sequence shows as U+FFFD). */
+static json_t *token_str(srv *s, int32_t id) {
+  char buf[256];
+  size_t n = 0;
+  if (dsv4_tokenizer_decode(s->tok, &id, 1, 0, buf, sizeof buf, &n)) n = 0;
+  return json_stringn(buf, n);
+}
+
+static json_t *token_bytes(const json_t *str) {
+  json_t *a = json_array();
+  const unsigned char *t = (const unsigned char *)json_string_value(str);
+  for (size_t i = 0; i < json_string_length(str); i++) json_array_append_new(a, json_integer(t[i]));
+  return a;
+}
+
+static size_t utf8_chars(const json_t *str) {
+  size_t n = 0;
+  const unsigned char *t = (const unsigned char *)json_string_value(str);
+  for (size_t i = 0; i < json_string_length(str); i++) n += (t[i] & 0xC0) != 0x80;
+  return n;
+}
+
+/* Chat: {"token", "logprob", "bytes"}; stolen str. */
+static json_t *chat_lp(json_t *str, float lp) {
+  return json_pack("{s:o,s:f,s:o}", "token", str, "logprob", (double)lp, "bytes", token_bytes(str));
+}
+
+/* Add tokens' log-probabilities to j->lp_out in the request's OpenAI format: chat
+ * {"content": [{"token", "logprob", "bytes", "top_logprobs": [...]}]}, completions
+ * {"tokens", "token_logprobs", "top_logprobs": [{token: logprob}], "text_offset"}. */
+static void lp_add(srv *s, srv_job *j, const srv_lp *e, size_t n) {
+  if (!n) return;
+  if (!j->lp_out)
+    j->lp_out = j->chat ? json_pack("{s:[]}", "content")
+                        : json_pack("{s:[],s:[],s:[],s:[]}", "tokens", "token_logprobs",
+                                    "top_logprobs", "text_offset");
+  if (!j->lp_out) return;
+  for (size_t i = 0; i < n; i++) {
+    json_t *str = token_str(s, e[i].token);
+    if (j->chat) {
+      json_t *top = json_array();
+      for (int32_t k = 0; k < e[i].n_top; k++)
+        json_array_append_new(top, chat_lp(token_str(s, e[i].top_ids[k]), e[i].top_lp[k]));
+      json_t *c = chat_lp(str, e[i].logprob);
+      json_object_set_new(c, "top_logprobs", top);
+      json_array_append_new(json_object_get(j->lp_out, "content"), c);
+    } else {
+      json_t *top = json_object();
+      for (int32_t k = e[i].n_top - 1; k >= 0; k--) { /* the likelier of two same-text ids wins */
+        json_t *t = token_str(s, e[i].top_ids[k]);
+        json_object_set_new(top, json_string_value(t), json_real(e[i].top_lp[k]));
+        json_decref(t);
+      }
+      json_array_append_new(json_object_get(j->lp_out, "text_offset"),
+                            json_integer((json_int_t)j->lp_offset));
+      j->lp_offset += (int64_t)utf8_chars(str);
+      json_array_append_new(json_object_get(j->lp_out, "token_logprobs"), json_real(e[i].logprob));
+      json_array_append_new(json_object_get(j->lp_out, "tokens"), str);
+      json_array_append_new(json_object_get(j->lp_out, "top_logprobs"), top);
+    }
+  }
+}
+
+/* The "logprobs" value of the next chunk or the body: what was gathered (taken), or null. */
+static json_t *lp_take(srv_job *j) {
+  json_t *o = j->lp_out;
+  j->lp_out = NULL;
+  return o ? o : json_null();
+}
+
 static json_t *chunk_base(srv *s, srv_job *j) {
   return json_pack("{s:s,s:s,s:I,s:s}", "id", j->id, "object",
                    j->chat ? "chat.completion.chunk" : "text_completion", "created",
@@ -282,7 +375,8 @@ static void sse_delta(srv *s, srv_job *j, json_t *delta) {
     sse_choice(s, j, json_pack("{s:i,s:{s:s,s:s},s:n}", "index", 0, "delta", "role", "assistant",
                                "content", "", "finish_reason"));
   }
-  sse_choice(s, j, json_pack("{s:i,s:o,s:n}", "index", 0, "delta", delta, "finish_reason"));
+  sse_choice(s, j, json_pack("{s:i,s:o,s:o,s:n}", "index", 0, "delta", delta, "logprobs",
+                             lp_take(j), "finish_reason"));
 }
 
 static void on_event(int32_t kind, const char *text, size_t len, void *user) {
@@ -324,7 +418,9 @@ static void on_event(int32_t kind, const char *text, size_t len, void *user) {
   }
 }
 
-void srv_job_text(srv *s, srv_job *j, const char *text, size_t n) {
+void srv_job_text(srv *s, srv_job *j, const char *text, size_t n, const srv_lp *lp, size_t n_lp) {
+  lp_add(s, j, lp, n_lp); /* sent with the next chunk (text held back by a stop string or
+                           * a possible chat marker waits, and so do its logprobs) */
   if (!n) return;
   if (j->chat) {
     void *u[2] = {s, j};
@@ -332,8 +428,8 @@ void srv_job_text(srv *s, srv_job *j, const char *text, size_t n) {
     return;
   }
   if (j->stream) {
-    sse_choice(s, j, json_pack("{s:i,s:s%,s:n,s:n}", "index", 0, "text", text, n, "logprobs",
-                               "finish_reason"));
+    sse_choice(s, j, json_pack("{s:i,s:s%,s:o,s:n}", "index", 0, "text", text, n, "logprobs",
+                               lp_take(j), "finish_reason"));
   } else {
     void *u[2] = {s, j};
     on_event(DSV4_CHAT_EVENT_CONTENT, text, n, u);
@@ -351,10 +447,11 @@ json_t *srv_job_finish(srv *s, srv_job *j) {
   if (j->stream) {
     if (j->chat) {
       if (!j->sent_role) sse_delta(s, j, json_object());
-      sse_choice(s, j, json_pack("{s:i,s:{},s:s}", "index", 0, "delta", "finish_reason", reason));
-    } else {
-      sse_choice(s, j, json_pack("{s:i,s:s,s:n,s:s}", "index", 0, "text", "", "logprobs",
+      sse_choice(s, j, json_pack("{s:i,s:{},s:o,s:s}", "index", 0, "delta", "logprobs", lp_take(j),
                                  "finish_reason", reason));
+    } else {
+      sse_choice(s, j, json_pack("{s:i,s:s,s:o,s:s}", "index", 0, "text", "", "logprobs",
+                                 lp_take(j), "finish_reason", reason));
     }
     if (j->include_usage) {
       json_t *c = chunk_base(s, j);
@@ -384,10 +481,11 @@ json_t *srv_job_finish(srv *s, srv_job *j) {
     json_t *msg = json_pack("{s:s,s:s}", "role", "assistant", "content", j->content ? j->content : "");
     if (j->thinking) json_object_set_new(msg, "reasoning_content", json_string(j->reasoning ? j->reasoning : ""));
     if (json_array_size(j->tool_calls)) json_object_set(msg, "tool_calls", j->tool_calls);
-    choice = json_pack("{s:i,s:o,s:s}", "index", 0, "message", msg, "finish_reason", reason);
+    choice = json_pack("{s:i,s:o,s:o,s:s}", "index", 0, "message", msg, "logprobs", lp_take(j),
+                       "finish_reason", reason);
   } else {
-    choice = json_pack("{s:i,s:s,s:n,s:s}", "index", 0, "text", j->content ? j->content : "",
-                       "logprobs", "finish_reason", reason);
+    choice = json_pack("{s:i,s:s,s:o,s:s}", "index", 0, "text", j->content ? j->content : "",
+                       "logprobs", lp_take(j), "finish_reason", reason);
   }
   json_object_set_new(body, "choices", json_pack("[o]", choice));
   json_object_set_new(body, "usage", usage(j));

@@ -117,6 +117,51 @@ def greedy_equals_generate():
     assert "".join(c.choices[0].text for c in s) == want
 
 
+def logprobs():
+    """Per-token log-probabilities with top-n alternatives: greedy picks the top
+    alternative; the completion's tokens spell its text; streaming gives the same
+    entries as the whole response; out-of-range requests are refused."""
+    want = open(GREEDY, encoding="utf-8").read().rstrip("\n")
+    r = client.completions.create(model=MODEL, prompt=PROMPT, max_tokens=32, temperature=0,
+                                  logprobs=3)
+    lp = r.choices[0].logprobs
+    assert "".join(lp.tokens) == r.choices[0].text == want, (lp.tokens, want)
+    assert len(lp.token_logprobs) == len(lp.tokens) == len(lp.top_logprobs) >= 5, lp
+    assert lp.text_offset == [len("".join(lp.tokens[:i])) for i in range(len(lp.tokens))]
+    for t, v, top in zip(lp.tokens, lp.token_logprobs, lp.top_logprobs):
+        assert 1 <= len(top) <= 3 and v <= 0, (t, v, top)
+        assert max(top.values()) == v and top[t] == v, (t, v, top)   # greedy: the likeliest
+    parts = list(client.completions.create(model=MODEL, prompt=PROMPT, max_tokens=32,
+                                           temperature=0, logprobs=3, stream=True))
+    toks = [t for c in parts if c.choices and c.choices[0].logprobs
+            for t in c.choices[0].logprobs.tokens]
+    vals = [v for c in parts if c.choices and c.choices[0].logprobs
+            for v in c.choices[0].logprobs.token_logprobs]
+    assert toks == lp.tokens and vals == lp.token_logprobs, (toks, lp.tokens)
+    kw = dict(model=MODEL, messages=[{"role": "user", "content": "Tell me about lamps."}],
+              max_tokens=10, temperature=0, logprobs=True, top_logprobs=4)
+    c = client.chat.completions.create(**kw)
+    content = c.choices[0].logprobs.content
+    n_eos = c.choices[0].finish_reason == "stop"   # the ending EOS has no entry
+    assert len(content) == c.usage.completion_tokens - n_eos, (len(content), c.usage)
+    for e in content:
+        assert len(e.top_logprobs) == 4 and e.top_logprobs[0].logprob == e.logprob, e
+        assert e.top_logprobs[0].token == e.token and bytes(e.bytes) == e.token.encode(), e
+        assert all(a.logprob >= b.logprob for a, b in zip(e.top_logprobs, e.top_logprobs[1:]))
+    streamed = [e for ch in client.chat.completions.create(stream=True, **kw) for x in ch.choices
+                if x.logprobs and x.logprobs.content for e in x.logprobs.content]
+    assert [(e.token, e.logprob) for e in streamed] == [(e.token, e.logprob) for e in content]
+    plain = client.chat.completions.create(**dict(kw, logprobs=None, top_logprobs=None))
+    assert plain.choices[0].logprobs is None
+    for body, param in [({"logprobs": True, "top_logprobs": 21}, "top_logprobs"),
+                        ({"top_logprobs": 2}, "top_logprobs"), ({"logprobs": 3}, "logprobs")]:
+        body["messages"] = [{"role": "user", "content": "x"}]
+        st, data = raw("POST", "/v1/chat/completions", json.dumps(body))
+        assert st == 400 and json.loads(data)["error"]["param"] == param, (body, st, data)
+    st, data = raw("POST", "/v1/completions", json.dumps({"prompt": "x", "logprobs": 21}))
+    assert st == 400 and json.loads(data)["error"]["param"] == "logprobs", (st, data)
+
+
 def one(seed):
     return client.completions.create(model=MODEL, prompt=PROMPT, max_tokens=16, temperature=0.9,
                                      seed=seed, top_p=0.95, extra_body={"ignore_eos": True}).choices[0].text
@@ -211,7 +256,7 @@ def still_serving():
 for name, fn in [("health", health), ("models", models), ("chat", chat_plain),
                  ("chat stream == non-stream", chat_stream), ("thinking mode", thinking),
                  ("tool call round trip", tool_round_trip),
-                 ("greedy == dsv4-generate", greedy_equals_generate),
+                 ("greedy == dsv4-generate", greedy_equals_generate), ("logprobs", logprobs),
                  ("6 concurrent clients == alone", concurrent), ("queue full -> 429", queue_full),
                  ("client disconnect cancels", disconnect), ("prefix reuse", prefix_reuse), ("malformed/oversized -> 4xx", bad_requests),
                  ("still serving", still_serving)]:
