@@ -208,14 +208,14 @@ DSV4_API dsv4_status dsv4_engine_get_info(const dsv4_engine *engine, dsv4_engine
                                           size_t struct_size) {
   dsv4_status s = out_struct(engine, info, struct_size, sizeof *info, "dsv4_engine_get_info");
   if (s) return s;
-  dsv4i_cache_usage u;
-  engine->be->ops->usage(engine->be, &u);
+  dsv4i_kv_usage u;
+  dsv4i_kv_usage_get(&engine->kv, &u);
   dsv4_engine_info v;
   memset(&v, 0, sizeof v);
   v.struct_size = (uint32_t)min_size(struct_size, sizeof v);
   plan_info(&engine->plan, engine->be->kind, engine->be->n_threads, &v);
   v.sequences_live = dsv4i_seq_count(engine);
-  v.kv_pages_total = u.pages_total; /* what the backend allocated */
+  v.kv_pages_total = u.pages_total; /* the pool the backend allocated */
   v.kv_pages_used = u.pages_used;
   memset(info, 0, struct_size);
   memcpy(info, &v, sizeof v);

@@ -1,7 +1,8 @@
 /*
  * The backend contract as the engine sees it: backend-owned buffers
  * (dsv4i_bbuf), the step's metadata (dsv4i_batch, padded to the step plan's
- * bucket), cache slots, one step run over a stage [first_layer, last_layer)
+ * bucket, with the page table of its sequences), KV page storage (the engine
+ * decides which page holds what: engine/kv.h), one step run over a stage [first_layer, last_layer)
  * (embed on the first stage, DSpark and head on the last) or op by op, and the
  * optional DSpark entries. Create arguments carry the layer range, the TP
  * rank/size/communicator and a stream. Every entry returns dsv4_status with its
@@ -16,6 +17,7 @@
 #include <stdint.h>
 
 #include "base/base.h"
+#include "backend/kv_layout.h"
 #include "model/accept.h"
 
 struct dsv4_model;   /* model/model.h: config, roles, checkpoint */
@@ -35,6 +37,21 @@ static inline int32_t dsv4i_layout_prefill(int64_t end, int32_t window) {
 }
 
 /**
+ * Page table of the sequences of a step (host memory, engine-owned, valid for
+ * the call). Row i is sequence i's page row: table (kind k, layer l) at
+ * pages[i·ld + off[k][l]] (backend/kv_layout.h). Entries past what a table
+ * holds are unspecified; the engine reserved every page the step touches and
+ * made private (kv_copy) every shared page it writes.
+ */
+typedef struct dsv4i_kv_step {
+  int32_t n_seq;        /**< sequences (the runs of a batch, in batch order) */
+  int32_t ld;           /**< int32 per row (dsv4i_kv_layout.ld) */
+  const int32_t *pages; /**< int32 [n_seq][ld] page ids */
+  const int64_t *len;   /**< int64 [n_seq] positions the caches hold before the step */
+  const int64_t *end;   /**< int64 [n_seq] positions [len, end) are reserved for it */
+} dsv4i_kv_step;
+
+/**
  * Metadata of one step (host memory, copied by set_batch).
  * n_tok >= 1 and <= the max_batch_tokens given at create.
  */
@@ -45,7 +62,7 @@ typedef struct dsv4i_batch {
                                *   replays the graph captured for it; the CPU computes n_tok) */
   const int32_t *tokens;      /**< int32 [n_tok] token ids in [0, vocab) */
   const int64_t *pos;         /**< int64 [n_tok] positions (runs: consecutive, see above) */
-  const int32_t *slot;        /**< int32 [n_tok] cache slot of each token */
+  const int32_t *seq;         /**< int32 [n_tok] row of kv of each token's sequence */
   const int32_t *layout;      /**< int32 [n_tok] DSV4I_LAYOUT_DECODE or a prefill width */
   const uint8_t *image;       /**< uint8 [n_tok] non-zero = image-span position, or NULL (text) */
   int32_t n_out;              /**< rows head() computes, 0..n_tok */
@@ -55,6 +72,8 @@ typedef struct dsv4i_batch {
                                *   (spec §5.2; Engram slots in config order, the layout of
                                *   dsv4i_engram_history_row_ids with slot -1), or NULL for
                                *   a model without Engram layers */
+  dsv4i_kv_step kv;           /**< the page table of the batch's sequences: row r's run
+                               *   starts at position kv.len[r] */
 } dsv4i_batch;
 
 /** One sampling request (host), row r of a logits buffer. */
@@ -77,17 +96,12 @@ typedef struct dsv4i_cache_format {
   int64_t ring_pages;        /**< of those, pages a sequence holds from its first position */
   int64_t bytes_per_pos;     /**< record bytes per position, all layers (spec §5.8: 890 B
                               *   for the release with the native records) */
-  int64_t slot_bytes;        /**< host bytes per slot outside the pool (page tables, state) */
+  int64_t slot_bytes;        /**< the backend's own bytes per live sequence outside the pool
+                              *   (the engine adds its page tables: dsv4i_kv_slot_bytes) */
   int64_t weight_bytes;      /**< memory the backend adds at load (dequantised wo_a, ...) */
   int64_t act_bytes_per_tok; /**< step workspace per batch token (buffers + scratch) */
   int64_t act_bytes_fixed;   /**< step workspace independent of the batch size */
 } dsv4i_cache_format;
-
-/** Cache pool usage. */
-typedef struct dsv4i_cache_usage {
-  int64_t pages_total, pages_used;
-  int32_t slots_total, slots_used;
-} dsv4i_cache_usage;
 
 /** Progress of a long create: stage name, done of total units. Non-zero return = abort. */
 typedef int32_t (*dsv4i_progress_cb)(const char *stage, int64_t done, int64_t total, void *user);
@@ -97,12 +111,14 @@ typedef struct dsv4i_backend_desc {
   const struct dsv4_model *model; /**< config + checkpoint; must outlive the backend */
   int32_t device;                 /**< device ordinal (ignored by the CPU backend) */
   int32_t n_threads;              /**< worker threads; <= 0: the backend's default */
-  int32_t n_slots;                /**< cache slots (live sequences incl. forks) */
+  int32_t n_slots;                /**< live sequences (incl. forks): rows of a step's kv */
   int32_t max_batch_tokens;       /**< largest n_tok of a step */
   int32_t max_out_rows;           /**< largest n_out of a step */
   int32_t reserved;
   int64_t max_positions;          /**< positions one slot may hold (max context) */
-  int64_t pool_pages;             /**< pages of the shared pool (from the plan) */
+  int64_t pool_pages;             /**< pages of the KV pool (from the plan), allocated at create */
+  const dsv4i_kv_layout *kv_layout; /**< the engine's layout (page_bytes from format();
+                                   *   max_positions); borrowed for the call: copy it */
   /* pipeline stage: backbone layers [first_layer, last_layer); {0, 0} = all. The stage
    * with first_layer 0 owns embed; the one ending at n_layers owns head and DSpark. */
   int32_t first_layer, last_layer;
@@ -170,26 +186,13 @@ typedef struct dsv4i_backend_ops {
   dsv4_status (*buf_write)(dsv4i_backend *be, dsv4i_bbuf b, size_t off, size_t bytes,
                            const void *src);
 
-  /* ---- cache slots (spec §5.8) ----------------------------------------- */
-  /** An empty slot. DSV4_KV_FULL (no free slot or no room for its fixed part; no change). */
-  dsv4_status (*slot_open)(dsv4i_backend *be, int32_t *slot);
+  /* ---- KV storage (spec §5.8; the bookkeeping is the engine's) ----------- */
   /**
-   * Make slots[i] able to hold positions [0, len[i]) (capacity only; the
-   * contents do not change). All or nothing: DSV4_KV_FULL when the pool
-   * cannot hold every request, and then nothing changed. A len below the
-   * current capacity is a no-op for that slot.
+   * Copy whole pages of the KV pool: page dst[i] := page src[i] for i < n
+   * (the engine's copy-on-write and fork). src and dst are disjoint, dst
+   * distinct, so the copies may run in any order; queued before later work.
    */
-  dsv4_status (*slot_reserve)(dsv4i_backend *be, int32_t n, const int32_t *slots,
-                              const int64_t *len);
-  /** Roll back to length len (<= current): every cache then reads as if only
-   *  positions [0, len) had ever been written. Pages past it return to the pool. */
-  dsv4_status (*slot_truncate)(dsv4i_backend *be, int32_t slot, int64_t len);
-  /** A new slot with a copy of src's contents and length. DSV4_KV_FULL (no change). */
-  dsv4_status (*slot_fork)(dsv4i_backend *be, int32_t src, int32_t *dst);
-  /** Release a slot and its pages. */
-  void (*slot_close)(dsv4i_backend *be, int32_t slot);
-  /** Pool usage now. */
-  void (*usage)(const dsv4i_backend *be, dsv4i_cache_usage *out);
+  dsv4_status (*kv_copy)(dsv4i_backend *be, int32_t n, const int32_t *src, const int32_t *dst);
 
   /* ---- one step --------------------------------------------------------- */
   /**
@@ -200,7 +203,7 @@ typedef struct dsv4i_backend_ops {
    * sequence op by op (the CPU's run, and every backend's per-op timing mode).
    */
   dsv4_status (*run)(dsv4i_backend *be, const dsv4i_step_io *io);
-  /** Copy the step metadata (see dsv4i_batch); checks runs against slot lengths. */
+  /** Copy the step metadata (see dsv4i_batch) and page table; checks runs against kv.len. */
   dsv4_status (*set_batch)(dsv4i_backend *be, const dsv4i_batch *b);
   /** h = embed[tokens] in hc copies (stream layout); pre = one-hot copy 0 (spec §5.1). */
   dsv4_status (*embed)(dsv4i_backend *be, dsv4i_bbuf h, dsv4i_bbuf pre);
@@ -234,14 +237,14 @@ typedef struct dsv4i_backend_ops {
 
   /* ---- DSpark (NULL until a backend implements them) --------- */
   /**
-   * Seed/extend the DSpark stages' window rings of the batch's slots from
+   * Seed/extend the DSpark stages' window rings of the batch's sequences from
    * main_hidden taps (bf16 [n_tok][n_taps][dim], one row per batch token; spec
    * §6.1 "Prefill" and §6.2 5).
    */
   dsv4_status (*dspark_extend)(dsv4i_backend *be, dsv4i_bbuf taps);
   /**
-   * One draft forward (spec §6.1 decode step) for n sequences (distinct
-   * slots): pos[i] = the slot's length - 1, whose main_kv the rings hold
+   * One draft forward (spec §6.1 decode step) for the kv->n_seq sequences of
+   * kv (row i = sequence i): pos[i] = kv->len[i] - 1, whose main_kv the rings hold
    * (dspark_extend stored it) unless taps is set: then taps row i (bf16
    * [n][n_taps][dim]) is main_hidden at pos[i] and is stored first, as the
    * reference's forward_spec does. The block [anchor[i], noise x (block-1)]
@@ -253,9 +256,8 @@ typedef struct dsv4i_backend_ops {
    * [n][block]) and logits (backend f32 [n][block][vocab]: the Markov-biased
    * logits each draft was drawn from) are optional (NULL / {NULL}).
    */
-  dsv4_status (*dspark_draft)(dsv4i_backend *be, int32_t n, const int32_t *slots,
-                              const int64_t *pos, const int32_t *anchor, dsv4i_bbuf taps,
-                              const dsv4i_sample_req *req, int32_t *drafts,
+  dsv4_status (*dspark_draft)(dsv4i_backend *be, const dsv4i_kv_step *kv, const int64_t *pos,
+                              const int32_t *anchor, dsv4i_bbuf taps, const dsv4i_sample_req *req, int32_t *drafts,
                               float *confidence, dsv4i_bbuf logits);
 } dsv4i_backend_ops;
 
@@ -293,7 +295,7 @@ dsv4_status dsv4i_backend_format(int32_t kind, const struct dsv4i_config *cfg,
 /**
  * Create backend `kind` (DSV4_BACKEND_CPU; a kind not registered answers
  * DSV4_ERR_UNSUPPORTED). Checks capability, binds/prepares weights,
- * allocates pools for d->pool_pages pages and d->n_slots slots.
+ * allocates the KV pool of d->pool_pages pages of d->kv_layout->page_bytes.
  * @return DSV4_OK; DSV4_ERR_UNSUPPORTED; DSV4_ERR_INVALID_ARG;
  *         DSV4_ERR_OUT_OF_MEMORY; DSV4_ERR_WEIGHTS (a tensor the backend needs
  *         has another format); DSV4_ABORTED (progress callback). *out NULL on failure.

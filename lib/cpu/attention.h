@@ -79,7 +79,7 @@ void dsv4i_attn_layer_free(dsv4i_attn_layer *L);
 /** Tokens of one call (structure of arrays, caller-owned, not kept). */
 typedef struct dsv4i_attn_batch {
   int32_t n_tok;
-  dsv4i_kv_seq *const *seq;  /**< [n_tok] caches of each token's sequence */
+  dsv4i_kv_view *const *seq;  /**< [n_tok] caches of each token's sequence */
   const int64_t *pos;        /**< [n_tok] positions (< 2^24) */
   const int32_t *layout;     /**< [n_tok] DSV4I_ATTN_DECODE or a prefill width 1..window */
 } dsv4i_attn_batch;
@@ -135,7 +135,7 @@ void dsv4i_attn_shared_free(dsv4i_attn_shared *sh);
  * @return DSV4_OK; DSV4_ERR_INVALID_ARG (batch rules, positions not
  *         reserved; nothing written); DSV4_ERR_OUT_OF_MEMORY (scratch; the
  *         layer's cache records of these positions may be partly written,
- *         which truncate(seq, seq->n_pos) undoes within the rollback depth).
+ *         which the engine's truncate undoes within the rollback depth).
  */
 dsv4_status dsv4i_attn_forward(const dsv4i_attn_layer *L, const dsv4i_attn_batch *b,
                                const uint16_t *x, dsv4i_attn_shared *sh, uint16_t *out);
@@ -151,13 +151,13 @@ dsv4_status dsv4i_attn_forward(const dsv4i_attn_layer *L, const dsv4i_attn_batch
  * verify, for every accepted position) the new positions are stored.
  * @param L      [in] a DSpark stage (ratio 0).
  * @param n      rows.
- * @param seq    [in,out] [n] caches; pos[t] < seq[t]->n_resv.
+ * @param seq    [in,out] [n] caches; pos[t] < seq[t]->end.
  * @param pos    [in] int64 [n] target positions of the rows.
  * @param main_x [in] bf16 [n][dim]: main_norm(main_proj(main_hidden)) rows.
  * @return DSV4_OK; DSV4_ERR_INVALID_ARG (nothing written); DSV4_ERR_OUT_OF_MEMORY.
  */
 dsv4_status dsv4i_attn_dspark_store(const dsv4i_attn_layer *L, int32_t n,
-                                    dsv4i_kv_seq *const *seq, const int64_t *pos,
+                                    dsv4i_kv_view *const *seq, const int64_t *pos,
                                     const uint16_t *main_x);
 
 /**
@@ -169,12 +169,12 @@ dsv4_status dsv4i_attn_dspark_store(const dsv4i_attn_layer *L, int32_t n,
  * its own block (no causal mask; their kv MXFP8-QDQ'd, never stored); sink,
  * inverse RoPE, wo_a, wo_b as in the backbone. The caller stores main_kv at
  * anchor[b] first (dsv4i_attn_dspark_store).
- * @param seq    [in] [n_blk] caches; anchor[b] < seq[b]->n_resv.
+ * @param seq    [in] [n_blk] caches; anchor[b] < seq[b]->end.
  * @param x      [in] bf16 [n_blk·block][dim] attn_norm output of the block tokens.
  * @param out    [out] bf16 [n_blk·block][dim].
  * @return DSV4_OK; DSV4_ERR_INVALID_ARG; DSV4_ERR_OUT_OF_MEMORY.
  */
-dsv4_status dsv4i_attn_dspark(const dsv4i_attn_layer *L, int32_t n_blk, dsv4i_kv_seq *const *seq,
+dsv4_status dsv4i_attn_dspark(const dsv4i_attn_layer *L, int32_t n_blk, dsv4i_kv_view *const *seq,
                               const int64_t *anchor, int32_t block, const uint16_t *x,
                               uint16_t *out);
 

@@ -9,21 +9,21 @@
 #include "cpu/attn_impl.h"
 #include "model/formats.h"
 
-static dsv4_status check_stage(const dsv4i_attn_layer *L, int32_t n, dsv4i_kv_seq *const *seq,
+static dsv4_status check_stage(const dsv4i_attn_layer *L, int32_t n, dsv4i_kv_view *const *seq,
                                const int64_t *pos, const char *what) {
   if (!L || n < 0 || (n > 0 && (!seq || !pos)) || L->ratio != 0)
     return dsv4i_error(DSV4_ERR_INVALID_ARG, "%s: bad arguments (layer %d)", what,
                        L ? (int)L->layer : -1);
   for (int32_t t = 0; t < n; t++)
     if (!seq[t] || seq[t]->lay->n_layers <= L->layer || seq[t]->lay->window != L->window ||
-        pos[t] < 0 || pos[t] >= seq[t]->n_resv || pos[t] >= (INT64_C(1) << 24))
+        pos[t] < 0 || pos[t] >= seq[t]->end || pos[t] >= (INT64_C(1) << 24))
       return dsv4i_error(DSV4_ERR_INVALID_ARG, "%s: entry %d: position %lld outside the "
                          "sequence's reserved range", what, (int)t, (long long)pos[t]);
   return DSV4_OK;
 }
 
 dsv4_status dsv4i_attn_dspark_store(const dsv4i_attn_layer *L, int32_t n,
-                                    dsv4i_kv_seq *const *seq, const int64_t *pos,
+                                    dsv4i_kv_view *const *seq, const int64_t *pos,
                                     const uint16_t *main_x) {
   dsv4_status st = check_stage(L, n, seq, pos, "dspark_store");
   if (st != DSV4_OK || n == 0) return st;
@@ -37,17 +37,15 @@ dsv4_status dsv4i_attn_dspark_store(const dsv4i_attn_layer *L, int32_t n,
   if (st == DSV4_OK) st = dsv4i_attn_window_kv(&c, main_x, kv, kv + (size_t)n * (size_t)hd);
   /* later entries win if two share a slot (as the reference's sequential writes) */
   if (st == DSV4_OK)
-    for (int32_t t = 0; t < n; t++) {
-      dsv4i_kv_seq_mark(seq[t], pos[t] + 1);
+    for (int32_t t = 0; t < n; t++)
       dsv4i_kv_window_encode(kv + (size_t)t * (size_t)hd, hd,
                              dsv4i_kv_rec(seq[t], DSV4I_KV_WINDOW, L->layer, pos[t]));
-    }
   free(c.cs);
   free(kv);
   return st;
 }
 
-dsv4_status dsv4i_attn_dspark(const dsv4i_attn_layer *L, int32_t n_blk, dsv4i_kv_seq *const *seq,
+dsv4_status dsv4i_attn_dspark(const dsv4i_attn_layer *L, int32_t n_blk, dsv4i_kv_view *const *seq,
                               const int64_t *anchor, int32_t block, const uint16_t *x,
                               uint16_t *out) {
   dsv4_status st = check_stage(L, n_blk, seq, anchor, "dspark attention");

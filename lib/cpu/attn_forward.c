@@ -14,7 +14,7 @@ static dsv4_status check_batch(const dsv4i_attn_layer *L, const dsv4i_attn_batch
   const int32_t n = b->n_tok, win = L->window, l = L->layer;
   int32_t r = 0;
   for (int32_t t = 0; t < n; t++) {
-    const dsv4i_kv_seq *s = b->seq[t];
+    const dsv4i_kv_view *s = b->seq[t];
     const int64_t p = b->pos[t];
     if (!s || !s->lay || s->lay->n_layers <= l || s->lay->window != win ||
         s->lay->head_dim != L->head_dim || s->lay->ratio[l] != (L->role.roles & DSV4_ROLE_KV_SOURCE ? L->ratio : 0))
@@ -27,18 +27,18 @@ static dsv4_status check_batch(const dsv4i_attn_layer *L, const dsv4i_attn_batch
           return dsv4i_error(DSV4_ERR_INVALID_ARG, "attention layer %d: token %d: a sequence's "
                              "tokens must be consecutive in the batch", (int)l, (int)t);
       r = t;
-      if (p != s->n_pos)
+      if (p != s->len)
         return dsv4i_error(DSV4_ERR_INVALID_ARG, "attention layer %d: token %d at position %lld, "
                            "its sequence holds %lld", (int)l, (int)t, (long long)p,
-                           (long long)s->n_pos);
+                           (long long)s->len);
     } else if (p != b->pos[t - 1] + 1) {
       return dsv4i_error(DSV4_ERR_INVALID_ARG, "attention layer %d: token %d: positions of a "
                          "sequence must be consecutive", (int)l, (int)t);
     }
     run0[t] = r;
-    if (p >= s->n_resv || p >= (INT64_C(1) << 24))
+    if (p >= s->end || p >= (INT64_C(1) << 24))
       return dsv4i_error(DSV4_ERR_INVALID_ARG, "attention layer %d: position %lld not reserved "
-                         "(reserved up to %lld)", (int)l, (long long)p, (long long)s->n_resv);
+                         "(reserved up to %lld)", (int)l, (long long)p, (long long)s->end);
     const int32_t lay = b->layout[t];
     const int64_t need = p + 1 < win ? p + 1 : win;
     if (lay != DSV4I_ATTN_DECODE && (lay < need || lay > win))
@@ -85,9 +85,6 @@ dsv4_status dsv4i_attn_forward(const dsv4i_attn_layer *L, const dsv4i_attn_batch
   c.emit_tok = c.run0 + 2 * (size_t)n;
   uint16_t *kvw = kv + nk, *lat = kv + 2 * nk;
   st = check_batch(L, b, sh, c.run0, c.run1);
-  if (st == DSV4_OK) /* from here on the caches of these positions may change */
-    for (int32_t r0 = 0; r0 < n; r0 = c.run1[r0])
-      dsv4i_kv_seq_mark(b->seq[r0], b->pos[c.run1[r0] - 1] + 1);
   if (st == DSV4_OK) st = dsv4i_rope_cs(L->freqs, L->n_freq, n, b->pos, c.cs);
   /* 1. query: q_norm(wq_a(x)) -> wq_b -> RoPE on each head's tail */
   if (st == DSV4_OK) st = dsv4i_cpu_linear(&L->wq_a, n, x, L->dim, qr, L->q_lora);

@@ -138,7 +138,7 @@ float dsv4i_attn_index_score(int32_t n_heads, int32_t ihd, const float *qf, cons
 static void score_keys(const attn_call *c, int32_t t, const float *qf, const float *wf,
                        int64_t k0, int64_t k1, float *key, int par) {
   const dsv4i_attn_layer *L = c->L;
-  const dsv4i_kv_seq *s = c->b->seq[t];
+  const dsv4i_kv_view *s = c->b->seq[t];
   const int32_t ks = L->role.index_key_source;
   DSV4I_AOMP(omp parallel if (par))
   {

@@ -35,7 +35,7 @@ int64_t dsv4i_attn_window_rows(const attn_call *c, int32_t r0, int32_t len, cons
   const int32_t hd = L->head_dim;
   const int64_t first = c->b->pos[r0];
   const int64_t lo = first - L->window + 1 > 0 ? first - L->window + 1 : 0;
-  const dsv4i_kv_seq *s = c->b->seq[r0];
+  const dsv4i_kv_view *s = c->b->seq[r0];
   DSV4I_AOMP(omp parallel for schedule(static) if ((first - lo + len) * hd >= (1 << 16)))
   for (int64_t q = lo; q < first + len; q++) {
     float *row = rows + (size_t)(q - lo) * (size_t)hd;
@@ -54,7 +54,7 @@ void dsv4i_attn_window_store(const attn_call *c, const uint16_t *kv) {
   const int32_t hd = L->head_dim;
   DSV4I_AOMP(omp parallel for schedule(static) if ((int64_t)c->n * hd >= (1 << 16)))
   for (int32_t t = 0; t < c->n; t++) {
-    const dsv4i_kv_seq *s = c->b->seq[t];
+    const dsv4i_kv_view *s = c->b->seq[t];
     /* a run longer than the ring: only its last ring_slots positions survive
      * (skipping the others also keeps two threads off one slot) */
     const int64_t last = c->b->pos[c->run1[t] - 1];

@@ -1,7 +1,7 @@
 /*
  * CPU implementation of the engine's backend interface (backend/backend.h):
- * storage format for the planner, create/destroy, host buffers, cache slots
- * over the paged caches of kvcache.h, and the step metadata. The step ops
+ * storage format for the planner, create/destroy, host buffers, the KV page
+ * pool (kvcache.h), and the step metadata with its page table. The step ops
  * are in cpu_backend_ops.c, weight binding in cpu_backend_load.c.
  */
 #include <stdlib.h>
@@ -25,7 +25,7 @@ static dsv4_status cpu_format(const struct dsv4i_config *c, int64_t max_position
                                      dsv4i_cache_format *f) {
   memset(f, 0, sizeof *f);
   dsv4i_kv_layout lay;
-  dsv4_status s = dsv4i_kv_layout_init(c, 0, page_bytes_for(c), &lay);
+  dsv4_status s = dsv4i_kv_layout_init(c, 0, page_bytes_for(c), max_positions, &lay);
   if (s) return s;
   f->page_bytes = (int64_t)lay.page_bytes;
   for (int32_t k = 0; k < DSV4I_KV_KINDS; k++) {
@@ -36,9 +36,8 @@ static dsv4_status cpu_format(const struct dsv4i_config *c, int64_t max_position
     if (lay.ratio[L] > 0)
       f->bytes_per_pos += (lay.rec_bytes[DSV4I_KV_COMP] +
                            (lay.has_idxk[L] ? lay.rec_bytes[DSV4I_KV_IDXK] : 0)) / lay.ratio[L];
-  /* page tables of one slot + its struct */
-  f->slot_bytes = f->seq_pages * (int64_t)sizeof(int32_t) +
-                  (int64_t)(DSV4I_KV_KINDS * lay.n_layers) * (int64_t)sizeof(dsv4i_kv_ptab) + 256;
+  /* per live sequence: the copied page row and its view */
+  f->slot_bytes = (int64_t)lay.ld * (int64_t)sizeof(int32_t) + (int64_t)sizeof(dsv4i_kv_view) + 1;
   /* wo_a dequantised to bf16 per attention layer (spec §3.3) */
   const int64_t wo_a = (int64_t)c->o_groups * c->o_lora_rank *
                        ((int64_t)c->n_heads * c->head_dim / c->o_groups) * 2;
@@ -84,70 +83,38 @@ static dsv4_status sync_noop(dsv4i_backend *be) {
   return DSV4_OK;
 }
 
-/* ---- slots ---- */
+/* ---- KV pages ---- */
 
-static dsv4_status slot_get(cpu_backend *b, int32_t slot, dsv4i_kv_seq **out) {
-  if (slot < 0 || slot >= b->n_slots || !b->slots[slot])
-    return dsv4i_error(DSV4_ERR_INVALID_ARG, "cpu backend: cache slot %d is not open", (int)slot);
-  *out = b->slots[slot];
-  return DSV4_OK;
-}
-
-static dsv4_status slot_new(cpu_backend *b, dsv4i_kv_seq *src, int32_t *slot) {
-  int32_t i = 0;
-  while (i < b->n_slots && b->slots[i]) i++;
-  if (i == b->n_slots)
-    return dsv4i_error(DSV4_KV_FULL, "cpu backend: all %d cache slots are in use", (int)b->n_slots);
-  dsv4i_kv_pool *pools[DSV4I_KV_KINDS] = {b->pool, b->pool, b->pool, b->pool};
-  dsv4_status s = src ? dsv4i_kv_seq_fork(src, &b->slots[i])
-                      : dsv4i_kv_seq_create(&b->lay, pools, &b->slots[i]);
-  if (s) return s;
-  *slot = i;
-  return DSV4_OK;
-}
-
-static dsv4_status slot_open(dsv4i_backend *be, int32_t *slot) {
-  return slot_new((cpu_backend *)be, NULL, slot);
-}
-
-static dsv4_status slot_fork(dsv4i_backend *be, int32_t src, int32_t *dst) {
-  dsv4i_kv_seq *s = NULL;
-  dsv4_status st = slot_get((cpu_backend *)be, src, &s);
-  return st ? st : slot_new((cpu_backend *)be, s, dst);
-}
-
-static void slot_close(dsv4i_backend *be, int32_t slot) {
+static dsv4_status kv_copy(dsv4i_backend *be, int32_t n, const int32_t *src, const int32_t *dst) {
   cpu_backend *b = (cpu_backend *)be;
-  if (slot < 0 || slot >= b->n_slots) return;
-  dsv4i_kv_seq_free(b->slots[slot]);
-  b->slots[slot] = NULL;
-}
-
-static dsv4_status slot_reserve(dsv4i_backend *be, int32_t n, const int32_t *slots,
-                                const int64_t *len) {
-  cpu_backend *b = (cpu_backend *)be;
-  if (n < 0 || n > b->max_tok) return dsv4i_error(DSV4_ERR_INVALID_ARG, "cpu reserve: n %d", (int)n);
-  dsv4_status s = DSV4_OK;
-  for (int32_t i = 0; i < n && !s; i++) {
-    if ((s = slot_get(b, slots[i], &b->run_seq[i]))) break;
-    b->run_end[i] = len[i] > b->run_seq[i]->n_pos ? len[i] : b->run_seq[i]->n_pos;
+  const size_t pb = b->lay.page_bytes;
+  for (int32_t i = 0; i < n; i++) {
+    if (src[i] < 0 || src[i] >= b->pool_pages || dst[i] < 0 || dst[i] >= b->pool_pages)
+      return dsv4i_error(DSV4_ERR_INVALID_ARG, "cpu kv_copy: page %d -> %d outside the pool of "
+                         "%lld", (int)src[i], (int)dst[i], (long long)b->pool_pages);
+    memcpy(b->pool + (size_t)dst[i] * pb, b->pool + (size_t)src[i] * pb, pb);
   }
-  return s ? s : dsv4i_kv_reserve(b->run_seq, b->run_end, n);
+  return DSV4_OK;
 }
 
-static dsv4_status slot_truncate(dsv4i_backend *be, int32_t slot, int64_t len) {
-  dsv4i_kv_seq *s = NULL;
-  dsv4_status st = slot_get((cpu_backend *)be, slot, &s);
-  return st ? st : dsv4i_kv_seq_truncate(s, len);
-}
-
-static void usage(const dsv4i_backend *be, dsv4i_cache_usage *u) {
-  const cpu_backend *b = (const cpu_backend *)be;
-  u->pages_total = dsv4i_kv_pool_n_pages(b->pool);
-  u->pages_used = u->pages_total - dsv4i_kv_pool_free_pages(b->pool);
-  u->slots_total = b->n_slots;
-  u->slots_used = 0;
-  for (int32_t i = 0; i < b->n_slots; i++) u->slots_used += b->slots[i] != NULL;
+dsv4_status dsv4i_cpu_be_load_kv(cpu_backend *b, const dsv4i_kv_step *kv) {
+  b->n_seq = 0;
+  if (!kv || kv->n_seq < 1 || kv->n_seq > b->n_slots || kv->ld != b->lay.ld || !kv->pages ||
+      !kv->len || !kv->end)
+    return dsv4i_error(DSV4_ERR_INVALID_ARG, "cpu backend: page table of %d sequences (at most "
+                       "%d), row %d (layout %d)", kv ? (int)kv->n_seq : -1, (int)b->n_slots,
+                       kv ? (int)kv->ld : -1, (int)b->lay.ld);
+  const size_t ld = (size_t)b->lay.ld;
+  memcpy(b->rows, kv->pages, sizeof *b->rows * ld * (size_t)kv->n_seq);
+  for (int32_t i = 0; i < kv->n_seq; i++) {
+    if (kv->len[i] < 0 || kv->end[i] < kv->len[i] || kv->end[i] > b->lay.max_positions)
+      return dsv4i_error(DSV4_ERR_INVALID_ARG, "cpu backend: sequence %d holds %lld, reserved "
+                         "%lld", (int)i, (long long)kv->len[i], (long long)kv->end[i]);
+    b->views[i] = (dsv4i_kv_view){&b->lay, b->pool, b->rows + (size_t)i * ld, kv->len[i],
+                                  kv->end[i]};
+  }
+  b->n_seq = kv->n_seq;
+  return DSV4_OK;
 }
 
 /* ---- batch ---- */
@@ -160,9 +127,12 @@ static dsv4_status set_batch(dsv4i_backend *be, const dsv4i_batch *m) {
     return dsv4i_error(DSV4_ERR_INVALID_ARG, "cpu set_batch: %d tokens (bucket %d), %d outputs",
                        (int)n, (int)m->n_pad, (int)m->n_out);
   dsv4i_cpu_set_threads(b->n_threads);
+  b->n_tok = 0;
+  dsv4_status s = dsv4i_cpu_be_load_kv(b, &m->kv);
+  if (s) return s;
   memcpy(b->tok, m->tokens, sizeof *b->tok * (size_t)n);
   memcpy(b->pos, m->pos, sizeof *b->pos * (size_t)n);
-  memcpy(b->slot, m->slot, sizeof *b->slot * (size_t)n);
+  memcpy(b->seq, m->seq, sizeof *b->seq * (size_t)n);
   memcpy(b->layout, m->layout, sizeof *b->layout * (size_t)n);
   memcpy(b->out_tok, m->out_tok, sizeof *b->out_tok * (size_t)m->n_out);
   b->has_image = m->image != NULL;
@@ -171,39 +141,38 @@ static dsv4_status set_batch(dsv4i_backend *be, const dsv4i_batch *m) {
     if (!m->engram_ids) return dsv4i_error(DSV4_ERR_INVALID_ARG, "cpu set_batch: no Engram ids");
     memcpy(b->engram_ids, m->engram_ids, sizeof(int64_t) * (size_t)n * (size_t)b->n_engram_cols);
   }
-  b->n_tok = n;
   b->n_out = m->n_out;
-  b->n_run = 0;
-  dsv4_status s = DSV4_OK;
   for (int32_t i = 0; i < n && !s; i++) {
-    if ((s = slot_get(b, b->slot[i], &b->tokseq[i]))) break;
+    const int32_t r = b->seq[i];
+    if (r < 0 || r >= b->n_seq) {
+      s = dsv4i_error(DSV4_ERR_INVALID_ARG, "cpu set_batch: token %d: sequence row %d outside "
+                      "the page table's %d", (int)i, (int)r, (int)b->n_seq);
+      break;
+    }
+    const dsv4i_kv_view *v = &b->views[r];
+    b->tokseq[i] = &b->views[r];
     if (b->tok[i] < 0 || b->tok[i] >= b->vocab)
       s = dsv4i_error(DSV4_ERR_INVALID_ARG, "cpu set_batch: token %d out of range", (int)b->tok[i]);
-    else if (i == 0 || b->slot[i] != b->slot[i - 1]) { /* a new run */
-      if (b->slot_mark[b->slot[i]] || b->pos[i] != b->tokseq[i]->n_pos)
+    else if (i == 0 || r != b->seq[i - 1]) { /* a new run */
+      if (b->row_mark[r] || b->pos[i] != v->len)
         s = dsv4i_error(DSV4_ERR_INVALID_ARG,
-                        "cpu set_batch: run of slot %d starts at %lld, cache holds %lld (or the "
-                        "slot appears in two runs)", (int)b->slot[i], (long long)b->pos[i],
-                        (long long)b->tokseq[i]->n_pos);
-      b->slot_mark[b->slot[i]] = 1;
-      b->run_seq[b->n_run] = b->tokseq[i];
-      b->run_end[b->n_run++] = b->pos[i] + 1;
+                        "cpu set_batch: run of sequence row %d starts at %lld, cache holds %lld "
+                        "(or the row appears in two runs)", (int)r, (long long)b->pos[i],
+                        (long long)v->len);
+      b->row_mark[r] = 1;
     } else if (b->pos[i] != b->pos[i - 1] + 1) {
-      s = dsv4i_error(DSV4_ERR_INVALID_ARG, "cpu set_batch: positions of slot %d not consecutive",
-                      (int)b->slot[i]);
-    } else {
-      b->run_end[b->n_run - 1] = b->pos[i] + 1;
+      s = dsv4i_error(DSV4_ERR_INVALID_ARG, "cpu set_batch: positions of sequence row %d not "
+                      "consecutive", (int)r);
     }
-    if (!s && b->pos[i] >= b->tokseq[i]->n_resv)
-      s = dsv4i_error(DSV4_ERR_INVALID_ARG, "cpu set_batch: position %lld of slot %d not reserved",
-                      (long long)b->pos[i], (int)b->slot[i]);
+    if (!s && b->pos[i] >= v->end)
+      s = dsv4i_error(DSV4_ERR_INVALID_ARG, "cpu set_batch: position %lld of sequence row %d not "
+                      "reserved", (long long)b->pos[i], (int)r);
   }
-  for (int32_t i = 0; i < n; i++)
-    if (b->slot[i] >= 0 && b->slot[i] < b->n_slots) b->slot_mark[b->slot[i]] = 0;
+  memset(b->row_mark, 0, (size_t)b->n_slots);
   for (int32_t r = 0; !s && r < m->n_out; r++)
     if (b->out_tok[r] < 0 || b->out_tok[r] >= n || (r > 0 && b->out_tok[r] <= b->out_tok[r - 1]))
       s = dsv4i_error(DSV4_ERR_INVALID_ARG, "cpu set_batch: output rows not ascending in range");
-  if (s) b->n_tok = 0;
+  if (!s) b->n_tok = n;
   return s;
 }
 
@@ -212,15 +181,12 @@ static dsv4_status set_batch(dsv4i_backend *be, const dsv4i_batch *m) {
 static void destroy(dsv4i_backend *be) {
   cpu_backend *b = (cpu_backend *)be;
   if (!b) return;
-  if (b->slots)
-    for (int32_t i = 0; i < b->n_slots; i++) dsv4i_kv_seq_free(b->slots[i]);
-  free(b->slots);
-  dsv4i_kv_pool_free(b->pool);
+  free(b->pool);
   dsv4i_cpu_be_free_blocks(b);
   dsv4i_cpu_dspark_free(b);
   dsv4i_attn_shared_free(&b->sh);
-  void *bufs[] = {b->tok, b->slot, b->layout, b->out_tok, b->pos, b->engram_ids, b->image,
-                  b->tokseq, b->run_seq, b->run_end, b->slot_mark, b->accept_scratch, b->x, b->y, b->mixes,
+  void *bufs[] = {b->tok, b->seq, b->layout, b->out_tok, b->pos, b->engram_ids, b->image,
+                  b->tokseq, b->row_mark, b->rows, b->views, b->accept_scratch, b->x, b->y, b->mixes,
                   b->a_pre, b->a_post, b->a_comb, b->f_post, b->f_comb, b->hsel, b->presel};
   for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
   free(b);
@@ -233,12 +199,7 @@ static const dsv4i_backend_ops cpu_ops = {
   .buf_free = buf_free,
   .buf_read = buf_read,
   .buf_write = buf_write,
-  .slot_open = slot_open,
-  .slot_reserve = slot_reserve,
-  .slot_truncate = slot_truncate,
-  .slot_fork = slot_fork,
-  .slot_close = slot_close,
-  .usage = usage,
+  .kv_copy = kv_copy,
   .run = dsv4i_cpu_be_run,
   .set_batch = set_batch,
   .embed = dsv4i_cpu_be_embed,
@@ -258,13 +219,14 @@ static dsv4_status alloc_scratch(cpu_backend *b) {
   const size_t nt = (size_t)b->max_tok, no = (size_t)b->max_out, hc = (size_t)b->hc;
   const size_t d = (size_t)b->dim, nm = (2 + hc) * hc;
 #define A(p, n) ((b->p = dsv4i_calloc(nz(n), sizeof *b->p, #p)) != NULL)
-  int ok = A(tok, nt) && A(slot, nt) && A(layout, nt) && A(out_tok, nt) && A(pos, nt) &&
-           A(image, nt) && A(tokseq, nt) && A(run_seq, nt) && A(run_end, nt) &&
-           A(slot_mark, (size_t)b->n_slots) && A(x, nt * d) && A(y, nt * d) && A(mixes, nt * nm) &&
+  const size_t ns = (size_t)b->n_slots;
+  int ok = A(tok, nt) && A(seq, nt) && A(layout, nt) && A(out_tok, nt) && A(pos, nt) &&
+           A(image, nt) && A(tokseq, nt) && A(row_mark, ns) && A(views, ns) &&
+           A(rows, ns * (size_t)b->lay.ld) && A(x, nt * d) && A(y, nt * d) && A(mixes, nt * nm) &&
            A(a_pre, nt * hc) && A(a_post, nt * hc) && A(a_comb, nt * hc * hc) &&
            A(f_post, nt * hc) && A(f_comb, nt * hc * hc) && A(hsel, no * hc * d) &&
            A(presel, no * hc) && A(engram_ids, nt * (size_t)b->n_engram_cols) &&
-           A(slots, (size_t)b->n_slots) && A(accept_scratch, 2 * (size_t)b->vocab);
+           A(accept_scratch, 2 * (size_t)b->vocab);
 #undef A
   return ok ? DSV4_OK : DSV4_ERR_OUT_OF_MEMORY;
 }
@@ -273,8 +235,17 @@ static dsv4_status cpu_create(const dsv4i_backend_desc *d, dsv4i_backend **out) 
   *out = NULL;
   const dsv4i_config *c = dsv4i_model_config(d->model);
   if (d->n_slots < 1 || d->max_batch_tokens < 1 || d->max_out_rows < 1 || d->pool_pages < 1 ||
-      d->max_positions < 1)
-    return dsv4i_error(DSV4_ERR_INVALID_ARG, "cpu backend: bad sizes");
+      d->max_positions < 1 || !d->kv_layout)
+    return dsv4i_error(DSV4_ERR_INVALID_ARG, "cpu backend: bad sizes or no KV layout");
+  uint64_t pool_bytes;
+  if (d->kv_layout->page_bytes != page_bytes_for(c) ||
+      d->kv_layout->max_positions != d->max_positions ||
+      !dsv4i_mul_overflow_u64(d->kv_layout->page_bytes, (uint64_t)d->pool_pages, &pool_bytes) ||
+      pool_bytes > SIZE_MAX)
+    return dsv4i_error(DSV4_ERR_INVALID_ARG, "cpu backend: KV layout of %zu-byte pages for %lld "
+                       "positions, the format's is %zu bytes for %lld; or the pool overflows",
+                       d->kv_layout->page_bytes, (long long)d->kv_layout->max_positions,
+                       page_bytes_for(c), (long long)d->max_positions);
   cpu_backend *b = dsv4i_calloc(1, sizeof *b, "cpu backend");
   if (!b) return DSV4_ERR_OUT_OF_MEMORY;
   dsv4_status s = dsv4i_backend_init(&b->base, &cpu_ops, DSV4_BACKEND_CPU, d, 1);
@@ -292,10 +263,12 @@ static dsv4_status cpu_create(const dsv4i_backend_desc *d, dsv4i_backend **out) 
   b->max_tok = d->max_batch_tokens;
   b->max_out = d->max_out_rows;
   b->n_slots = d->n_slots;
+  b->lay = *d->kv_layout;
+  b->pool_pages = d->pool_pages;
   dsv4i_cpu_set_threads(b->n_threads);
   s = alloc_scratch(b);
-  if (!s) s = dsv4i_kv_layout_init(c, 0, page_bytes_for(c), &b->lay);
-  if (!s) s = dsv4i_kv_pool_create(b->lay.page_bytes, d->pool_pages, &b->pool);
+  if (!s && !(b->pool = dsv4i_malloc((size_t)pool_bytes, "KV pool pages")))
+    s = DSV4_ERR_OUT_OF_MEMORY;
   if (!s) s = dsv4i_attn_shared_init(c, b->max_tok, &b->sh);
   if (!s) s = dsv4i_cpu_be_load_blocks(b, d);
   if (!s) s = dsv4i_cpu_dspark_load(b);

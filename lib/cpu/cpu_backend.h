@@ -1,12 +1,12 @@
 /*
  * Private state of the CPU implementation of the engine's backend interface
- * (backend/backend.h). Shared by cpu_backend.c (create, buffers, slots,
+ * (backend/backend.h). Shared by cpu_backend.c (create, buffers, KV pages,
  * batch) and cpu_backend_ops.c (embed, Engram, block, head, sample); nothing
  * else includes it.
  *
  * The backend wraps the CPU numerical core: cpu_ops.h (linear, norms, hc,
  * MoE, head, sampling), attention.h + kvcache.h (attention sublayer and the
- * per-sequence paged caches), engram.h (Engram module). Weights are views
+ * KV records in the host page pool), engram.h (Engram module). Weights are views
  * into the mmapped checkpoint; only wo_a is copied (dequantised to bf16 by
  * dsv4i_attn_layer_load, spec §3.3). Buffers (dsv4i_bbuf) are host memory.
  */
@@ -52,21 +52,21 @@ typedef struct cpu_backend {
   const uint16_t *norm;       /**< bf16 [dim] final norm */
   dsv4i_wview head;           /**< BF16/F32 [vocab][dim] */
   struct cpu_dspark *dspark;  /**< DSpark draft head (cpu_dspark.c), NULL without stages */
-  /* caches */
-  dsv4i_kv_layout lay;
-  dsv4i_kv_pool *pool;
-  dsv4i_kv_seq **slots;       /**< [n_slots], NULL = free */
-  int32_t n_slots;
+  /* KV storage: pool_pages pages; which holds what comes with each step */
+  dsv4i_kv_layout lay;        /**< the engine's layout (a copy) */
+  uint8_t *pool;              /**< [pool_pages][lay.page_bytes] */
+  int64_t pool_pages;
+  int32_t n_slots;            /**< rows a step's page table may have */
+  int32_t n_seq;              /**< rows of the current page table */
+  int32_t *rows;              /**< [n_slots][lay.ld] the current page table (copied) */
+  dsv4i_kv_view *views;       /**< [n_slots] its sequences */
   /* the current batch (copied by set_batch) */
   int32_t n_tok, n_out;
-  int32_t *tok, *slot, *layout, *out_tok;
+  int32_t *tok, *seq, *layout, *out_tok;
   int64_t *pos, *engram_ids;
   uint8_t *image, has_image;
-  dsv4i_kv_seq **tokseq;      /**< [max_tok] caches of each token */
-  int32_t n_run;              /**< distinct sequences of the batch */
-  dsv4i_kv_seq **run_seq;     /**< [max_tok] */
-  int64_t *run_end;           /**< [max_tok] positions after the batch */
-  uint8_t *slot_mark;         /**< [n_slots] */
+  dsv4i_kv_view **tokseq;     /**< [max_tok] caches of each token */
+  uint8_t *row_mark;          /**< [n_slots] */
   /* per-forward shared attention state and block scratch */
   dsv4i_attn_shared sh;
   uint16_t *x, *y;            /**< bf16 [max_tok][dim] */
@@ -89,6 +89,8 @@ dsv4_status dsv4i_cpu_be_head(dsv4i_backend *be, dsv4i_bbuf h, dsv4i_bbuf pre, d
 dsv4_status dsv4i_cpu_be_run(dsv4i_backend *be, const dsv4i_step_io *io);
 dsv4_status dsv4i_cpu_be_accept(dsv4i_backend *be, dsv4i_bbuf logits, int32_t row,
                                 const dsv4i_accept_req *req, int32_t *accepted, int32_t *token);
+/** Take a step's page table (set_batch, dspark_draft): copies it into rows / views. */
+dsv4_status dsv4i_cpu_be_load_kv(cpu_backend *b, const dsv4i_kv_step *kv);
 dsv4_status dsv4i_cpu_be_sample(dsv4i_backend *be, dsv4i_bbuf logits, int32_t n,
                                 const dsv4i_sample_req *req, int32_t *tokens);
 

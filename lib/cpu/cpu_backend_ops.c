@@ -102,10 +102,6 @@ dsv4_status dsv4i_cpu_be_block(dsv4i_backend *be, int32_t layer, dsv4i_bbuf hb, 
   if (!s) s = dsv4i_cpu_moe(&k->moe, n, b->x, d, b->has_image ? b->image : NULL, b->y, d);
   if (!s) s = dsv4i_cpu_hc_post(n, b->hc, b->dim, b->y, h, b->f_post, b->f_comb, h);
 
-  /* after the stage's last block every layer holds the batch positions: commit */
-  if (!s && layer == be->last_layer - 1)
-    for (int32_t r = 0; r < b->n_run && !s; r++)
-      s = dsv4i_kv_seq_commit(b->run_seq[r], b->run_end[r]);
   return s;
 }
 

@@ -89,7 +89,7 @@ dsv4_status dsv4i_cpu_dspark_load(cpu_backend *b) {
 /* ---- ring extension (spec §6.1 Prefill, §6.2 step 5) -------------------- */
 
 /* main_x = main_norm(main_proj(main_hidden)), then every stage stores its main_kv. */
-static dsv4_status store(cpu_backend *b, int32_t n, dsv4i_kv_seq *const *seq, const int64_t *pos,
+static dsv4_status store(cpu_backend *b, int32_t n, dsv4i_kv_view *const *seq, const int64_t *pos,
                          const uint16_t *main_hidden, uint16_t *main_x) {
   cpu_dspark *d = b->dspark;
   const int32_t dim = b->dim;
@@ -116,7 +116,7 @@ typedef struct draft_ws {
   uint16_t *h, *x, *y, *xc, *cat;
   float *pre, *mixes, *a_pre, *post, *comb, *base, *bias, *conf;
   int32_t *tok;
-  dsv4i_kv_seq **seq;
+  dsv4i_kv_view **seq;
 } draft_ws;
 
 static void ws_free(draft_ws *w) {
@@ -144,7 +144,7 @@ static dsv4_status ws_alloc(const cpu_backend *b, int32_t n, draft_ws *w) {
 
 /* One stage: the lagged-hc block of spec §5.3 with the DSpark attention, in place on h / pre. */
 static dsv4_status stage_block(const cpu_backend *b, const cpu_block *k, int32_t n,
-                               dsv4i_kv_seq *const *seq, const int64_t *pos, draft_ws *w) {
+                               dsv4i_kv_view *const *seq, const int64_t *pos, draft_ws *w) {
   const dsv4i_config *c = b->cfg;
   const int32_t hc = b->hc, dim = b->dim, B = b->dspark->block;
   const int64_t r = (int64_t)n * B;
@@ -167,42 +167,33 @@ static dsv4_status stage_block(const cpu_backend *b, const cpu_block *k, int32_t
   return s;
 }
 
-static dsv4_status draft_check(cpu_backend *b, int32_t n, const int32_t *slots, const int64_t *pos,
+static dsv4_status draft_check(cpu_backend *b, const dsv4i_kv_step *kv, const int64_t *pos,
                                const int32_t *anchor, const dsv4i_sample_req *req,
-                               const dsv4i_dspark_out *out, dsv4i_kv_seq **seq) {
+                               const dsv4i_dspark_out *out, dsv4i_kv_view **seq) {
   if (!b->dspark) return dsv4i_error(DSV4_ERR_UNSUPPORTED, "cpu backend: the model has no DSpark stages");
-  if (n < 1 || !slots || !pos || !anchor || !req || !out || !out->drafts)
-    return dsv4i_error(DSV4_ERR_INVALID_ARG, "cpu dspark_draft: %d sequences or NULL", (int)n);
-  dsv4_status s = DSV4_OK;
-  for (int32_t i = 0; i < n && !s; i++) {
-    if (slots[i] < 0 || slots[i] >= b->n_slots || !b->slots[slots[i]])
-      s = dsv4i_error(DSV4_ERR_INVALID_ARG, "cpu dspark_draft: slot %d is not open", (int)slots[i]);
-    else if (b->slot_mark[slots[i]])
-      s = dsv4i_error(DSV4_ERR_INVALID_ARG, "cpu dspark_draft: slot %d twice", (int)slots[i]);
-    else if (anchor[i] < 0 || anchor[i] >= b->vocab)
+  if (!kv || !pos || !anchor || !req || !out || !out->drafts)
+    return dsv4i_error(DSV4_ERR_INVALID_ARG, "cpu dspark_draft: NULL argument");
+  dsv4_status s = dsv4i_cpu_be_load_kv(b, kv);
+  for (int32_t i = 0; i < kv->n_seq && !s; i++) {
+    if (anchor[i] < 0 || anchor[i] >= b->vocab)
       s = dsv4i_error(DSV4_ERR_INVALID_ARG, "cpu dspark_draft: anchor %d", (int)anchor[i]);
-    else if (pos[i] < 0 || pos[i] + 1 != b->slots[slots[i]]->n_pos)
-      s = dsv4i_error(DSV4_ERR_INVALID_ARG, "cpu dspark_draft: position %lld of slot %d, which "
-                      "holds %lld", (long long)pos[i], (int)slots[i],
-                      (long long)b->slots[slots[i]]->n_pos);
-    else {
-      b->slot_mark[slots[i]] = 1;
-      seq[i] = b->slots[slots[i]];
-    }
+    else if (pos[i] < 0 || pos[i] + 1 != kv->len[i])
+      s = dsv4i_error(DSV4_ERR_INVALID_ARG, "cpu dspark_draft: position %lld of sequence %d, "
+                      "which holds %lld", (long long)pos[i], (int)i, (long long)kv->len[i]);
+    else
+      seq[i] = &b->views[i];
   }
-  for (int32_t i = 0; i < n; i++)
-    if (slots[i] >= 0 && slots[i] < b->n_slots) b->slot_mark[slots[i]] = 0;
   return s;
 }
 
-dsv4_status dsv4i_cpu_dspark_draft(cpu_backend *b, int32_t n, const int32_t *slots,
-                                   const int64_t *pos, const int32_t *anchor,
+dsv4_status dsv4i_cpu_dspark_draft(cpu_backend *b, const dsv4i_kv_step *kv, const int64_t *pos, const int32_t *anchor,
                                    const uint16_t *main_hidden, const dsv4i_sample_req *req,
                                    const dsv4i_dspark_out *out) {
   draft_ws w;
-  dsv4i_kv_seq **seq = n > 0 ? dsv4i_malloc(sizeof *seq * (size_t)n, "DSpark slots") : NULL;
+  const int32_t n = kv ? kv->n_seq : 0;
+  dsv4i_kv_view **seq = n > 0 ? dsv4i_malloc(sizeof *seq * (size_t)n, "DSpark sequences") : NULL;
   if (n > 0 && !seq) return DSV4_ERR_OUT_OF_MEMORY;
-  dsv4_status s = draft_check(b, n, slots, pos, anchor, req, out, seq);
+  dsv4_status s = draft_check(b, kv, pos, anchor, req, out, seq);
   if (!s) s = ws_alloc(b, n, &w);
   if (s) {
     free(seq);
@@ -267,10 +258,10 @@ dsv4_status dsv4i_cpu_dspark_draft(cpu_backend *b, int32_t n, const int32_t *slo
   return s;
 }
 
-dsv4_status dsv4i_cpu_be_dspark_draft(dsv4i_backend *be, int32_t n, const int32_t *slots,
+dsv4_status dsv4i_cpu_be_dspark_draft(dsv4i_backend *be, const dsv4i_kv_step *kv,
                                       const int64_t *pos, const int32_t *anchor, dsv4i_bbuf taps,
                                       const dsv4i_sample_req *req, int32_t *drafts,
                                       float *confidence, dsv4i_bbuf logits) {
   const dsv4i_dspark_out out = {drafts, confidence, logits.impl, NULL};
-  return dsv4i_cpu_dspark_draft((cpu_backend *)be, n, slots, pos, anchor, taps.impl, req, &out);
+  return dsv4i_cpu_dspark_draft((cpu_backend *)be, kv, pos, anchor, taps.impl, req, &out);
 }

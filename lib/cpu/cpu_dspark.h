@@ -35,7 +35,7 @@ void dsv4i_cpu_dspark_free(struct cpu_backend *b);
 dsv4_status dsv4i_cpu_be_dspark_extend(dsv4i_backend *be, dsv4i_bbuf taps);
 
 /** Vtable entry dspark_draft (backend/backend.h). */
-dsv4_status dsv4i_cpu_be_dspark_draft(dsv4i_backend *be, int32_t n, const int32_t *slots,
+dsv4_status dsv4i_cpu_be_dspark_draft(dsv4i_backend *be, const dsv4i_kv_step *kv,
                                       const int64_t *pos, const int32_t *anchor, dsv4i_bbuf taps,
                                       const dsv4i_sample_req *req, int32_t *drafts,
                                       float *confidence, dsv4i_bbuf logits);
@@ -49,10 +49,10 @@ typedef struct dsv4i_dspark_out {
 } dsv4i_dspark_out;
 
 /**
- * One draft forward for n sequences with every output (the vtable entry
- * wraps it; tests read base logits through it).
- * @param slots  [in] int32 [n] distinct open slots.
- * @param pos    [in] int64 [n]: pos[i] = the slot's committed length − 1 (>= 0).
+ * One draft forward for the n = kv->n_seq sequences of a page table with every
+ * output (the vtable entry wraps it; tests read base logits through it).
+ * @param kv     [in] page table: row i = sequence i (n >= 1).
+ * @param pos    [in] int64 [n]: pos[i] = kv->len[i] − 1 (>= 0).
  * @param anchor [in] int32 [n] anchor tokens (block row 0, position pos + 1).
  * @param main_hidden [in] bf16 [n][n_taps][dim] stored at pos first, or NULL
  *               when the rings already hold pos (dspark_extend after every step).
@@ -61,7 +61,7 @@ typedef struct dsv4i_dspark_out {
  * @return DSV4_OK; DSV4_ERR_UNSUPPORTED (no DSpark stages); DSV4_ERR_INVALID_ARG;
  *         DSV4_ERR_OUT_OF_MEMORY. Caches change only with main_hidden (ring slot pos).
  */
-dsv4_status dsv4i_cpu_dspark_draft(struct cpu_backend *b, int32_t n, const int32_t *slots,
+dsv4_status dsv4i_cpu_dspark_draft(struct cpu_backend *b, const dsv4i_kv_step *kv,
                                    const int64_t *pos, const int32_t *anchor,
                                    const uint16_t *main_hidden, const dsv4i_sample_req *req,
                                    const dsv4i_dspark_out *out);

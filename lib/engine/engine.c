@@ -53,6 +53,9 @@ static dsv4_status alloc_workspace(struct dsv4_engine *e) {
   if (s) return s;
   e->b_tok = dsv4i_calloc(nt, sizeof *e->b_tok, "batch tokens");
   e->b_slot = dsv4i_calloc(nt, sizeof *e->b_slot, "batch slots");
+  e->b_seq = dsv4i_calloc(nt, sizeof *e->b_seq, "batch page-table rows");
+  e->b_rslot = dsv4i_calloc((size_t)e->plan.max_seqs, sizeof *e->b_rslot, "batch row slots");
+  e->b_rend = dsv4i_calloc((size_t)e->plan.max_seqs, sizeof *e->b_rend, "batch row ends");
   e->b_out = dsv4i_calloc(nt, sizeof *e->b_out, "batch outputs");
   e->b_pos = dsv4i_calloc(nt, sizeof *e->b_pos, "batch positions");
   e->b_layout = dsv4i_calloc(nt, sizeof *e->b_layout, "batch layout");
@@ -64,7 +67,7 @@ static dsv4_status alloc_workspace(struct dsv4_engine *e) {
   e->t.layer_ns = dsv4i_calloc((size_t)c->n_layers, sizeof(int64_t), "layer timings");
   if (e->n_engram_cols > 0)
     e->b_engram = dsv4i_calloc(nt * (size_t)e->n_engram_cols, sizeof(int64_t), "Engram ids");
-  if (!e->b_tok || !e->b_slot || !e->b_out || !e->b_pos || !e->b_layout || !e->b_req ||
+  if (!e->b_tok || !e->b_slot || !e->b_seq || !e->b_rslot || !e->b_rend || !e->b_out || !e->b_pos || !e->b_layout || !e->b_req ||
       !e->b_q || !e->b_len || !e->mark || !e->seqs || !e->t.layer_ns ||
       (e->n_engram_cols > 0 && !e->b_engram))
     return DSV4_ERR_OUT_OF_MEMORY;
@@ -124,6 +127,8 @@ dsv4_status dsv4i_engine_create(struct dsv4_model *model, const dsv4i_engine_arg
   if (!s && progress(a, "engram", 0, 1)) s = dsv4i_error(DSV4_ABORTED, "engine: aborted");
   if (!s) s = use_tokenizer(e);
   if (!s && progress(a, "engram", 1, 1)) s = dsv4i_error(DSV4_ABORTED, "engine: aborted");
+  dsv4i_kv_layout lay;
+  if (!s) s = dsv4i_kv_layout_init(c, 0, (size_t)e->plan.fmt.page_bytes, e->plan.max_ctx, &lay);
   if (!s) {
     dsv4i_backend_desc d;
     memset(&d, 0, sizeof d);
@@ -135,6 +140,7 @@ dsv4_status dsv4i_engine_create(struct dsv4_model *model, const dsv4i_engine_arg
     d.max_out_rows = e->plan.max_out_rows;
     d.max_positions = e->plan.max_ctx;
     d.pool_pages = e->plan.pool_pages;
+    d.kv_layout = &lay;
     d.log = &e->args.log;
     d.progress = a->progress;
     d.progress_user = a->progress_user;
@@ -146,6 +152,7 @@ dsv4_status dsv4i_engine_create(struct dsv4_model *model, const dsv4i_engine_arg
     d.bucket_tokens = e->plan.buckets;
     s = dsv4i_backend_create(a->backend, &d, &e->be);
   }
+  if (!s) s = dsv4i_kv_cache_init(&e->kv, &lay, e->plan.pool_pages, e->plan.max_seqs, e->be);
   if (!s) s = alloc_workspace(e);
   if (!s) s = dsv4i_spec_create(e); /* DSpark draft / verify (spec.c) */
   if (s) {
@@ -174,7 +181,7 @@ void dsv4i_engine_free(struct dsv4_engine *e) {
   if (e->seqs)
     for (int32_t i = 0; i < e->plan.max_seqs; i++)
       if (e->seqs[i].id) {
-        if (e->be) e->be->ops->slot_close(e->be, e->seqs[i].slot);
+        dsv4i_kv_slot_close(&e->kv, e->seqs[i].slot);
         dsv4i_engram_history_free(e->seqs[i].hist);
       }
   if (e->be) {
@@ -184,11 +191,15 @@ void dsv4i_engine_free(struct dsv4_engine *e) {
     e->be->ops->buf_free(e->be, e->logits);
     e->be->ops->buf_free(e->be, e->taps);
   }
+  dsv4i_kv_cache_free(&e->kv);
   dsv4i_backend_destroy(e->be);
   dsv4i_engram_tables_free(e->engram);
   free(e->seqs);
   free(e->b_tok);
   free(e->b_slot);
+  free(e->b_seq);
+  free(e->b_rslot);
+  free(e->b_rend);
   free(e->b_out);
   free(e->b_pos);
   free(e->b_layout);

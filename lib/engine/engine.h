@@ -21,6 +21,7 @@
 
 #include "base/base.h"
 #include "backend/backend.h"
+#include "engine/kv.h"
 #include "engine/plan.h"
 #include "model/engram_hash.h"
 #include "model/model.h"
@@ -31,7 +32,7 @@
 
 typedef struct dsv4i_seq {
   int64_t id;                    /**< 0: free entry */
-  int32_t slot;                  /**< backend cache slot */
+  int32_t slot;                  /**< KV cache slot (engine/kv.h) */
   int32_t damaged;               /**< a failed compute left it inconsistent */
   int64_t len;                   /**< positions held (the next token's position) */
   dsv4i_engram_history *hist;    /**< NULL for a model without Engram layers */
@@ -88,6 +89,7 @@ struct dsv4_engine {
   dsv4i_engine_args args;
   dsv4i_plan plan;
   dsv4i_backend *be;
+  dsv4i_kv_cache kv;             /**< KV bookkeeping: pages, slots (engine/kv.h) */
   dsv4i_engram_tables *engram;   /**< NULL without Engram layers */
   int32_t n_engram_cols;         /**< n_engram_layers * n_cols per token */
   dsv4i_seq *seqs;               /**< [max_seqs] */
@@ -101,6 +103,9 @@ struct dsv4_engine {
   struct dsv4i_spec *spec;       /**< speculative-decoding state, or NULL */
   /* host batch scratch, [max_batch_tokens] each (engram: x n_engram_cols) */
   int32_t *b_tok, *b_slot, *b_out;
+  int32_t *b_seq;                /**< [max_batch_tokens] page-table row of each token */
+  int32_t *b_rslot;              /**< [max_seqs] slot of each page-table row */
+  int64_t *b_rend;               /**< [max_seqs] its end of the step */
   int64_t *b_pos, *b_engram;
   int32_t *b_layout;
   dsv4i_sample_req *b_req;
@@ -155,8 +160,19 @@ dsv4_status dsv4i_engine_decode(struct dsv4_engine *e, int32_t n, const int64_t 
                                 const int32_t *tokens, const dsv4i_sampling *smp,
                                 float *logits, int32_t *sampled);
 
-/** Run one step through the backend (its run entry, or block by block with per-op timing). */
-dsv4_status dsv4i_engine_run_step(struct dsv4_engine *e, const dsv4i_batch *b);
+/** Reserve KV positions [len, targets[i]) for qs[i] (slots[i] its slot): all or nothing
+ *  (DSV4_KV_FULL, DSV4_ERR_INVALID_ARG); a failed page copy of the backend leaves the
+ *  sequences damaged (and DSV4_ERR_DEVICE_LOST the engine sticky-failed). */
+dsv4_status dsv4i_engine_reserve(struct dsv4_engine *e, int32_t n, dsv4i_seq *const *qs,
+                                 const int32_t *slots, const int64_t *targets);
+
+/**
+ * Run one step through the backend (its run entry, or block by block with per-op
+ * timing). slot[t] is the KV slot of token t (runs of consecutive tokens per
+ * sequence, reserved beforehand); this fills b->seq and b->kv (the step's page
+ * table) and, when the run succeeds, commits every run's positions.
+ */
+dsv4_status dsv4i_engine_run_step(struct dsv4_engine *e, dsv4i_batch *b, const int32_t *slot);
 
 /* ---- timing (timing.c) ---- */
 int64_t dsv4i_now_ns(void);

@@ -5,6 +5,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "engine/kv.h"
 #include "engine/plan.h"
 #include "model/config.h"
 
@@ -45,6 +46,10 @@ dsv4_status dsv4i_plan_make(const struct dsv4i_config *cfg, const dsv4i_plan_req
   const dsv4i_cache_format *f = &out->fmt;
   if (f->page_bytes < 1 || f->seq_pages < 1 || f->slot_bytes < 0)
     return dsv4i_error(DSV4_ERR_INTERNAL, "memory plan: backend format has no page size");
+  /* per slot: the backend's part and the engine's page tables (engine/kv.h) */
+  dsv4i_kv_layout lay;
+  if ((s = dsv4i_kv_layout_init(cfg, 0, (size_t)f->page_bytes, req->max_ctx, &lay))) return s;
+  out->fmt.slot_bytes += dsv4i_kv_slot_bytes(&lay);
   out->max_seqs = req->max_seqs;
   /* a prefill step never holds more tokens than a sequence can: cap before sizing the workspace */
   out->chunk = req->chunk < req->max_ctx ? req->chunk : (int32_t)req->max_ctx;

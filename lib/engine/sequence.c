@@ -60,7 +60,7 @@ dsv4_status dsv4i_seq_create(struct dsv4_engine *e, int64_t *id) {
   if (s) return s;
   dsv4i_engram_history *h = NULL;
   if (e->engram && (s = dsv4i_engram_history_create(e->engram, &h))) return s;
-  if ((s = e->be->ops->slot_open(e->be, &slot))) {
+  if ((s = dsv4i_kv_slot_open(&e->kv, &slot))) {
     dsv4i_engram_history_free(h);
     return s;
   }
@@ -82,7 +82,7 @@ dsv4_status dsv4i_seq_fork(struct dsv4_engine *e, int64_t parent, int64_t *child
   if ((s = free_entry(e, &idx))) return s;
   dsv4i_engram_history *h = NULL;
   if (p->hist && (s = dsv4i_engram_history_fork(p->hist, &h))) return s;
-  if ((s = e->be->ops->slot_fork(e->be, p->slot, &slot))) {
+  if ((s = dsv4i_engine_note(e, dsv4i_kv_slot_fork(&e->kv, p->slot, &slot)))) {
     dsv4i_engram_history_free(h);
     return s;
   }
@@ -103,7 +103,7 @@ dsv4_status dsv4i_seq_free(struct dsv4_engine *e, int64_t id) {
   if (!q)
     return dsv4i_error(DSV4_ERR_UNKNOWN_SEQUENCE, "sequence %lld does not exist (never created, or freed)",
                        (long long)id);
-  e->be->ops->slot_close(e->be, q->slot);
+  dsv4i_kv_slot_close(&e->kv, q->slot);
   dsv4i_engram_history_free(q->hist);
   q->id = 0;
   q->hist = NULL;

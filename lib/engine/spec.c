@@ -171,8 +171,12 @@ static dsv4_status spec_draft(struct dsv4_engine *e, int32_t n, const int64_t *i
   }
   const dsv4i_bbuf none = {NULL}; /* the rings already hold pos: every step extends them */
   const int64_t t = dsv4i_op_begin(e);
-  s = e->be->ops->dspark_draft(e->be, n, sp->slot, sp->pos, anchors, none, sp->req, drafts,
-                               confidence, T > 0.0f ? sp->dlogits : none);
+  dsv4i_kv_step kv;
+  s = dsv4i_kv_step_table(&e->kv, n, sp->slot, NULL, &kv);
+  if (!s)
+    s = dsv4i_engine_note(e, e->be->ops->dspark_draft(e->be, &kv, sp->pos, anchors, none, sp->req,
+                                                      drafts, confidence,
+                                                      T > 0.0f ? sp->dlogits : none));
   dsv4i_op_end(e, t, DSV4I_OP_DSPARK, -1);
   for (int32_t i = 0; i < n; i++) { /* the record of this draft (or none) */
     spec_rec *rc = &sp->rec[sp->q[i] - e->seqs];
@@ -201,7 +205,7 @@ static dsv4_status fail_rollback(struct dsv4_engine *e, dsv4_status s, int32_t n
     dsv4i_seq *q = sp->q[i];
     if (q->hist && dsv4i_engram_history_len(q->hist) > sp->len0[i])
       dsv4i_engram_history_truncate(q->hist, sp->len0[i]);
-    if (e->be->ops->slot_truncate(e->be, q->slot, sp->len0[i]) != DSV4_OK) q->damaged = 1;
+    if (dsv4i_kv_slot_truncate(&e->kv, q->slot, sp->len0[i]) != DSV4_OK) q->damaged = 1;
     q->len = sp->len0[i];
   }
   dsv4i_error(s, "%s", msg ? msg : "(message lost)");
@@ -244,7 +248,7 @@ static dsv4_status verify_prepare(struct dsv4_engine *e, int32_t n, const int64_
     sp->pos[i] = sp->len0[i] + 1 + n_drafts[i]; /* reserve targets */
     if (sp->q[i]->hist) s = dsv4i_engram_history_reserve(sp->q[i]->hist, sp->pos[i]);
   }
-  if (!s) s = e->be->ops->slot_reserve(e->be, n, sp->slot, sp->pos);
+  if (!s) s = dsv4i_engine_reserve(e, n, sp->q, sp->slot, sp->pos);
   if (s) return s; /* nothing changed */
   for (int32_t i = 0; i < n && !s; i++) {
     dsv4i_engram_history *h = sp->q[i]->hist;
@@ -258,7 +262,7 @@ static dsv4_status verify_prepare(struct dsv4_engine *e, int32_t n, const int64_
       dsv4i_seq *q = sp->q[i];
       if (q->hist && dsv4i_engram_history_len(q->hist) > q->len)
         dsv4i_engram_history_truncate(q->hist, q->len);
-      e->be->ops->slot_truncate(e->be, q->slot, q->len);
+      dsv4i_kv_slot_truncate(&e->kv, q->slot, q->len);
     }
   }
   return s;
@@ -367,10 +371,10 @@ static dsv4_status spec_verify(struct dsv4_engine *e, int32_t n, const int64_t *
       if (j0 <= sp->nd[i0]) break; /* the step is full inside this run: resume here */
     }
     if (m == 0) break;
-    const dsv4i_batch b = {m, dsv4i_plan_bucket(&e->plan, m), e->b_tok, e->b_pos, e->b_slot, e->b_layout, NULL, m, e->b_out,
-                           e->b_engram};
+    dsv4i_batch b = {m, dsv4i_plan_bucket(&e->plan, m), e->b_tok, e->b_pos, NULL, e->b_layout, NULL, m, e->b_out,
+                           e->b_engram, {0}};
     dsv4i_op_end(e, tb, DSV4I_OP_HOST, -1);
-    s = dsv4i_engine_run_step(e, &b);
+    s = dsv4i_engine_run_step(e, &b, e->b_slot);
     int64_t t = dsv4i_op_begin(e);
     if (!s) s = e->be->ops->sample(e->be, e->logits, m, e->b_req, sp->row_tok);
     dsv4i_op_end(e, t, DSV4I_OP_SAMPLE, -1);
@@ -399,7 +403,7 @@ static dsv4_status spec_verify(struct dsv4_engine *e, int32_t n, const int64_t *
     const int64_t keep = sp->len0[i] + 1 + sp->acc[i];
     if (q->hist && dsv4i_engram_history_len(q->hist) > keep)
       dsv4i_engram_history_truncate(q->hist, keep);
-    const dsv4_status st = e->be->ops->slot_truncate(e->be, q->slot, keep);
+    const dsv4_status st = dsv4i_kv_slot_truncate(&e->kv, q->slot, keep);
     if (st) {
       q->damaged = 1;
       if (!s) s = st;

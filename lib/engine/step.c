@@ -23,15 +23,38 @@ static void hook_end(void *user, int64_t t0, int32_t op, int32_t layer) {
   dsv4i_op_end(user, t0, step_op[op], layer);
 }
 
-dsv4_status dsv4i_engine_run_step(struct dsv4_engine *e, const dsv4i_batch *b) {
+dsv4_status dsv4i_engine_run_step(struct dsv4_engine *e, dsv4i_batch *b, const int32_t *slot) {
+  /* one page-table row per run of a slot's consecutive tokens */
+  int32_t n_run = 0;
+  for (int32_t t = 0; t < b->n_tok; t++) {
+    if (t == 0 || slot[t] != slot[t - 1]) {
+      if (n_run == e->plan.max_seqs)
+        return dsv4i_error(DSV4_ERR_INTERNAL, "step: more runs than sequences");
+      e->b_rslot[n_run++] = slot[t];
+    }
+    e->b_seq[t] = n_run - 1;
+    e->b_rend[n_run - 1] = b->pos[t] + 1;
+  }
+  b->seq = e->b_seq;
+  dsv4_status s = dsv4i_kv_step_table(&e->kv, n_run, e->b_rslot, e->b_rend, &b->kv);
+  if (s) return s;
   const dsv4i_step_io io = {b, e->h, e->pre, e->taps, e->logits};
-  dsv4_status s;
   if (e->args.flags & DSV4I_ENGINE_F_OP_TIMINGS) { /* block by block, synced after each op */
     const dsv4i_step_hook hook = {hook_begin, hook_end, e};
     s = dsv4i_backend_run_blocks(e->be, &io, &hook);
   } else {
     s = e->be->ops->run(e->be, &io);
   }
+  /* every layer holds the runs' positions now */
+  if (!s) s = dsv4i_kv_step_commit(&e->kv, n_run, e->b_rslot, e->b_rend);
+  return dsv4i_engine_note(e, s);
+}
+
+dsv4_status dsv4i_engine_reserve(struct dsv4_engine *e, int32_t n, dsv4i_seq *const *qs,
+                                 const int32_t *slots, const int64_t *targets) {
+  const dsv4_status s = dsv4i_kv_slot_reserve(&e->kv, n, slots, targets);
+  if (s != DSV4_OK && s != DSV4_KV_FULL && s != DSV4_ERR_INVALID_ARG)
+    for (int32_t i = 0; i < n; i++) qs[i]->damaged = 1; /* copies of shared pages failed */
   return dsv4i_engine_note(e, s);
 }
 
@@ -39,7 +62,7 @@ dsv4_status dsv4i_engine_run_step(struct dsv4_engine *e, const dsv4i_batch *b) {
 static void rollback(struct dsv4_engine *e, dsv4i_seq *q, int64_t len) {
   if (q->hist && dsv4i_engram_history_len(q->hist) > len)
     dsv4i_engram_history_truncate(q->hist, len);
-  if (e->be->ops->slot_truncate(e->be, q->slot, len) != DSV4_OK) q->damaged = 1;
+  if (dsv4i_kv_slot_truncate(&e->kv, q->slot, len) != DSV4_OK) q->damaged = 1;
 }
 
 static dsv4_status fail_rollback(struct dsv4_engine *e, dsv4_status s, dsv4i_seq **qs,
@@ -133,7 +156,7 @@ dsv4_status dsv4i_engine_prefill(struct dsv4_engine *e, int64_t id, const int32_
   if ((s = check_tokens(e, tokens, n, "prefill"))) return s;
   if (q->hist && (s = dsv4i_engram_history_reserve(q->hist, len0 + n))) return s;
   const int64_t target = len0 + n;
-  if ((s = e->be->ops->slot_reserve(e->be, 1, &q->slot, &target))) return s;
+  if ((s = dsv4i_engine_reserve(e, 1, &q, &q->slot, &target))) return s;
   /* from here on, a failure rolls the sequence back to len0 */
   if (q->hist && (s = dsv4i_engram_history_append(q->hist, tokens, NULL, (size_t)n)))
     return fail_rollback(e, s, &q, &len0, 1);
@@ -148,14 +171,14 @@ dsv4_status dsv4i_engine_prefill(struct dsv4_engine *e, int64_t id, const int32_
       e->b_layout[i] = dsv4i_layout_prefill(target, e->cfg->window_size);
     }
     if (e->b_engram) engram_ids(e, q, len0 + c0, len0 + c0 + m, e->b_engram);
-    dsv4i_batch b = {m, dsv4i_plan_bucket(&e->plan, m), e->b_tok, e->b_pos, e->b_slot, e->b_layout, NULL, 0, e->b_out,
-                     e->b_engram};
+    dsv4i_batch b = {m, dsv4i_plan_bucket(&e->plan, m), e->b_tok, e->b_pos, NULL, e->b_layout, NULL, 0, e->b_out,
+                     e->b_engram, {0}};
     if (want && c0 + m == n) {
       b.n_out = 1;
       e->b_out[0] = m - 1;
     }
     dsv4i_op_end(e, th, DSV4I_OP_HOST, -1);
-    if ((s = dsv4i_engine_run_step(e, &b))) return fail_rollback(e, s, &q, &len0, 1);
+    if ((s = dsv4i_engine_run_step(e, &b, e->b_slot))) return fail_rollback(e, s, &q, &len0, 1);
   }
   q->len = target;
   if (want && (s = outputs(e, 1, smp, &q, logits, sampled))) {
@@ -222,7 +245,7 @@ dsv4_status dsv4i_engine_decode(struct dsv4_engine *e, int32_t n, const int64_t 
     e->b_pos[i] = lens[i] + 1; /* reserve targets */
     if (qs[i]->hist) s = dsv4i_engram_history_reserve(qs[i]->hist, lens[i] + 1);
   }
-  if (!s) s = e->be->ops->slot_reserve(e->be, n, e->b_slot, e->b_pos);
+  if (!s) s = dsv4i_engine_reserve(e, n, qs, e->b_slot, e->b_pos);
   if (s) goto out; /* nothing changed */
   for (; appended < n; appended++)
     if (qs[appended]->hist &&
@@ -241,10 +264,10 @@ dsv4_status dsv4i_engine_decode(struct dsv4_engine *e, int32_t n, const int64_t 
     if (e->b_engram) engram_ids(e, qs[i], lens[i], lens[i] + 1,
                                 e->b_engram + (size_t)i * (size_t)e->n_engram_cols);
   }
-  dsv4i_batch b = {n, dsv4i_plan_bucket(&e->plan, n), e->b_tok, e->b_pos, e->b_slot, e->b_layout, NULL, want ? n : 0, e->b_out,
-                   e->b_engram};
+  dsv4i_batch b = {n, dsv4i_plan_bucket(&e->plan, n), e->b_tok, e->b_pos, NULL, e->b_layout, NULL, want ? n : 0, e->b_out,
+                   e->b_engram, {0}};
   dsv4i_op_end(e, th, DSV4I_OP_HOST, -1);
-  if ((s = dsv4i_engine_run_step(e, &b))) {
+  if ((s = dsv4i_engine_run_step(e, &b, e->b_slot))) {
     s = fail_rollback(e, s, qs, lens, n);
     goto out;
   }

@@ -19,6 +19,7 @@
 #include "model/config.h"
 #include "model/formats.h"
 #include "model/model.h"
+#include "kv_host.h"
 
 #define BFX_MAX DSV4I_MAX_LIST
 
@@ -36,8 +37,7 @@ typedef struct bfx {
   dsv4i_engram_layer eng[DSV4I_MAX_ENGRAM];
   const int64_t *ids, *hash;             /* b.input_ids [T]; b.engram_hash_ids [T][n_engram][cols] */
   const float *block_out, *block_pre, *engram_out;
-  dsv4i_kv_layout lay;
-  dsv4i_kv_pool *pool;
+  kvh kv;                                /* KV bookkeeping + host pages */
   uint16_t *ax[BFX_MAX];                 /* attention inputs [T][dim] (bfx_attn_inputs) */
 } bfx;
 
@@ -127,8 +127,7 @@ static void bfx_open(bfx *f, const char *name) {
   for (int32_t L = 0; L < c->n_total_layers; L++) bfx_load_block(f, L);
   for (int32_t s = 0; s < c->n_engram; s++)
     assert_int_equal(dsv4i_engram_layer_load(dsv4i_model_weights(f->m), c, s, &f->eng[s]), DSV4_OK);
-  assert_int_equal(dsv4i_kv_layout_init(c, 0, 4096, &f->lay), DSV4_OK);
-  assert_int_equal(dsv4i_kv_pool_create(4096, 4096, &f->pool), DSV4_OK);
+  kvh_init(&f->kv, c, 4096, 4096, 4096);
 }
 
 static void bfx_close(bfx *f) {
@@ -137,18 +136,13 @@ static void bfx_close(bfx *f) {
     free(f->ex[L]);
     free(f->ax[L]);
   }
-  assert_int_equal(dsv4i_kv_pool_free_pages(f->pool), dsv4i_kv_pool_n_pages(f->pool));
-  dsv4i_kv_pool_free(f->pool);
+  assert_int_equal(dsv4i_kv_pool_free_pages(f->kv.pool), dsv4i_kv_pool_n_pages(f->kv.pool));
+  kvh_free(&f->kv);
   dsv4i_st_close(&f->g);
   dsv4i_model_close(f->m);
 }
 
-static dsv4i_kv_seq *bfx_seq(bfx *f) {
-  dsv4i_kv_pool *p[DSV4I_KV_KINDS] = {f->pool, f->pool, f->pool, f->pool};
-  dsv4i_kv_seq *s = NULL;
-  assert_int_equal(dsv4i_kv_seq_create(&f->lay, p, &s), DSV4_OK);
-  return s;
-}
+static kvh_seq *bfx_seq(bfx *f) { return kvh_new(&f->kv); }
 
 /* golden f32 holding bf16 values -> bits */
 static void bfx_golden_stream(const float *src, size_t n, uint16_t *h) {
@@ -211,15 +205,15 @@ static void bfx_golden_cand(const bfx *f, int32_t layer, int32_t ld, int32_t *ou
 
 /* a batch of n tokens of one sequence from position p0, prefill layout of
  * the whole prompt (min(T, window)) unless changed by the caller */
-static void bfx_batch(const bfx *f, dsv4i_kv_seq **s, int nseq, int32_t p0, int32_t n,
+static void bfx_batch(const bfx *f, kvh_seq **s, int nseq, int32_t p0, int32_t n,
                       dsv4i_attn_batch *b) {
   (void)nseq;
-  dsv4i_kv_seq **sq = malloc((size_t)n * sizeof *sq);
+  dsv4i_kv_view **sq = malloc((size_t)n * sizeof *sq);
   int64_t *pos = malloc((size_t)n * 8);
   int32_t *lay = malloc((size_t)n * 4);
   const int32_t W = f->cfg.window_size < f->T ? f->cfg.window_size : (int32_t)f->T;
   for (int32_t t = 0; t < n; t++) {
-    sq[t] = s[0];
+    sq[t] = &s[0]->v;
     pos[t] = p0 + t;
     lay[t] = W;
   }
@@ -229,13 +223,13 @@ static void bfx_batch(const bfx *f, dsv4i_kv_seq **s, int nseq, int32_t p0, int3
   b->layout = lay;
 }
 
-static void bfx_batch2(const bfx *f, dsv4i_kv_seq *x, int32_t a, int32_t na, dsv4i_kv_seq *y,
+static void bfx_batch2(const bfx *f, kvh_seq *x, int32_t a, int32_t na, kvh_seq *y,
                        int32_t bb, int32_t nb, dsv4i_attn_batch *b) {
-  dsv4i_kv_seq **sq = malloc((size_t)(na + nb) * sizeof *sq);
+  dsv4i_kv_view **sq = malloc((size_t)(na + nb) * sizeof *sq);
   int64_t *pos = malloc((size_t)(na + nb) * 8);
   int32_t *lay = malloc((size_t)(na + nb) * 4);
   for (int32_t t = 0; t < na + nb; t++) {
-    sq[t] = t < na ? x : y;
+    sq[t] = t < na ? &x->v : &y->v;
     pos[t] = t < na ? a + t : bb + t - na;
     lay[t] = DSV4I_ATTN_DECODE;
   }
@@ -257,7 +251,7 @@ static void bfx_batch_free(dsv4i_attn_batch *b) {
 typedef struct bfx_actx {
   const dsv4i_attn_batch *b;
   dsv4i_attn_shared *sh;
-  dsv4i_kv_seq *seq;
+  dsv4i_kv_view *seq;
   int64_t anchor;
   int32_t block;
 } bfx_actx;

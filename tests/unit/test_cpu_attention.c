@@ -17,6 +17,7 @@
 #include "cpu/attention.h"
 #include "cpu/kvcache.h"
 #include "model/formats.h"
+#include "kv_host.h"
 
 static uint64_t rs = 0x9E3779B97F4A7C15ull;
 static uint32_t rnd(void) {
@@ -92,152 +93,152 @@ static void small_config(dsv4i_config *c) {
 
 typedef struct cache_fix {
   dsv4i_config cfg;
-  dsv4i_kv_layout lay;
-  dsv4i_kv_pool *pool;
+  kvh h;
 } cache_fix;
 
 static void cache_setup(cache_fix *f, int64_t n_pages) {
   small_config(&f->cfg);
-  assert_int_equal(dsv4i_kv_layout_init(&f->cfg, 0, 512, &f->lay), DSV4_OK);
-  assert_int_equal(f->lay.spare, 3);
-  assert_int_equal(f->lay.ring_slots, 11);
-  assert_int_equal(f->lay.state_slots[1], 5);
-  assert_int_equal(dsv4i_kv_pool_create(512, n_pages, &f->pool), DSV4_OK);
+  kvh_init(&f->h, &f->cfg, 512, n_pages, 4096);
+  assert_int_equal(f->h.lay.spare, 3);
+  assert_int_equal(f->h.lay.ring_slots, 11);
+  assert_int_equal(f->h.lay.state_slots[1], 5);
 }
 
-static dsv4i_kv_seq *new_seq(cache_fix *f) {
-  dsv4i_kv_pool *p[DSV4I_KV_KINDS] = {f->pool, f->pool, f->pool, f->pool};
-  dsv4i_kv_seq *s = NULL;
-  assert_int_equal(dsv4i_kv_seq_create(&f->lay, p, &s), DSV4_OK);
-  return s;
+static kvh_seq *new_seq(cache_fix *f) { return kvh_new(&f->h); }
+
+static uint8_t *rec(const kvh_seq *s, int kind, int l, int64_t idx) {
+  return dsv4i_kv_rec(&s->v, kind, l, idx);
 }
 
 /* write a recognisable byte pattern for position p in every table it touches */
-static void write_pos(dsv4i_kv_seq *s, int64_t p, uint8_t tag) {
-  memset(dsv4i_kv_rec(s, DSV4I_KV_WINDOW, 0, p), (int)(p * 3 + tag) & 0xFF, 66);
-  memset(dsv4i_kv_rec(s, DSV4I_KV_CSTATE, 1, p), (int)(p * 5 + tag) & 0xFF, 512);
-  if ((p + 1) % 2 == 0) memset(dsv4i_kv_rec(s, DSV4I_KV_COMP, 1, p / 2), (int)(p + tag) & 0xFF, 36);
-  memset(dsv4i_kv_rec(s, DSV4I_KV_COMP, 2, p), (int)(p * 7 + tag) & 0xFF, 36);
+static void write_pos(kvh_seq *s, int64_t p, uint8_t tag) {
+  memset(rec(s, DSV4I_KV_WINDOW, 0, p), (int)(p * 3 + tag) & 0xFF, 66);
+  memset(rec(s, DSV4I_KV_CSTATE, 1, p), (int)(p * 5 + tag) & 0xFF, 512);
+  if ((p + 1) % 2 == 0) memset(rec(s, DSV4I_KV_COMP, 1, p / 2), (int)(p + tag) & 0xFF, 36);
+  memset(rec(s, DSV4I_KV_COMP, 2, p), (int)(p * 7 + tag) & 0xFF, 36);
 }
 
-static int rec_is(const dsv4i_kv_seq *s, int kind, int l, int64_t idx, int v, size_t n) {
-  const uint8_t *r = dsv4i_kv_rec(s, kind, l, idx);
+static int rec_is(const kvh_seq *s, int kind, int l, int64_t idx, int v, size_t n) {
+  const uint8_t *r = rec(s, kind, l, idx);
   for (size_t i = 0; i < n; i++)
     if (r[i] != (uint8_t)v) return 0;
   return 1;
 }
 
-static void step(dsv4i_kv_seq *s, int64_t n_new, uint8_t tag) {
-  int64_t to = s->n_pos + n_new;
-  assert_int_equal(dsv4i_kv_reserve(&s, &to, 1), DSV4_OK);
-  dsv4i_kv_seq_mark(s, to); /* as the attention forward does */
-  for (int64_t p = s->n_pos; p < to; p++) write_pos(s, p, tag);
-  assert_int_equal(dsv4i_kv_seq_commit(s, to), DSV4_OK);
+static void step(kvh_seq *s, int64_t n_new, uint8_t tag) {
+  const int64_t to = s->s->n_pos + n_new;
+  kvh_step_begin(s, to); /* reserve and mark, as the engine does before a step */
+  for (int64_t p = s->s->n_pos; p < to; p++) write_pos(s, p, tag);
+  assert_int_equal(kvh_commit(s, to), DSV4_OK);
 }
 
 static void ring_and_append(void **state) {
   (void)state;
   cache_fix f;
   cache_setup(&f, 64);
-  dsv4i_kv_seq *s = new_seq(&f);
+  kvh_seq *s = new_seq(&f);
   for (int i = 0; i < 40; i++) step(s, 1 + i % 3, 0); /* 79 positions in steps of 1..3 */
   step(s, 1, 0);
-  assert_int_equal(s->n_pos, 80);
+  assert_int_equal(s->s->n_pos, 80);
   for (int64_t p = 80 - 8; p < 80; p++) { /* the window view */
     assert_true(rec_is(s, DSV4I_KV_WINDOW, 0, p, (int)(p * 3) & 0xFF, 66));
-    assert_ptr_equal(dsv4i_kv_rec(s, DSV4I_KV_WINDOW, 0, p),
-                     dsv4i_kv_rec(s, DSV4I_KV_WINDOW, 0, p + 11)); /* slot p mod 11 */
+    assert_ptr_equal(rec(s, DSV4I_KV_WINDOW, 0, p), rec(s, DSV4I_KV_WINDOW, 0, p + 11)); /* slot p mod 11 */
   }
   for (int64_t j = 0; j < 40; j++) assert_true(rec_is(s, DSV4I_KV_COMP, 1, j, (int)(2 * j + 1) & 0xFF, 36));
   for (int64_t j = 0; j < 80; j++) assert_true(rec_is(s, DSV4I_KV_COMP, 2, j, (int)(j * 7) & 0xFF, 36));
-  int64_t used = dsv4i_kv_pool_n_pages(f.pool) - dsv4i_kv_pool_free_pages(f.pool);
-  assert_int_equal(used, dsv4i_kv_seq_pages(s));
-  assert_int_equal(used, dsv4i_kv_pages_for(&f.lay, DSV4I_KV_WINDOW, 80) +
-                         dsv4i_kv_pages_for(&f.lay, DSV4I_KV_COMP, 80) +
-                         dsv4i_kv_pages_for(&f.lay, DSV4I_KV_IDXK, 80) +
-                         dsv4i_kv_pages_for(&f.lay, DSV4I_KV_CSTATE, 80));
-  dsv4i_kv_seq_free(s);
-  assert_int_equal(dsv4i_kv_pool_free_pages(f.pool), 64);
-  dsv4i_kv_pool_free(f.pool);
+  int64_t used = dsv4i_kv_pool_n_pages(f.h.pool) - dsv4i_kv_pool_free_pages(f.h.pool);
+  assert_int_equal(used, dsv4i_kv_seq_pages(s->s));
+  assert_int_equal(used, dsv4i_kv_pages_for(&f.h.lay, DSV4I_KV_WINDOW, 80) +
+                         dsv4i_kv_pages_for(&f.h.lay, DSV4I_KV_COMP, 80) +
+                         dsv4i_kv_pages_for(&f.h.lay, DSV4I_KV_IDXK, 80) +
+                         dsv4i_kv_pages_for(&f.h.lay, DSV4I_KV_CSTATE, 80));
+  kvh_seq_free(s);
+  assert_int_equal(dsv4i_kv_pool_free_pages(f.h.pool), 64);
+  kvh_free(&f.h);
 }
 
 static void kv_full_changes_nothing(void **state) {
   (void)state;
   cache_fix f;
   cache_setup(&f, 40);
-  dsv4i_kv_seq *a = new_seq(&f), *b = new_seq(&f);
+  kvh_seq *a = new_seq(&f), *b = new_seq(&f);
   step(a, 30, 1);
-  const int64_t free0 = dsv4i_kv_pool_free_pages(f.pool);
+  const int64_t free0 = dsv4i_kv_pool_free_pages(f.h.pool);
   uint8_t snap[66];
-  memcpy(snap, dsv4i_kv_rec(a, DSV4I_KV_WINDOW, 0, 29), 66);
+  memcpy(snap, rec(a, DSV4I_KV_WINDOW, 0, 29), 66);
   /* b needs its rings plus 1000 positions of records: cannot fit */
-  dsv4i_kv_seq *both[2] = {a, b};
+  kvh_seq *both[2] = {a, b};
   int64_t to[2] = {31, 1000};
-  assert_int_equal(dsv4i_kv_reserve(both, to, 2), DSV4_KV_FULL);
-  assert_int_equal(dsv4i_kv_pool_free_pages(f.pool), free0);
-  assert_int_equal(a->n_resv, 30);
-  assert_int_equal(b->n_resv, 0);
-  assert_int_equal(dsv4i_kv_seq_pages(b), 0);
-  assert_memory_equal(snap, dsv4i_kv_rec(a, DSV4I_KV_WINDOW, 0, 29), 66);
+  assert_int_equal(kvh_reserve(both, to, 2), DSV4_KV_FULL);
+  assert_int_equal(dsv4i_kv_pool_free_pages(f.h.pool), free0);
+  assert_int_equal(a->s->n_resv, 30);
+  assert_int_equal(b->s->n_resv, 0);
+  assert_int_equal(dsv4i_kv_seq_pages(b->s), 0);
+  assert_memory_equal(snap, rec(a, DSV4I_KV_WINDOW, 0, 29), 66);
   /* argument errors change nothing either */
   to[1] = 5;
-  dsv4i_kv_seq *twice[2] = {a, a};
-  assert_int_equal(dsv4i_kv_reserve(twice, to, 2), DSV4_ERR_INVALID_ARG);
+  kvh_seq *twice[2] = {a, a};
+  assert_int_equal(kvh_reserve(twice, to, 2), DSV4_ERR_INVALID_ARG);
   to[0] = 10; /* below a's length */
-  assert_int_equal(dsv4i_kv_reserve(both, to, 2), DSV4_ERR_INVALID_ARG);
-  assert_int_equal(dsv4i_kv_pool_free_pages(f.pool), free0);
-  dsv4i_kv_seq_free(a);
-  dsv4i_kv_seq_free(b);
-  dsv4i_kv_pool_free(f.pool);
+  assert_int_equal(kvh_reserve(both, to, 2), DSV4_ERR_INVALID_ARG);
+  to[0] = 31, to[1] = 4097; /* past the layout's max_positions */
+  assert_int_equal(kvh_reserve(both, to, 2), DSV4_ERR_INVALID_ARG);
+  assert_int_equal(dsv4i_kv_pool_free_pages(f.h.pool), free0);
+  kvh_seq_free(a);
+  kvh_seq_free(b);
+  kvh_free(&f.h);
 }
 
 static void truncate_and_fork(void **state) {
   (void)state;
   cache_fix f;
   cache_setup(&f, 128);
-  dsv4i_kv_seq *s = new_seq(&f);
+  kvh_seq *s = new_seq(&f);
   step(s, 21, 0);
   /* speculative step of 3 positions, all rejected but... rollback to 22 */
   step(s, 3, 9);
-  assert_int_equal(dsv4i_kv_seq_truncate(s, 22), DSV4_OK);
-  assert_int_equal(s->n_pos, 22);
+  assert_int_equal(kvh_truncate(s, 22), DSV4_OK);
+  assert_int_equal(s->s->n_pos, 22);
   /* the window view of the next query (22: positions 15..21) is intact */
   for (int64_t p = 15; p < 21; p++)
     assert_true(rec_is(s, DSV4I_KV_WINDOW, 0, p, (int)(p * 3) & 0xFF, 66));
   assert_true(rec_is(s, DSV4I_KV_WINDOW, 0, 21, (int)(21 * 3 + 9) & 0xFF, 66));
   /* the ratio-2 pending group at 22 is empty; at 21 it would be position 20 */
-  assert_int_equal(dsv4i_kv_seq_truncate(s, 21), DSV4_OK);
+  assert_int_equal(kvh_truncate(s, 21), DSV4_OK);
   assert_true(rec_is(s, DSV4I_KV_CSTATE, 1, 20, (int)(20 * 5) & 0xFF, 512));
   /* deeper than the spare: refused, nothing changes */
-  assert_int_equal(dsv4i_kv_seq_truncate(s, 17), DSV4_ERR_INVALID_ARG);
-  assert_int_equal(s->n_pos, 21);
-  assert_int_equal(dsv4i_kv_seq_truncate(s, 22), DSV4_ERR_INVALID_ARG); /* not committed */
+  assert_int_equal(kvh_truncate(s, 17), DSV4_ERR_INVALID_ARG);
+  assert_int_equal(s->s->n_pos, 21);
+  assert_int_equal(kvh_truncate(s, 22), DSV4_ERR_INVALID_ARG); /* not committed */
   /* a reservation alone (a step that failed before writing) is always undone */
   int64_t far = 60;
-  assert_int_equal(dsv4i_kv_reserve(&s, &far, 1), DSV4_OK);
-  assert_int_equal(dsv4i_kv_seq_truncate(s, 21), DSV4_OK);
-  assert_int_equal(s->n_resv, 21);
+  assert_int_equal(kvh_reserve(&s, &far, 1), DSV4_OK);
+  assert_int_equal(kvh_truncate(s, 21), DSV4_OK);
+  assert_int_equal(s->s->n_resv, 21);
   /* ... but not once it wrote more than `spare` positions */
-  assert_int_equal(dsv4i_kv_reserve(&s, &far, 1), DSV4_OK);
-  dsv4i_kv_seq_mark(s, 25);
-  assert_int_equal(dsv4i_kv_seq_truncate(s, 21), DSV4_ERR_INVALID_ARG);
-  dsv4i_kv_seq_mark(s, 21);
-  assert_int_equal(dsv4i_kv_seq_commit(s, 21), DSV4_OK);
-  s->n_dirty = 24; /* pretend only 3 were written (white-box: the bound is the mark) */
-  assert_int_equal(dsv4i_kv_seq_truncate(s, 21), DSV4_OK);
+  assert_int_equal(kvh_reserve(&s, &far, 1), DSV4_OK);
+  dsv4i_kv_seq_mark(s->s, 25);
+  assert_int_equal(kvh_truncate(s, 21), DSV4_ERR_INVALID_ARG);
+  dsv4i_kv_seq_mark(s->s, 21);
+  assert_int_equal(kvh_commit(s, 21), DSV4_OK);
+  s->s->n_dirty = 24; /* pretend only 3 were written (white-box: the bound is the mark) */
+  assert_int_equal(kvh_truncate(s, 21), DSV4_OK);
   /* fork: compressed pages shared, rings copied */
-  const int64_t free0 = dsv4i_kv_pool_free_pages(f.pool);
-  dsv4i_kv_seq *c = NULL;
-  assert_int_equal(dsv4i_kv_seq_fork(s, &c), DSV4_OK);
-  assert_int_equal(c->n_pos, 21);
-  const int64_t rings = dsv4i_kv_pages_for(&f.lay, DSV4I_KV_WINDOW, 1) +
-                        dsv4i_kv_pages_for(&f.lay, DSV4I_KV_CSTATE, 1);
-  assert_int_equal(free0 - dsv4i_kv_pool_free_pages(f.pool), rings);
-  assert_ptr_equal(dsv4i_kv_rec(s, DSV4I_KV_COMP, 2, 3), dsv4i_kv_rec(c, DSV4I_KV_COMP, 2, 3));
-  assert_ptr_not_equal(dsv4i_kv_rec(s, DSV4I_KV_WINDOW, 0, 3), dsv4i_kv_rec(c, DSV4I_KV_WINDOW, 0, 3));
+  const int64_t free0 = dsv4i_kv_pool_free_pages(f.h.pool);
+  dsv4_status st;
+  kvh_seq *c = kvh_fork(s, &st);
+  assert_int_equal(st, DSV4_OK);
+  assert_int_equal(c->s->n_pos, 21);
+  const int64_t rings = dsv4i_kv_pages_for(&f.h.lay, DSV4I_KV_WINDOW, 1) +
+                        dsv4i_kv_pages_for(&f.h.lay, DSV4I_KV_CSTATE, 1);
+  assert_int_equal(free0 - dsv4i_kv_pool_free_pages(f.h.pool), rings);
+  assert_ptr_equal(rec(s, DSV4I_KV_COMP, 2, 3), rec(c, DSV4I_KV_COMP, 2, 3));
+  assert_ptr_not_equal(rec(s, DSV4I_KV_WINDOW, 0, 3), rec(c, DSV4I_KV_WINDOW, 0, 3));
+  /* the ring copies hold the parent's records (the storage applied the fork's copies) */
+  for (int64_t p = 14; p < 21; p++) assert_memory_equal(rec(s, DSV4I_KV_WINDOW, 0, p), rec(c, DSV4I_KV_WINDOW, 0, p), 66);
   /* the child appends: its partly filled last page is copied first */
   step(c, 5, 50);
-  assert_ptr_not_equal(dsv4i_kv_rec(s, DSV4I_KV_COMP, 2, 20), dsv4i_kv_rec(c, DSV4I_KV_COMP, 2, 20));
+  assert_ptr_not_equal(rec(s, DSV4I_KV_COMP, 2, 20), rec(c, DSV4I_KV_COMP, 2, 20));
   assert_true(rec_is(s, DSV4I_KV_COMP, 2, 20, (int)(20 * 7) & 0xFF, 36));
   assert_true(rec_is(c, DSV4I_KV_COMP, 2, 20, (int)(20 * 7) & 0xFF, 36));
   assert_true(rec_is(c, DSV4I_KV_COMP, 2, 22, (int)(22 * 7 + 50) & 0xFF, 36));
@@ -246,22 +247,22 @@ static void truncate_and_fork(void **state) {
   assert_true(rec_is(s, DSV4I_KV_COMP, 2, 22, (int)(22 * 7 + 70) & 0xFF, 36));
   assert_true(rec_is(c, DSV4I_KV_COMP, 2, 22, (int)(22 * 7 + 50) & 0xFF, 36));
   /* truncate to 0 resets */
-  assert_int_equal(dsv4i_kv_seq_truncate(c, 0), DSV4_OK);
-  assert_int_equal(c->n_pos, 0);
-  dsv4i_kv_seq_free(c);
-  dsv4i_kv_seq_free(s);
-  assert_int_equal(dsv4i_kv_pool_free_pages(f.pool), 128);
+  assert_int_equal(kvh_truncate(c, 0), DSV4_OK);
+  assert_int_equal(c->s->n_pos, 0);
+  kvh_seq_free(c);
+  kvh_seq_free(s);
+  assert_int_equal(dsv4i_kv_pool_free_pages(f.h.pool), 128);
   /* a fork that does not fit: KV_FULL, nothing taken */
-  dsv4i_kv_pool_free(f.pool);
+  kvh_free(&f.h);
   cache_setup(&f, 20);
   s = new_seq(&f);
   step(s, 4, 0);
-  const int64_t free1 = dsv4i_kv_pool_free_pages(f.pool);
-  assert_int_equal(dsv4i_kv_seq_fork(s, &c), DSV4_KV_FULL);
-  assert_null(c);
-  assert_int_equal(dsv4i_kv_pool_free_pages(f.pool), free1);
-  dsv4i_kv_seq_free(s);
-  dsv4i_kv_pool_free(f.pool);
+  const int64_t free1 = dsv4i_kv_pool_free_pages(f.h.pool);
+  assert_null(kvh_fork(s, &st));
+  assert_int_equal(st, DSV4_KV_FULL);
+  assert_int_equal(dsv4i_kv_pool_free_pages(f.h.pool), free1);
+  kvh_seq_free(s);
+  kvh_free(&f.h);
 }
 
 /* ---- 3. layouts ----------------------------------------------------------- */

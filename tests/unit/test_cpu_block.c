@@ -108,9 +108,8 @@ static void teacher_forced(const char *name, int chaotic) {
   float *pre = malloc((size_t)T * hc * 4), *preo = malloc((size_t)T * hc * 4);
   float *tmp = malloc(ns * 4), *scores = malloc((size_t)T * (size_t)T * 4);
   int32_t *gsel = malloc((size_t)T * (size_t)k * 4), *gcand = NULL;
-  dsv4i_kv_seq *s = bfx_seq(&f);
-  int64_t to = T;
-  assert_int_equal(dsv4i_kv_reserve(&s, &to, 1), DSV4_OK);
+  kvh_seq *s = bfx_seq(&f);
+  kvh_step_begin(s, T);
   dsv4i_attn_shared sh;
   assert_int_equal(dsv4i_attn_shared_init(c, T, &sh), DSV4_OK);
   if (sh.cand_ld) gcand = malloc((size_t)T * (size_t)sh.cand_ld * 4);
@@ -178,9 +177,9 @@ static void teacher_forced(const char *name, int chaotic) {
       if (!chaotic && crow) fail_msg("layer %d: candidates differ on a damped fixture", i);
     }
   }
-  assert_int_equal(dsv4i_kv_seq_commit(s, T), DSV4_OK);
+  assert_int_equal(kvh_commit(s, T), DSV4_OK);
   dsv4i_attn_shared_free(&sh);
-  dsv4i_kv_seq_free(s);
+  kvh_seq_free(s);
   free(h), free(ho), free(pre), free(preo), free(tmp), free(scores), free(gsel), free(gcand);
   bfx_close(&f);
 }
@@ -199,22 +198,21 @@ static void golden_tiny_e2e(void **state) {
 
 /* attention outputs of every layer for positions [p0, p1) of sequence s, in
  * calls of `chunk` tokens with the given layout, into out[layer][pos][dim] */
-static void run_span(bfx *f, dsv4i_kv_seq *s, int32_t p0, int32_t p1, int32_t chunk,
+static void run_span(bfx *f, kvh_seq *s, int32_t p0, int32_t p1, int32_t chunk,
                      int32_t layout, uint16_t *out) {
   const dsv4i_config *c = &f->cfg;
   dsv4i_attn_shared sh;
   assert_int_equal(dsv4i_attn_shared_init(c, chunk, &sh), DSV4_OK);
   for (int32_t a = p0; a < p1; a += chunk) {
     const int32_t e = a + chunk < p1 ? a + chunk : p1;
-    int64_t to = e;
-    assert_int_equal(dsv4i_kv_reserve(&s, &to, 1), DSV4_OK);
+    kvh_step_begin(s, e);
     dsv4i_attn_batch b;
     bfx_batch(f, &s, 1, a, e - a, &b);
     for (int32_t t = 0; t < e - a; t++) ((int32_t *)b.layout)[t] = layout;
     for (int32_t i = 0; i < c->n_layers; i++)
       assert_int_equal(dsv4i_attn_forward(&f->attn[i], &b, f->ax[i] + (size_t)a * c->dim, &sh,
                                           out + ((size_t)i * f->T + a) * c->dim), DSV4_OK);
-    assert_int_equal(dsv4i_kv_seq_commit(s, e), DSV4_OK);
+    assert_int_equal(kvh_commit(s, e), DSV4_OK);
     bfx_batch_free(&b);
   }
   dsv4i_attn_shared_free(&sh);
@@ -241,26 +239,25 @@ static void invariances(void **state) {
   const size_t n = (size_t)f.cfg.n_layers * (size_t)T * (size_t)f.cfg.dim;
   uint16_t *ref = calloc(n, 2), *got = calloc(n, 2);
   /* chunked prefill: the prompt-wide width W for every chunk */
-  dsv4i_kv_seq *s = bfx_seq(&f);
+  kvh_seq *s = bfx_seq(&f);
   run_span(&f, s, 0, T, T, W, ref);
-  dsv4i_kv_seq_free(s);
+  kvh_seq_free(s);
   const int32_t chunks[3] = {1, 3, 7};
   for (int j = 0; j < 3; j++) {
     s = bfx_seq(&f);
     run_span(&f, s, 0, T, chunks[j], W, got);
     printf("    prefill in chunks of %d: %s\n", chunks[j], same_span(&f, ref, got, 0, T) ? "identical" : "DIFFERENT");
     assert_true(same_span(&f, ref, got, 0, T));
-    dsv4i_kv_seq_free(s);
+    kvh_seq_free(s);
   }
   /* generated tokens: decode one per call vs verify calls of 5, on forks */
   const int32_t P = T - 16;
   s = bfx_seq(&f);
   run_span(&f, s, 0, P, P, P < W ? P : W, ref);
-  dsv4i_kv_seq *v = NULL, *r = NULL, *x = NULL, *y = NULL;
-  assert_int_equal(dsv4i_kv_seq_fork(s, &v), DSV4_OK);
-  assert_int_equal(dsv4i_kv_seq_fork(s, &r), DSV4_OK);
-  assert_int_equal(dsv4i_kv_seq_fork(s, &x), DSV4_OK);
-  assert_int_equal(dsv4i_kv_seq_fork(s, &y), DSV4_OK);
+  dsv4_status fst[4];
+  kvh_seq *v = kvh_fork(s, &fst[0]), *r = kvh_fork(s, &fst[1]), *x = kvh_fork(s, &fst[2]),
+          *y = kvh_fork(s, &fst[3]);
+  for (int j = 0; j < 4; j++) assert_int_equal(fst[j], DSV4_OK);
   run_span(&f, s, P, T, 1, DSV4I_ATTN_DECODE, ref);
   run_span(&f, v, P, T, 5, DSV4I_ATTN_DECODE, got);
   printf("    decode 1 per call vs verify 5 per call: %s\n", same_span(&f, ref, got, P, T) ? "identical" : "DIFFERENT");
@@ -268,7 +265,7 @@ static void invariances(void **state) {
   /* rollback: 5 speculative positions, keep 2, go on */
   memset(got, 0, n * 2);
   run_span(&f, r, P, P + 5, 5, DSV4I_ATTN_DECODE, got);
-  assert_int_equal(dsv4i_kv_seq_truncate(r, P + 2), DSV4_OK);
+  assert_int_equal(kvh_truncate(r, P + 2), DSV4_OK);
   run_span(&f, r, P + 2, T, 4, DSV4I_ATTN_DECODE, got);
   printf("    rollback of 3 then re-run: %s\n", same_span(&f, ref, got, P, T) ? "identical" : "DIFFERENT");
   assert_true(same_span(&f, ref, got, P, T));
@@ -277,11 +274,11 @@ static void invariances(void **state) {
   dsv4i_attn_shared sh;
   assert_int_equal(dsv4i_attn_shared_init(&f.cfg, 8, &sh), DSV4_OK);
   uint16_t *o8 = malloc((size_t)8 * f.cfg.dim * 2);
-  dsv4i_kv_seq *two[2] = {x, y};
+  kvh_seq *two[2] = {x, y};
   for (int32_t a = P, bb = P; bb < T; a += 3, bb += 5) {
     const int32_t na = a + 3 <= T ? 3 : (a < T ? T - a : 0), nb = bb + 5 <= T ? 5 : T - bb;
     int64_t to[2] = {a + na, bb + nb};
-    assert_int_equal(dsv4i_kv_reserve(two, to, 2), DSV4_OK);
+    assert_int_equal(kvh_reserve(two, to, 2), DSV4_OK);
     dsv4i_attn_batch b;
     bfx_batch2(&f, x, a, na, y, bb, nb, &b);
     for (int32_t i = 0; i < f.cfg.n_layers; i++) {
@@ -295,16 +292,16 @@ static void invariances(void **state) {
                             (size_t)f.cfg.dim * 2);
       free(xin);
     }
-    assert_int_equal(dsv4i_kv_seq_commit(x, to[0]), DSV4_OK);
-    assert_int_equal(dsv4i_kv_seq_commit(y, to[1]), DSV4_OK);
+    assert_int_equal(kvh_commit(x, to[0]), DSV4_OK);
+    assert_int_equal(kvh_commit(y, to[1]), DSV4_OK);
     bfx_batch_free(&b);
   }
   printf("    two sequences batched: %s\n", same_span(&f, ref, got, P, T) ? "identical" : "DIFFERENT");
   assert_true(same_span(&f, ref, got, P, T));
   free(o8);
   dsv4i_attn_shared_free(&sh);
-  dsv4i_kv_seq_free(s), dsv4i_kv_seq_free(v), dsv4i_kv_seq_free(r);
-  dsv4i_kv_seq_free(x), dsv4i_kv_seq_free(y);
+  kvh_seq_free(s), kvh_seq_free(v), kvh_seq_free(r);
+  kvh_seq_free(x), kvh_seq_free(y);
   free(ref), free(got);
   bfx_close(&f);
 }
@@ -341,12 +338,12 @@ static void dspark_prefill(const char *name, int chaotic) {
   const uint16_t *mnorm = bfx_tensor(&f, DSV4I_W_DSPARK_MAIN_NORM, nl, DSV4_DTYPE_BF16, dim);
   assert_int_equal(dsv4i_cpu_linear(&mp, T, mh, (int64_t)nt * dim, mx, dim), DSV4_OK);
   assert_int_equal(dsv4i_cpu_rmsnorm(T, dim, mx, dim, mnorm, c->norm_eps, mx, dim), DSV4_OK);
-  dsv4i_kv_seq *s = bfx_seq(&f);
-  int64_t to = T, *pos = malloc((size_t)T * 8);
-  dsv4i_kv_seq **sq = malloc((size_t)T * sizeof *sq);
-  assert_int_equal(dsv4i_kv_reserve(&s, &to, 1), DSV4_OK);
-  assert_int_equal(dsv4i_kv_seq_commit(s, T), DSV4_OK);
-  for (int32_t t = 0; t < T; t++) pos[t] = t, sq[t] = s;
+  kvh_seq *s = bfx_seq(&f);
+  int64_t *pos = malloc((size_t)T * 8);
+  dsv4i_kv_view **sq = malloc((size_t)T * sizeof *sq), *sv = &s->v;
+  kvh_step_begin(s, T);
+  assert_int_equal(kvh_commit(s, T), DSV4_OK);
+  for (int32_t t = 0; t < T; t++) pos[t] = t, sq[t] = sv;
   for (int32_t S = 0; S < c->n_mtp_layers; S++) /* prefill seeds every position */
     assert_int_equal(dsv4i_attn_dspark_store(&f.attn[nl + S], T, sq, pos, mx), DSV4_OK);
   /* the block: anchor = first greedy token, then noise tokens */
@@ -359,9 +356,9 @@ static void dspark_prefill(const char *name, int chaotic) {
       memcpy(h + ((size_t)j * hc + cc) * dim, f.embed + (size_t)id * dim, (size_t)dim * 2);
       pre[j * hc + cc] = cc == 0 ? 1.0f : 0.0f;
     }
-  const bfx_actx a = {NULL, NULL, s, T - 1, B};
+  const bfx_actx a = {NULL, NULL, sv, T - 1, B};
   for (int32_t S = 0; S < c->n_mtp_layers; S++) {
-    assert_int_equal(dsv4i_attn_dspark_store(&f.attn[nl + S], 1, &s, &pos[T - 1],
+    assert_int_equal(dsv4i_attn_dspark_store(&f.attn[nl + S], 1, &sv, &pos[T - 1],
                                              mx + (size_t)(T - 1) * dim), DSV4_OK);
     assert_int_equal(bfx_block(&f, nl + S, &a, h, pre, ho, preo), DSV4_OK);
     memcpy(h, ho, (size_t)B * hc * dim * 2);
@@ -392,7 +389,7 @@ static void dspark_prefill(const char *name, int chaotic) {
     assert_true(md <= 0.829);
     assert_true(argmax_same);
   }
-  dsv4i_kv_seq_free(s);
+  kvh_seq_free(s);
   free(mh), free(mx), free(pos), free(sq), free(h), free(ho), free(pre), free(preo), free(lg);
   bfx_close(&f);
 }

@@ -12,10 +12,11 @@
 #include "test_util.h"
 
 #include "backend/backend.h"
-#include "cpu/cpu_backend.h" /* the slots' page tables */
+#include "cpu/cpu_backend.h" /* the pool the backend allocated */
 #include "cpu/cpu_test_hooks.h"
 #include "dsv4/dsv4.h"
 #include "engine/engine.h"
+#include "engine/kv.h"
 #include "io/safetensors.h"
 
 static dsv4_engine *make_engine(const char *dir, int32_t max_seqs, int64_t ctx) {
@@ -44,11 +45,10 @@ static int32_t *golden_ids(const char *dir, const char *name, int64_t *n) {
   return r;
 }
 
-/* One pipeline stage: a CPU backend over [first, last) with its buffers and a slot. */
+/* One pipeline stage: a CPU backend over [first, last) with its buffers. */
 typedef struct stage {
   dsv4i_backend *be;
   dsv4i_bbuf h, pre, logits;
-  int32_t slot;
 } stage;
 
 static void stage_open(stage *s, const struct dsv4_engine *e, int32_t first, int32_t last) {
@@ -62,6 +62,7 @@ static void stage_open(stage *s, const struct dsv4_engine *e, int32_t first, int
   d.max_out_rows = e->plan.max_out_rows;
   d.max_positions = e->plan.max_ctx;
   d.pool_pages = e->plan.pool_pages;
+  d.kv_layout = &e->kv.lay;
   d.first_layer = first;
   d.last_layer = last;
   d.tp_size = 1;
@@ -77,11 +78,9 @@ static void stage_open(stage *s, const struct dsv4_engine *e, int32_t first, int
   assert_int_equal(s->be->ops->buf_alloc(s->be, nt * hc * 4, &s->pre), DSV4_OK);
   assert_int_equal(s->be->ops->buf_alloc(s->be, (size_t)e->plan.max_out_rows * (size_t)e->vocab * 4,
                                          &s->logits), DSV4_OK);
-  assert_int_equal(s->be->ops->slot_open(s->be, &s->slot), DSV4_OK);
 }
 
 static void stage_close(stage *s) {
-  s->be->ops->slot_close(s->be, s->slot);
   s->be->ops->buf_free(s->be, s->h);
   s->be->ops->buf_free(s->be, s->pre);
   s->be->ops->buf_free(s->be, s->logits);
@@ -90,7 +89,8 @@ static void stage_close(stage *s) {
 
 /* Prefill + 3 greedy decode steps of prompt b: the whole model in one engine, then the same
  * steps through two stages split at every allowed pipeline boundary, handing the stream and
- * pre over through host memory. Logits bit-identical. */
+ * pre over through host memory; one KV bookkeeping gives both stages the same page table
+ * (as every pipeline rank makes the same decisions). Logits bit-identical. */
 static void stages_equal_whole(void **st) {
   (void)st;
   const char *dir = tu_fixture_or_skip("tiny-v41-e2e-a");
@@ -121,13 +121,16 @@ static void stages_equal_whole(void **st) {
     stage_open(&s1, e, k, e->cfg->n_layers);
     dsv4i_engram_history *hist = NULL;
     if (e->engram) assert_int_equal(dsv4i_engram_history_create(e->engram, &hist), DSV4_OK);
+    dsv4i_kv_cache kv;
+    int32_t slot;
+    assert_int_equal(dsv4i_kv_cache_init(&kv, &e->kv.lay, e->plan.pool_pages, 1, NULL), DSV4_OK);
+    assert_int_equal(dsv4i_kv_slot_open(&kv, &slot), DSV4_OK);
     int64_t len = 0;
     for (int step = 0; step < steps; step++) {
       const int32_t m = step == 0 ? (int32_t)n : 1;
       const int32_t *tk = step == 0 ? in : &toks[step - 1];
       int64_t target = len + m;
-      assert_int_equal(s0.be->ops->slot_reserve(s0.be, 1, &s0.slot, &target), DSV4_OK);
-      assert_int_equal(s1.be->ops->slot_reserve(s1.be, 1, &s1.slot, &target), DSV4_OK);
+      assert_int_equal(dsv4i_kv_slot_reserve(&kv, 1, &slot, &target), DSV4_OK);
       if (hist) {
         assert_int_equal(dsv4i_engram_history_reserve(hist, target), DSV4_OK);
         assert_int_equal(dsv4i_engram_history_append(hist, tk, NULL, (size_t)m), DSV4_OK);
@@ -135,25 +138,26 @@ static void stages_equal_whole(void **st) {
       for (int32_t i = 0; i < m; i++) {
         e->b_tok[i] = tk[i];
         e->b_pos[i] = len + i;
-        e->b_slot[i] = s0.slot;
+        e->b_seq[i] = 0;
         e->b_layout[i] = step == 0 ? dsv4i_layout_prefill(target, e->cfg->window_size)
                                    : DSV4I_LAYOUT_DECODE;
       }
       if (hist) dsv4i_engram_history_row_ids(hist, len, target, -1, e->b_engram);
       e->b_out[0] = m - 1;
-      dsv4i_batch b = {m, dsv4i_plan_bucket(&e->plan, m), e->b_tok, e->b_pos, e->b_slot,
-                       e->b_layout, NULL, 1, e->b_out, e->b_engram};
+      dsv4i_batch b = {m, dsv4i_plan_bucket(&e->plan, m), e->b_tok, e->b_pos, e->b_seq,
+                       e->b_layout, NULL, 1, e->b_out, e->b_engram, {0}};
+      assert_int_equal(dsv4i_kv_step_table(&kv, 1, &slot, &target, &b.kv), DSV4_OK);
       const dsv4i_step_io io0 = {&b, s0.h, s0.pre, {NULL}, s0.logits};
       assert_int_equal(s0.be->ops->run(s0.be, &io0), DSV4_OK);
       assert_int_equal(s0.be->ops->buf_read(s0.be, s0.h, 0, hbytes, hh), DSV4_OK);
       assert_int_equal(s0.be->ops->buf_read(s0.be, s0.pre, 0, pbytes, hp), DSV4_OK);
       assert_int_equal(s1.be->ops->buf_write(s1.be, s1.h, 0, hbytes, hh), DSV4_OK);
       assert_int_equal(s1.be->ops->buf_write(s1.be, s1.pre, 0, pbytes, hp), DSV4_OK);
-      for (int32_t i = 0; i < m; i++) e->b_slot[i] = s1.slot;
       const dsv4i_step_io io1 = {&b, s1.h, s1.pre, {NULL}, s1.logits};
       assert_int_equal(s1.be->ops->run(s1.be, &io1), DSV4_OK);
       assert_int_equal(s1.be->ops->buf_read(s1.be, s1.logits, 0, sizeof(float) * (size_t)V, got),
                        DSV4_OK);
+      assert_int_equal(dsv4i_kv_step_commit(&kv, 1, &slot, &target), DSV4_OK);
       if (memcmp(got, want + (size_t)step * V, sizeof(float) * (size_t)V) != 0)
         fail_msg("stages [0, %d) + [%d, %d), step %d: logits differ from the whole model", (int)k,
                  (int)k, (int)e->cfg->n_layers, step);
@@ -162,6 +166,7 @@ static void stages_equal_whole(void **st) {
     printf("stages split at layer %d: prefill + %d decode steps bit-identical\n", (int)k,
            steps - 1);
     dsv4i_engram_history_free(hist);
+    dsv4i_kv_cache_free(&kv);
     stage_close(&s0);
     stage_close(&s1);
   }
@@ -189,6 +194,7 @@ static void create_args_checked(void **st) {
   d.max_out_rows = 1;
   d.max_positions = 64;
   d.pool_pages = e->plan.pool_pages;
+  d.kv_layout = &e->kv.lay;
   dsv4i_backend *be = NULL;
   d.first_layer = 3;
   d.last_layer = 3;
@@ -285,26 +291,33 @@ static void step_plan_buckets(void **st) {
   dsv4_engine_free(E);
 }
 
-/* Every slot's page tables (kind, layer) and lengths of two engines are equal. */
-static void same_pages(dsv4_engine *A, dsv4_engine *B, const char *after) {
-  const cpu_backend *a = (const cpu_backend *)((struct dsv4_engine *)A)->be;
-  const cpu_backend *b = (const cpu_backend *)((struct dsv4_engine *)B)->be;
+/* The engines' KV bookkeeping (engine/kv.h) is equal: free pages, and every slot's
+ * lengths and page tables (kind, layer). Returns the pages the slots hold. */
+static int64_t same_pages(dsv4_engine *A, dsv4_engine *B, const char *after) {
+  const dsv4i_kv_cache *a = &((struct dsv4_engine *)A)->kv, *b = &((struct dsv4_engine *)B)->kv;
   assert_int_equal(a->n_slots, b->n_slots);
+  assert_int_equal(a->lay.ld, b->lay.ld);
   assert_int_equal(dsv4i_kv_pool_free_pages(a->pool), dsv4i_kv_pool_free_pages(b->pool));
+  int64_t held = 0;
   for (int32_t i = 0; i < a->n_slots; i++) {
-    const dsv4i_kv_seq *x = a->slots[i], *y = b->slots[i];
+    const dsv4i_kv_seq *x = dsv4i_kv_slot(a, i), *y = dsv4i_kv_slot(b, i);
     if (!x || !y) {
       if (x != NULL || y != NULL) fail_msg("after %s: slot %d open in one engine only", after, (int)i);
       continue;
     }
-    if (x->n_pos != y->n_pos || x->n_resv != y->n_resv)
+    if (x->n_pos != y->n_pos || x->n_resv != y->n_resv || x->n_dirty != y->n_dirty)
       fail_msg("after %s: slot %d lengths differ", after, (int)i);
-    for (int32_t t = 0; t < DSV4I_KV_KINDS * x->lay->n_layers; t++) {
-      if (x->tab[t].n != y->tab[t].n ||
-          (x->tab[t].n && memcmp(x->tab[t].page, y->tab[t].page, sizeof(int32_t) * (size_t)x->tab[t].n)))
-        fail_msg("after %s: slot %d table %d: page decisions differ", after, (int)i, (int)t);
-    }
+    for (int32_t k = 0; k < DSV4I_KV_KINDS; k++)
+      for (int32_t l = 0; l < a->lay.n_layers; l++) {
+        const int32_t t = k * a->lay.n_layers + l, off = a->lay.off[k][l];
+        if (x->n[t] != y->n[t] ||
+            memcmp(x->row + off, y->row + off, sizeof(int32_t) * (size_t)x->n[t]))
+          fail_msg("after %s: slot %d table (kind %d, layer %d): page decisions differ", after,
+                   (int)i, (int)k, (int)l);
+      }
+    held += dsv4i_kv_seq_pages(x);
   }
+  return held;
 }
 
 /* Two engines fed the same calls (creates, prefills, forks, decodes, frees, a refused step)
@@ -328,9 +341,16 @@ static void page_decisions_deterministic(void **st) {
     assert_int_equal(dsv4_engine_seq_create(E[k], &id[k][0]), DSV4_OK);
     assert_int_equal(dsv4_engine_prefill(E[k], id[k][0], p, 37, NULL, NULL, NULL), DSV4_OK);
   }
-  same_pages(E[0], E[1], "prefill");
+  const int64_t held0 = same_pages(E[0], E[1], "prefill");
+  const dsv4i_kv_cache *kv0 = &((struct dsv4_engine *)E[0])->kv;
+  const int64_t free0 = dsv4i_kv_pool_free_pages(kv0->pool);
   for (int k = 0; k < 2; k++) assert_int_equal(dsv4_engine_seq_fork(E[k], id[k][0], &id[k][1]), DSV4_OK);
-  same_pages(E[0], E[1], "fork");
+  /* the fork holds as many pages as its parent, but took only fresh ring pages from the
+   * pool: the compressed and index-key pages are shared */
+  assert_int_equal(same_pages(E[0], E[1], "fork"), 2 * held0);
+  assert_int_equal(free0 - dsv4i_kv_pool_free_pages(kv0->pool),
+                   dsv4i_kv_pages_for(&kv0->lay, DSV4I_KV_WINDOW, 1) +
+                       dsv4i_kv_pages_for(&kv0->lay, DSV4I_KV_CSTATE, 1));
   for (int k = 0; k < 2; k++) {
     assert_int_equal(dsv4_engine_seq_create(E[k], &id[k][2]), DSV4_OK);
     assert_int_equal(dsv4_engine_prefill(E[k], id[k][2], p + 5, 60, NULL, NULL, NULL), DSV4_OK);
@@ -387,7 +407,8 @@ static void allocation_equals_plan(void **st) {
     assert_int_equal(dsv4_engine_create(m, &ep, &E), DSV4_OK);
     assert_int_equal(dsv4_engine_get_info(E, &g, sizeof g), DSV4_OK);
     const cpu_backend *cb = (const cpu_backend *)((struct dsv4_engine *)E)->be;
-    const int64_t allocated = dsv4i_kv_pool_n_pages(cb->pool) * (int64_t)cb->lay.page_bytes;
+    const int64_t allocated = cb->pool_pages * (int64_t)cb->lay.page_bytes; /* its malloc */
+    assert_int_equal(dsv4i_kv_pool_n_pages(((struct dsv4_engine *)E)->kv.pool), cb->pool_pages);
     printf("%d seqs x %lld, budget %lld: plan %lld pages x %lld B, KV %lld B; allocated %lld B "
            "of pool\n", (int)req[r].seqs, (long long)req[r].ctx, (long long)req[r].budget,
            (long long)q.kv_pages_total, (long long)q.kv_page_bytes, (long long)q.kv_bytes,

@@ -169,8 +169,10 @@ static void check_draft(fx *f, int64_t id, int32_t a, const gdraft *g, int32_t r
   const dsv4i_sample_req req = {0.0f, 0, 0, 0};
   const dsv4i_dspark_out out = {drafts, conf, lg, base};
   const int64_t pos = q->len - 1;
-  assert_int_equal(dsv4i_cpu_dspark_draft((cpu_backend *)e->be, 1, &q->slot, &pos, &a, NULL, &req,
-                                          &out), DSV4_OK);
+  dsv4i_kv_step kv;
+  assert_int_equal(dsv4i_kv_step_table(&e->kv, 1, &q->slot, NULL, &kv), DSV4_OK);
+  assert_int_equal(dsv4i_cpu_dspark_draft((cpu_backend *)e->be, &kv, &pos, &a, NULL, &req, &out),
+                   DSV4_OK);
   for (int32_t k = 0; k < B; k++) assert_int_equal(drafts[k], gid[k + 1]);
   const double db = max_abs(base, gbase, (size_t)(B * V)), dl = max_abs(lg, glog, (size_t)(B * V));
   const double dc = max_abs(conf, gconf, (size_t)B);
@@ -880,22 +882,25 @@ static void teacher_forced(fx *f) {
   int64_t pos[96], len = T;
   int64_t *eng = calloc((size_t)T * (size_t)(e->n_engram_cols > 0 ? e->n_engram_cols : 1), 8);
   for (int32_t t = 0; t < T; t++) tok[t] = (int32_t)bin[t], pos[t] = t, sl[t] = 0, lay[t] = 16;
-  assert_int_equal(be->ops->slot_open(be, &slot), DSV4_OK);
-  for (int32_t t = 0; t < T; t++) sl[t] = slot;
-  assert_int_equal(be->ops->slot_reserve(be, 1, &slot, &len), DSV4_OK);
-  const dsv4i_batch b = {T, dsv4i_plan_bucket(&e->plan, T), tok, pos, sl, lay, NULL, 0, &out0, e->n_engram_cols > 0 ? eng : NULL};
+  assert_int_equal(dsv4i_kv_slot_open(&e->kv, &slot), DSV4_OK);
+  assert_int_equal(dsv4i_kv_slot_reserve(&e->kv, 1, &slot, &len), DSV4_OK);
+  dsv4i_batch b = {T, dsv4i_plan_bucket(&e->plan, T), tok, pos, sl, lay, NULL, 0, &out0,
+                   e->n_engram_cols > 0 ? eng : NULL, {0}};
+  assert_int_equal(dsv4i_kv_step_table(&e->kv, 1, &slot, &len, &b.kv), DSV4_OK);
   assert_int_equal(be->ops->set_batch(be, &b), DSV4_OK);
   const dsv4i_bbuf taps = {mh};
   assert_int_equal(be->ops->dspark_extend(be, taps), DSV4_OK);
   cpu_backend *cb = (cpu_backend *)be;
-  assert_int_equal(dsv4i_kv_seq_commit(cb->slots[slot], T), DSV4_OK);
+  assert_int_equal(dsv4i_kv_step_commit(&e->kv, 1, &slot, &len), DSV4_OK);
+  dsv4i_kv_step kv;
+  assert_int_equal(dsv4i_kv_step_table(&e->kv, 1, &slot, NULL, &kv), DSV4_OK);
   int32_t drafts[8], a = (int32_t)gen[0];
   float conf[8];
   float *base = malloc(sizeof *base * (size_t)(B * V)), *lg = malloc(sizeof *lg * (size_t)(B * V));
   const dsv4i_sample_req req = {0.0f, 0, 0, 0};
   const dsv4i_dspark_out out = {drafts, conf, lg, base};
   const int64_t p0 = T - 1;
-  assert_int_equal(dsv4i_cpu_dspark_draft(cb, 1, &slot, &p0, &a, NULL, &req, &out), DSV4_OK);
+  assert_int_equal(dsv4i_cpu_dspark_draft(cb, &kv, &p0, &a, NULL, &req, &out), DSV4_OK);
   for (int32_t k = 0; k < B; k++) assert_int_equal(drafts[k], g.ids[k + 1]);
   const double db = max_abs(base, g.base, (size_t)(B * V)), dl = max_abs(lg, g.logits, (size_t)(B * V));
   const double dc = max_abs(conf, g.conf, (size_t)B);
@@ -905,7 +910,7 @@ static void teacher_forced(fx *f) {
   printf("    %s: teacher-forced draft (golden main_hidden): ids equal; base max |diff| %.3g "
          "(%.2g of the largest logit), logits %.3g, confidence %.3g\n", f->name, db, rel, dl, dc);
   assert_true(rel <= 1e-5 && dl <= 1e-4 * mx && dc <= 1e-4);
-  be->ops->slot_close(be, slot);
+  dsv4i_kv_slot_close(&e->kv, slot);
   free(mh), free(eng), free(base), free(lg);
 }
 

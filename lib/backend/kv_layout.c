@@ -1,0 +1,86 @@
+/* The KV cache layout (kv_layout.h). */
+#include <string.h>
+
+#include "backend/kv_layout.h"
+
+dsv4_status dsv4i_kv_layout_init(const dsv4i_config *cfg, int32_t spare, size_t page_bytes,
+                                 int64_t max_positions, dsv4i_kv_layout *out) {
+  if (!out || !cfg) return dsv4i_error(DSV4_ERR_INVALID_ARG, "kv_layout_init: NULL");
+  memset(out, 0, sizeof *out);
+  const int32_t hd = cfg->head_dim, ihd = cfg->index_head_dim;
+  if (hd <= 0 || hd % 32 || cfg->window_size <= 0 || cfg->n_total_layers <= 0 ||
+      cfg->n_total_layers > DSV4I_MAX_LIST || (cfg->n_kv_sources > 0 && (ihd <= 0 || ihd % 32)) ||
+      max_positions < 1)
+    return dsv4i_error(DSV4_ERR_INVALID_ARG, "kv_layout_init: head_dim %d, index_head_dim %d, "
+                       "window %d, layers %d, positions %lld", (int)hd, (int)ihd,
+                       (int)cfg->window_size, (int)cfg->n_total_layers, (long long)max_positions);
+  if (spare <= 0) spare = cfg->dspark_block_size + 1 > 2 ? cfg->dspark_block_size + 1 : 2;
+  out->n_layers = cfg->n_total_layers;
+  out->head_dim = hd;
+  out->index_head_dim = ihd;
+  out->window = cfg->window_size;
+  out->spare = spare;
+  out->ring_slots = cfg->window_size + spare;
+  out->page_bytes = page_bytes;
+  out->max_positions = max_positions;
+  out->rec_bytes[DSV4I_KV_WINDOW] = (int32_t)dsv4i_kv_record_bytes(cfg, DSV4I_KVREC_WINDOW);
+  out->rec_bytes[DSV4I_KV_COMP] = (int32_t)dsv4i_kv_record_bytes(cfg, DSV4I_KVREC_COMPRESSED);
+  out->rec_bytes[DSV4I_KV_IDXK] =
+      ihd > 0 ? (int32_t)dsv4i_kv_record_bytes(cfg, DSV4I_KVREC_INDEX_KEY) : 1;
+  out->rec_bytes[DSV4I_KV_CSTATE] = 2 * hd * (int32_t)sizeof(float);
+  for (int k = 0; k < DSV4I_KV_KINDS; k++) {
+    if (page_bytes < (size_t)out->rec_bytes[k] || page_bytes % 64)
+      return dsv4i_error(DSV4_ERR_INVALID_ARG, "kv_layout_init: %zu-byte pages cannot hold a "
+                         "%d-byte record (kind %d)", page_bytes, (int)out->rec_bytes[k], k);
+    out->rec_per_page[k] = (int32_t)(page_bytes / (size_t)out->rec_bytes[k]);
+  }
+  for (int32_t l = 0; l < cfg->n_total_layers; l++) {
+    const dsv4i_layer_role *r = &cfg->layers[l];
+    if (!(r->roles & DSV4_ROLE_KV_SOURCE) || r->compress_ratio <= 0) continue;
+    out->ratio[l] = r->compress_ratio;
+    out->has_idxk[l] = (r->roles & DSV4_ROLE_INDEX_OWN_KEYS) != 0;
+    out->state_slots[l] = r->compress_ratio > 1 ? r->compress_ratio + spare : 0;
+  }
+  /* the row: tables kind-major, layer-minor */
+  int64_t ld = 0;
+  for (int k = 0; k < DSV4I_KV_KINDS; k++)
+    for (int32_t l = 0; l < out->n_layers; l++) {
+      const int64_t cap = dsv4i_kv_table_pages(out, k, l, max_positions);
+      if (ld + cap > INT32_MAX)
+        return dsv4i_error(DSV4_ERR_INVALID_ARG, "kv_layout_init: %lld positions need a page "
+                           "row over 2^31 entries", (long long)max_positions);
+      out->off[k][l] = (int32_t)ld;
+      out->cap[k][l] = (int32_t)cap;
+      ld += cap;
+    }
+  out->ld = (int32_t)ld;
+  return DSV4_OK;
+}
+
+int64_t dsv4i_kv_table_pages(const dsv4i_kv_layout *lay, int32_t kind, int32_t l, int64_t n) {
+  int64_t r = 0;
+  switch (kind) {
+  case DSV4I_KV_WINDOW:
+    r = n > 0 ? lay->ring_slots : 0;
+    break;
+  case DSV4I_KV_CSTATE:
+    r = n > 0 ? lay->state_slots[l] : 0;
+    break;
+  case DSV4I_KV_COMP:
+    r = lay->ratio[l] > 0 ? n / lay->ratio[l] : 0;
+    break;
+  case DSV4I_KV_IDXK:
+    r = lay->ratio[l] > 0 && lay->has_idxk[l] ? n / lay->ratio[l] : 0;
+    break;
+  default:
+    return 0;
+  }
+  return (r + lay->rec_per_page[kind] - 1) / lay->rec_per_page[kind];
+}
+
+int64_t dsv4i_kv_pages_for(const dsv4i_kv_layout *lay, int32_t kind, int64_t n_pos) {
+  if (!lay || kind < 0 || kind >= DSV4I_KV_KINDS || n_pos < 0) return 0;
+  int64_t sum = 0;
+  for (int32_t l = 0; l < lay->n_layers; l++) sum += dsv4i_kv_table_pages(lay, kind, l, n_pos);
+  return sum;
+}
