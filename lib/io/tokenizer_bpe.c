@@ -21,7 +21,7 @@ typedef struct cand {
   int32_t new_id;
 } cand;
 
-dsv4_status tk_idvec_push(tk_idvec *v, int32_t id) {
+dsv4_status dsv4i_tk_idvec_push(dsv4i_tk_idvec *v, int32_t id) {
   if (v->n == v->cap) {
     size_t cap = v->cap ? v->cap * 2 : 256;
     int32_t *nv = dsv4i_realloc(v->v, cap * sizeof *nv, "token ids");
@@ -33,7 +33,7 @@ dsv4_status tk_idvec_push(tk_idvec *v, int32_t id) {
   return DSV4_OK;
 }
 
-void tk_bpe_scratch_free(tk_bpe_scratch *s) {
+void dsv4i_tk_bpe_scratch_free(dsv4i_tk_bpe_scratch *s) {
   free(s->sym);
   free(s->heap);
   memset(s, 0, sizeof *s);
@@ -76,7 +76,7 @@ static cand heap_pop(cand *h, size_t *n) {
 
 static int lookup_merge(const dsv4i_tokenizer *tok, int32_t a, int32_t b, cand *c, int32_t pos) {
   uint64_t v;
-  if (!tk_u64map_get(&tok->merges, ((uint64_t)(uint32_t)a << 32) | (uint32_t)b, &v)) return 0;
+  if (!dsv4i_tk_u64map_get(&tok->merges, ((uint64_t)(uint32_t)a << 32) | (uint32_t)b, &v)) return 0;
   c->rank = (uint32_t)(v >> 32);
   c->new_id = (int32_t)(uint32_t)v;
   c->pos = pos;
@@ -106,8 +106,8 @@ static dsv4_status initial_symbols(const dsv4i_tokenizer *tok, const char *w, si
       id = tok->byte_id[(uint8_t)w[i]];
       clen = 1;
     } else {
-      (void)tk_utf8_get(w + i, len - i, &clen);
-      id = tk_strmap_get(&tok->vocab, w + i, clen);
+      (void)dsv4i_tk_utf8_get(w + i, len - i, &clen);
+      id = dsv4i_tk_strmap_get(&tok->vocab, w + i, clen);
     }
     if (id >= 0) {
       if (unk_pending) {
@@ -133,25 +133,25 @@ static dsv4_status initial_symbols(const dsv4i_tokenizer *tok, const char *w, si
 static dsv4_status whole_word_id(const dsv4i_tokenizer *tok, const char *w, size_t len, int32_t *id) {
   *id = -1;
   if (!tok->byte_level) {
-    *id = tk_strmap_get(&tok->vocab, w, len);
+    *id = dsv4i_tk_strmap_get(&tok->vocab, w, len);
     return DSV4_OK;
   }
   if (len > 4096) return DSV4_OK; /* no vocabulary entry is that long */
   char buf[4096 * 2];
   size_t n = 0;
-  for (size_t i = 0; i < len; i++) n += tk_utf8_put(tk_byte_to_cp((uint8_t)w[i]), buf + n);
-  *id = tk_strmap_get(&tok->vocab, buf, n);
+  for (size_t i = 0; i < len; i++) n += dsv4i_tk_utf8_put(dsv4i_tk_byte_to_cp((uint8_t)w[i]), buf + n);
+  *id = dsv4i_tk_strmap_get(&tok->vocab, buf, n);
   return DSV4_OK;
 }
 
-dsv4_status tk_bpe_word(const dsv4i_tokenizer *tok, const char *w, size_t len,
-                        tk_bpe_scratch *sc, tk_idvec *out) {
+dsv4_status dsv4i_tk_bpe_word(const dsv4i_tokenizer *tok, const char *w, size_t len,
+                        dsv4i_tk_bpe_scratch *sc, dsv4i_tk_idvec *out) {
   dsv4_status st;
   if (len == 0) return DSV4_OK;
   if (tok->ignore_merges) {
     int32_t id;
     if ((st = whole_word_id(tok, w, len, &id)) != DSV4_OK) return st;
-    if (id >= 0) return tk_idvec_push(out, id);
+    if (id >= 0) return dsv4i_tk_idvec_push(out, id);
   }
   if ((st = grow(&sc->sym, &sc->sym_cap, len + 1, sizeof(sym))) != DSV4_OK) return st;
   sym *s = sc->sym;
@@ -185,6 +185,6 @@ dsv4_status tk_bpe_word(const dsv4i_tokenizer *tok, const char *w, size_t len,
     }
   }
   for (size_t i = 0; i < n; i++)
-    if (s[i].alive && (st = tk_idvec_push(out, s[i].id)) != DSV4_OK) return st;
+    if (s[i].alive && (st = dsv4i_tk_idvec_push(out, s[i].id)) != DSV4_OK) return st;
   return DSV4_OK;
 }

@@ -26,17 +26,17 @@ static void alphabet_init(void) {
   }
 }
 
-uint32_t tk_byte_to_cp(uint8_t b) {
+uint32_t dsv4i_tk_byte_to_cp(uint8_t b) {
   pthread_once(&g_alpha_once, alphabet_init);
   return g_b2c[b];
 }
 
-int tk_cp_to_byte(uint32_t cp) {
+int dsv4i_tk_cp_to_byte(uint32_t cp) {
   pthread_once(&g_alpha_once, alphabet_init);
   return cp < 512 ? g_c2b[cp] : -1;
 }
 
-size_t tk_utf8_put(uint32_t cp, char *o) {
+size_t dsv4i_tk_utf8_put(uint32_t cp, char *o) {
   if (cp < 0x80) {
     o[0] = (char)cp;
     return 1;
@@ -96,7 +96,7 @@ static int seq_at(const uint8_t *s, size_t len, int *trunc) {
   return n;
 }
 
-size_t tk_utf8_check(const char *str, size_t len, const char **what) {
+size_t dsv4i_tk_utf8_check(const char *str, size_t len, const char **what) {
   const uint8_t *s = (const uint8_t *)str;
   size_t i = 0;
   *what = NULL;
@@ -130,7 +130,7 @@ size_t tk_utf8_check(const char *str, size_t len, const char **what) {
   return len;
 }
 
-uint32_t tk_utf8_get(const char *str, size_t len, size_t *n) {
+uint32_t dsv4i_tk_utf8_get(const char *str, size_t len, size_t *n) {
   const uint8_t *s = (const uint8_t *)str;
   uint8_t b = s[0];
   if (b < 0x80 || len < 2) {
@@ -150,7 +150,7 @@ uint32_t tk_utf8_get(const char *str, size_t len, size_t *n) {
          ((uint32_t)(s[2] & 0x3F) << 6) | (s[3] & 0x3F);
 }
 
-size_t tk_utf8_lossy_append(const char *str, size_t len, int hold_tail, dsv4i_str *out) {
+size_t dsv4i_tk_utf8_lossy_append(const char *str, size_t len, int hold_tail, dsv4i_str *out) {
   if (len == 0) return 0; /* str may be NULL (nothing decoded): no pointer arithmetic on it */
   static const char repl[3] = {(char)0xEF, (char)0xBF, (char)0xBD};
   const uint8_t *s = (const uint8_t *)str;

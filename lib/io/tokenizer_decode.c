@@ -12,7 +12,7 @@
 
 #include "io/tokenizer_internal.h"
 
-dsv4_status tk_build_token_bytes(dsv4i_tokenizer *tok) {
+dsv4_status dsv4i_tk_build_token_bytes(dsv4i_tokenizer *tok) {
   size_t total = 0;
   tok->bytes_off = dsv4i_malloc(((size_t)tok->n_ids + 1) * sizeof *tok->bytes_off, "token bytes");
   /* decoded bytes are never longer than the token string */
@@ -28,7 +28,7 @@ dsv4_status tk_build_token_bytes(dsv4i_tokenizer *tok) {
     int mapped = tok->decoder == TK_DEC_BYTELEVEL;
     for (size_t i = 0; mapped && i < len;) {
       size_t cl;
-      int b = tk_cp_to_byte(tk_utf8_get(s + i, len - i, &cl));
+      int b = dsv4i_tk_cp_to_byte(dsv4i_tk_utf8_get(s + i, len - i, &cl));
       if (b < 0) mapped = 0;
       else dst[n++] = (char)b;
       i += cl;
@@ -80,7 +80,7 @@ dsv4_status dsv4i_tokenizer_decode_ex(const dsv4i_tokenizer *tok, const int32_t 
       dsv4i_str_append(&raw, tok->bytes_blob + a, b - a);
     }
     if (raw.oom) out->oom = 1;
-    else tk_utf8_lossy_append(raw.buf, raw.len, 0, out);
+    else dsv4i_tk_utf8_lossy_append(raw.buf, raw.len, 0, out);
     dsv4i_str_free(&raw);
   }
   if (out->oom) return dsv4i_error(DSV4_ERR_OUT_OF_MEMORY, "out of memory decoding %zu ids", n);
@@ -120,7 +120,7 @@ dsv4_status dsv4i_detok_push(dsv4i_detok *d, int32_t id, dsv4i_str *out) {
     uint32_t a = tok->bytes_off[id], b = tok->bytes_off[id + 1];
     dsv4i_str_append(&d->pending, tok->bytes_blob + a, b - a);
     if (d->pending.oom) return dsv4i_error(DSV4_ERR_OUT_OF_MEMORY, "out of memory in stream decode");
-    size_t used = tk_utf8_lossy_append(d->pending.buf, d->pending.len, 1, out);
+    size_t used = dsv4i_tk_utf8_lossy_append(d->pending.buf, d->pending.len, 1, out);
     memmove(d->pending.buf, d->pending.buf + used, d->pending.len - used);
     d->pending.len -= used;
     d->emitted = 1;
@@ -132,7 +132,7 @@ dsv4_status dsv4i_detok_push(dsv4i_detok *d, int32_t id, dsv4i_str *out) {
 
 dsv4_status dsv4i_detok_flush(dsv4i_detok *d, dsv4i_str *out) {
   if (!out) return dsv4i_error(DSV4_ERR_INVALID_ARG, "stream decode: NULL argument");
-  if (d->pending.len) tk_utf8_lossy_append(d->pending.buf, d->pending.len, 0, out);
+  if (d->pending.len) dsv4i_tk_utf8_lossy_append(d->pending.buf, d->pending.len, 0, out);
   d->pending.len = 0;
   d->emitted = 0;
   if (!out->buf) dsv4i_str_append(out, "", 0);

@@ -17,45 +17,48 @@
 
 /* ---- trie ---------------------------------------------------------------- */
 
-void tk_trie_init(tk_trie *t) {
+void dsv4i_tk_trie_init(dsv4i_tk_trie *t) {
   memset(t, 0, sizeof *t);
   for (int i = 0; i < 256; i++) t->root_child[i] = -1;
 }
 
-void tk_trie_free(tk_trie *t) {
+void dsv4i_tk_trie_free(dsv4i_tk_trie *t) {
   free(t->nodes);
-  tk_trie_init(t);
+  dsv4i_tk_trie_init(t);
 }
 
-static int32_t trie_new_node(tk_trie *t, uint8_t byte) {
+/* A new node for `byte` into *node. */
+static dsv4_status trie_new_node(dsv4i_tk_trie *t, uint8_t byte, int32_t *node) {
   if (t->n == t->cap) {
     size_t cap = t->cap ? t->cap * 2 : 64;
-    tk_trie_node *nn = dsv4i_realloc(t->nodes, cap * sizeof *nn, "added-token trie");
-    if (!nn) return -1;
+    dsv4i_tk_trie_node *nn = dsv4i_realloc(t->nodes, cap * sizeof *nn, "added-token trie");
+    if (!nn) return DSV4_ERR_OUT_OF_MEMORY;
     t->nodes = nn;
     t->cap = cap;
   }
-  t->nodes[t->n] = (tk_trie_node){-1, -1, -1, byte};
-  return (int32_t)t->n++;
+  t->nodes[t->n] = (dsv4i_tk_trie_node){-1, -1, -1, byte};
+  *node = (int32_t)t->n++;
+  return DSV4_OK;
 }
 
-static int32_t trie_child(const tk_trie *t, int32_t node, uint8_t b) {
+static int32_t trie_child(const dsv4i_tk_trie *t, int32_t node, uint8_t b) {
   for (int32_t c = t->nodes[node].first_child; c >= 0; c = t->nodes[c].next_sibling)
     if (t->nodes[c].byte == b) return c;
   return -1;
 }
 
-dsv4_status tk_trie_add(tk_trie *t, const char *s, size_t len, int32_t token) {
+dsv4_status dsv4i_tk_trie_add(dsv4i_tk_trie *t, const char *s, size_t len, int32_t token) {
   const uint8_t *u = (const uint8_t *)s;
   int32_t node = t->root_child[u[0]];
+  dsv4_status st;
   if (node < 0) {
-    if ((node = trie_new_node(t, u[0])) < 0) return DSV4_ERR_OUT_OF_MEMORY;
+    if ((st = trie_new_node(t, u[0], &node))) return st;
     t->root_child[u[0]] = node;
   }
   for (size_t i = 1; i < len; i++) {
     int32_t c = trie_child(t, node, u[i]);
     if (c < 0) {
-      if ((c = trie_new_node(t, u[i])) < 0) return DSV4_ERR_OUT_OF_MEMORY;
+      if ((st = trie_new_node(t, u[i], &c))) return st;
       t->nodes[c].next_sibling = t->nodes[node].first_child;
       t->nodes[node].first_child = c;
     }
@@ -67,7 +70,7 @@ dsv4_status tk_trie_add(tk_trie *t, const char *s, size_t len, int32_t token) {
 }
 
 /* Longest added token starting at s[i]; its index, end in *end; -1 if none. */
-static int32_t trie_longest(const tk_trie *t, const char *s, size_t len, size_t i, size_t *end) {
+static int32_t trie_longest(const dsv4i_tk_trie *t, const char *s, size_t len, size_t i, size_t *end) {
   const uint8_t *u = (const uint8_t *)s;
   int32_t best = -1;
   int32_t node = t->root_child[u[i]];
@@ -111,7 +114,7 @@ static uint32_t cp_before(const char *s, size_t end, size_t *start) {
   while (i > 0 && ((uint8_t)s[i] & 0xC0) == 0x80) i--;
   size_t n;
   *start = i;
-  return tk_utf8_get(s + i, end - i, &n);
+  return dsv4i_tk_utf8_get(s + i, end - i, &n);
 }
 
 /* ---- encode context -------------------------------------------------------- */
@@ -119,10 +122,10 @@ static uint32_t cp_before(const char *s, size_t end, size_t *start) {
 typedef struct enc_ctx {
   const dsv4i_tokenizer *tok;
   pcre2_match_data *md;
-  tk_spanvec *spans;   /* [n_stages] */
+  dsv4i_tk_spanvec *spans;   /* [n_stages] */
   dsv4i_str *prefixed; /* [n_stages] ByteLevel add_prefix_space copies */
-  tk_bpe_scratch bpe;
-  tk_idvec ids;
+  dsv4i_tk_bpe_scratch bpe;
+  dsv4i_tk_idvec ids;
   const uint8_t *plain; /* [base_len] non-zero: no added token may match here, or NULL */
   const char *base;     /* the raw text plain indexes */
   size_t base_len;
@@ -142,8 +145,8 @@ static int match_is_plain(const enc_ctx *c, const char *s, size_t start, size_t 
 static dsv4_status pretok(enc_ctx *c, const char *s, size_t len, size_t k) {
   const dsv4i_tokenizer *tok = c->tok;
   if (len == 0) return DSV4_OK;
-  if (k == tok->n_stages) return tk_bpe_word(tok, s, len, &c->bpe, &c->ids);
-  const tk_stage *stg = &tok->stages[k];
+  if (k == tok->n_stages) return dsv4i_tk_bpe_word(tok, s, len, &c->bpe, &c->ids);
+  const dsv4i_tk_stage *stg = &tok->stages[k];
   dsv4_status st;
   if (stg->kind == TK_STAGE_BYTELEVEL) {
     if (stg->add_prefix_space && s[0] != ' ') {
@@ -157,12 +160,12 @@ static dsv4_status pretok(enc_ctx *c, const char *s, size_t len, size_t k) {
     }
     if (!stg->use_regex) return pretok(c, s, len, k + 1);
   }
-  tk_spanvec *sv = &c->spans[k];
-  if ((st = tk_regex_find(&stg->re, s, len, c->md, sv)) != DSV4_OK) return st;
-  tk_split_behavior(sv, stg->behavior, stg->invert);
+  dsv4i_tk_spanvec *sv = &c->spans[k];
+  if ((st = dsv4i_tk_regex_find(&stg->re, s, len, c->md, sv)) != DSV4_OK) return st;
+  dsv4i_tk_split_behavior(sv, stg->behavior, stg->invert);
   /* the vector is reused by deeper calls only at other levels: index, don't hold pointers */
   for (size_t i = 0; i < sv->n; i++) {
-    tk_span sp = sv->v[i];
+    dsv4i_tk_span sp = sv->v[i];
     if (sp.is_match || sp.end == sp.start) continue;
     if ((st = pretok(c, s + sp.start, sp.end - sp.start, k + 1)) != DSV4_OK) return st;
   }
@@ -173,7 +176,7 @@ typedef dsv4_status (*seg_fn)(enc_ctx *c, const char *s, size_t len);
 
 /* find_matches of added_vocabulary.rs: cut added tokens out of s[0, len),
  * emitting token ids directly and handing text pieces to `text`. */
-static dsv4_status split_added(enc_ctx *c, const tk_trie *t, const char *s, size_t len, seg_fn text) {
+static dsv4_status split_added(enc_ctx *c, const dsv4i_tk_trie *t, const char *s, size_t len, seg_fn text) {
   const dsv4i_tokenizer *tok = c->tok;
   dsv4_status st;
   size_t start_offset = 0, i = 0;
@@ -185,14 +188,14 @@ static dsv4_status split_added(enc_ctx *c, const tk_trie *t, const char *s, size
       i++;
       continue;
     }
-    const tk_added *a = &tok->added[k];
+    const dsv4i_tk_added *a = &tok->added[k];
     size_t start = i, stop = end, cs;
     i = end; /* the matcher continues after the match, whatever happens to it */
     if (match_is_plain(c, s, start, stop)) continue;
     if (a->single_word) {
       int start_space = start == 0 || !is_word_char(cp_before(s, start, &cs));
       size_t n;
-      int stop_space = stop == len || !is_word_char(tk_utf8_get(s + stop, len - stop, &n));
+      int stop_space = stop == len || !is_word_char(dsv4i_tk_utf8_get(s + stop, len - stop, &n));
       if (!start_space || !stop_space) continue;
     }
     if (a->lstrip) {
@@ -207,14 +210,14 @@ static dsv4_status split_added(enc_ctx *c, const tk_trie *t, const char *s, size
     if (a->rstrip) {
       while (stop < len) {
         size_t n;
-        uint32_t cp = tk_utf8_get(s + stop, len - stop, &n);
+        uint32_t cp = dsv4i_tk_utf8_get(s + stop, len - stop, &n);
         if (!is_white_space(cp)) break;
         stop += n;
       }
     }
     if (start_offset < start && (st = text(c, s + start_offset, start - start_offset)) != DSV4_OK)
       return st;
-    if ((st = tk_idvec_push(&c->ids, a->id)) != DSV4_OK) return st;
+    if ((st = dsv4i_tk_idvec_push(&c->ids, a->id)) != DSV4_OK) return st;
     start_offset = stop > start_offset ? stop : start_offset;
   }
   if (start_offset < len) return text(c, s + start_offset, len - start_offset);
@@ -230,13 +233,13 @@ static dsv4_status raw_piece(enc_ctx *c, const char *s, size_t len) {
   if (c->plain) c->piece_plain = match_is_plain(c, s, 0, len);
   if (tok->n_norms == 0) return split_added(c, &tok->trie_norm, s, len, after_norm_piece);
   dsv4i_str norm = {0};
-  dsv4_status st = tk_normalize(tok, s, len, &norm);
+  dsv4_status st = dsv4i_tk_normalize(tok, s, len, &norm);
   if (st == DSV4_OK) st = split_added(c, &tok->trie_norm, norm.buf ? norm.buf : "", norm.len, after_norm_piece);
   dsv4i_str_free(&norm);
   return st;
 }
 
-dsv4_status tk_normalize(const dsv4i_tokenizer *tok, const char *s, size_t len, dsv4i_str *out) {
+dsv4_status dsv4i_tk_normalize(const dsv4i_tokenizer *tok, const char *s, size_t len, dsv4i_str *out) {
   out->len = 0;
   dsv4i_str_append(out, s, len);
   for (size_t i = 0; i < tok->n_norms && !out->oom; i++) {
@@ -277,7 +280,7 @@ dsv4_status dsv4i_tokenizer_encode_masked(const dsv4i_tokenizer *tok, const char
   if (len > (size_t)INT32_MAX)
     return dsv4i_error(DSV4_ERR_INVALID_ARG, "tokenizer encode: text of %zu bytes is longer than 2 GiB", len);
   const char *what;
-  size_t bad = tk_utf8_check(text, len, &what);
+  size_t bad = dsv4i_tk_utf8_check(text, len, &what);
   if (bad != len)
     return dsv4i_error(DSV4_ERR_INVALID_UTF8, "tokenizer encode: invalid text at byte %zu (0x%02X): %s", bad,
                        (unsigned)(unsigned char)text[bad], what);
@@ -307,7 +310,7 @@ out:
   free(c.spans);
   free(c.prefixed);
   if (c.md) pcre2_match_data_free(c.md);
-  tk_bpe_scratch_free(&c.bpe);
+  dsv4i_tk_bpe_scratch_free(&c.bpe);
   if (st != DSV4_OK) {
     free(c.ids.v);
     return st;

@@ -117,7 +117,7 @@ static dsv4_status read_added(const json_t *root, dsv4i_tokenizer *tok, int32_t 
       return dsv4i_error(DSV4_ERR_TOKENIZER,
                          "tokenizer.json: added_tokens[%zu] needs an integer \"id\" in [0, %d) and a string \"content\"",
                          i, MAX_IDS);
-    tk_added *a = &tok->added[tok->n_added++];
+    dsv4i_tk_added *a = &tok->added[tok->n_added++];
     a->id = (int32_t)json_integer_value(id);
     a->content = dsv4i_strdup(json_string_value(content), "added token");
     if (!a->content) return DSV4_ERR_OUT_OF_MEMORY;
@@ -143,8 +143,8 @@ static dsv4_status build_strings(dsv4i_tokenizer *tok, const vocab_ent *v, size_
   tok->flags = dsv4i_calloc((size_t)tok->n_ids, 1, "token flags");
   if (!tok->str_blob || !tok->str_off || !tok->flags) return DSV4_ERR_OUT_OF_MEMORY;
   tok->str_blob_len = total;
-  dsv4_status st = tk_strmap_init(&tok->vocab, nv);
-  if (st == DSV4_OK) st = tk_strmap_init(&tok->token_to_id, nv + tok->n_added);
+  dsv4_status st = dsv4i_tk_strmap_init(&tok->vocab, nv);
+  if (st == DSV4_OK) st = dsv4i_tk_strmap_init(&tok->token_to_id, nv + tok->n_added);
   if (st != DSV4_OK) return st;
   size_t at = 0;
   for (size_t i = 0; i < nv; i++) {
@@ -153,19 +153,19 @@ static dsv4_status build_strings(dsv4i_tokenizer *tok, const vocab_ent *v, size_
     dst[v[i].len] = '\0';
     if (!(tok->flags[v[i].id] & TK_F_MODEL)) tok->str_off[v[i].id] = (uint32_t)at;
     tok->flags[v[i].id] |= TK_F_MODEL;
-    if ((st = tk_strmap_put(&tok->vocab, dst, v[i].len, v[i].id)) != DSV4_OK) return st;
-    if ((st = tk_strmap_put(&tok->token_to_id, dst, v[i].len, v[i].id)) != DSV4_OK) return st;
+    if ((st = dsv4i_tk_strmap_put(&tok->vocab, dst, v[i].len, v[i].id)) != DSV4_OK) return st;
+    if ((st = dsv4i_tk_strmap_put(&tok->token_to_id, dst, v[i].len, v[i].id)) != DSV4_OK) return st;
     at += v[i].len + 1;
   }
   for (size_t i = 0; i < tok->n_added; i++) {
     /* id_to_token gives the matched (normalized) form, token_to_id takes
      * the content as written: both as the Rust tokenizer does */
-    tk_added *a = &tok->added[i];
+    dsv4i_tk_added *a = &tok->added[i];
     char *dst = tok->str_blob + at;
     memcpy(dst, a->match, a->match_len + 1);
     tok->str_off[a->id] = (uint32_t)at; /* added tokens win over the model vocab */
     tok->flags[a->id] |= TK_F_ADDED | (a->special ? TK_F_SPECIAL : 0);
-    if ((st = tk_strmap_put(&tok->token_to_id, a->content, strlen(a->content), a->id)) != DSV4_OK)
+    if ((st = dsv4i_tk_strmap_put(&tok->token_to_id, a->content, strlen(a->content), a->id)) != DSV4_OK)
       return st;
     at += a->match_len + 1;
   }
@@ -174,7 +174,7 @@ static dsv4_status build_strings(dsv4i_tokenizer *tok, const vocab_ent *v, size_
 
 static dsv4_status merge_part_id(const dsv4i_tokenizer *tok, size_t rank, const char *whole,
                                  const char *part, size_t len, int32_t *id) {
-  *id = tk_strmap_get(&tok->vocab, part, len);
+  *id = dsv4i_tk_strmap_get(&tok->vocab, part, len);
   if (*id < 0)
     return dsv4i_error(DSV4_ERR_TOKENIZER,
                        "tokenizer.json: merge #%zu \"%s\" names \"%.*s\", which is not in the vocabulary",
@@ -187,7 +187,7 @@ static dsv4_status read_merges(const json_t *model, dsv4i_tokenizer *tok) {
   size_t n = json_is_array(arr) ? json_array_size(arr) : 0;
   if (arr && !json_is_null(arr) && !json_is_array(arr))
     return dsv4i_error(DSV4_ERR_TOKENIZER, "tokenizer.json: model.merges is not an array");
-  dsv4_status st = tk_u64map_init(&tok->merges, n);
+  dsv4_status st = dsv4i_tk_u64map_init(&tok->merges, n);
   if (st != DSV4_OK) return st;
   dsv4i_str joined = {0}, shown = {0};
   for (size_t r = 0; r < n && st == DSV4_OK; r++) {
@@ -233,7 +233,7 @@ static dsv4_status read_merges(const json_t *model, dsv4i_tokenizer *tok) {
     }
     if ((st = merge_part_id(tok, r, whole, joined.buf, joined.len, &im)) != DSV4_OK) break;
     /* a repeated pair keeps the later rank, as the Rust HashMap collect does */
-    st = tk_u64map_put(&tok->merges, ((uint64_t)(uint32_t)ia << 32) | (uint32_t)ib,
+    st = dsv4i_tk_u64map_put(&tok->merges, ((uint64_t)(uint32_t)ia << 32) | (uint32_t)ib,
                        ((uint64_t)r << 32) | (uint32_t)im);
   }
   dsv4i_str_free(&joined);
@@ -245,10 +245,10 @@ static dsv4_status read_merges(const json_t *model, dsv4i_tokenizer *tok) {
 
 static dsv4_status normalize_added(dsv4i_tokenizer *tok) {
   for (size_t i = 0; i < tok->n_added; i++) {
-    tk_added *a = &tok->added[i];
+    dsv4i_tk_added *a = &tok->added[i];
     dsv4i_str m = {0};
     if (a->normalized && tok->n_norms > 0) {
-      dsv4_status st = tk_normalize(tok, a->content, strlen(a->content), &m);
+      dsv4_status st = dsv4i_tk_normalize(tok, a->content, strlen(a->content), &m);
       if (st != DSV4_OK) {
         dsv4i_str_free(&m);
         dsv4i_error_prefix("tokenizer.json: added token \"%s\"", a->content);
@@ -269,12 +269,12 @@ static dsv4_status normalize_added(dsv4i_tokenizer *tok) {
 }
 
 static dsv4_status build_tries(dsv4i_tokenizer *tok) {
-  tk_trie_init(&tok->trie_raw);
-  tk_trie_init(&tok->trie_norm);
+  dsv4i_tk_trie_init(&tok->trie_raw);
+  dsv4i_tk_trie_init(&tok->trie_norm);
   for (size_t i = 0; i < tok->n_added; i++) {
-    const tk_added *a = &tok->added[i];
+    const dsv4i_tk_added *a = &tok->added[i];
     if (a->match_len == 0) continue; /* never matched */
-    dsv4_status st = tk_trie_add(a->normalized ? &tok->trie_norm : &tok->trie_raw, a->match,
+    dsv4_status st = dsv4i_tk_trie_add(a->normalized ? &tok->trie_norm : &tok->trie_raw, a->match,
                                  a->match_len, (int32_t)i);
     if (st != DSV4_OK) return st;
   }
@@ -282,7 +282,7 @@ static dsv4_status build_tries(dsv4i_tokenizer *tok) {
 }
 
 static int32_t id_of(const dsv4i_tokenizer *tok, const char *s) {
-  return s ? tk_strmap_get(&tok->token_to_id, s, strlen(s)) : -1;
+  return s ? dsv4i_tk_strmap_get(&tok->token_to_id, s, strlen(s)) : -1;
 }
 
 /* tokenizer_config.json value: "text" or {"content": "text", ...}. */
@@ -333,7 +333,7 @@ static dsv4_status load_into(dsv4i_tokenizer *tok, const json_t *root, const jso
   size_t nv = 0;
   if ((st = read_vocab(model, &v, &nv, &max_id)) != DSV4_OK) return st;
   if ((st = read_added(root, tok, &max_id)) != DSV4_OK) goto out;
-  if ((st = tk_read_normalizer(json_object_get(root, "normalizer"), tok, 0)) != DSV4_OK) goto out;
+  if ((st = dsv4i_tk_read_normalizer(json_object_get(root, "normalizer"), tok, 0)) != DSV4_OK) goto out;
   if ((st = normalize_added(tok)) != DSV4_OK) goto out;
   if (max_id < 0) {
     st = dsv4i_error(DSV4_ERR_TOKENIZER, "tokenizer.json: the vocabulary is empty");
@@ -347,7 +347,7 @@ static dsv4_status load_into(dsv4i_tokenizer *tok, const json_t *root, const jso
   tok->unk_id = -1;
   const json_t *unk = json_object_get(model, "unk_token");
   if (json_is_string(unk)) {
-    tok->unk_id = tk_strmap_get(&tok->vocab, json_string_value(unk), json_string_length(unk));
+    tok->unk_id = dsv4i_tk_strmap_get(&tok->vocab, json_string_value(unk), json_string_length(unk));
     if (tok->unk_id < 0) {
       st = dsv4i_error(DSV4_ERR_TOKENIZER, "tokenizer.json: unk_token \"%s\" is not in the vocabulary",
                        json_string_value(unk));
@@ -357,7 +357,7 @@ static dsv4_status load_into(dsv4i_tokenizer *tok, const json_t *root, const jso
   tok->fuse_unk = dsv4i_json_bool(model, "fuse_unk", 0);
   tok->ignore_merges = dsv4i_json_bool(model, "ignore_merges", 0);
 
-  if ((st = tk_read_pretok(json_object_get(root, "pre_tokenizer"), tok, 0)) != DSV4_OK) goto out;
+  if ((st = dsv4i_tk_read_pretok(json_object_get(root, "pre_tokenizer"), tok, 0)) != DSV4_OK) goto out;
   for (size_t i = 0; i < tok->n_stages; i++)
     if (tok->stages[i].kind == TK_STAGE_BYTELEVEL && i + 1 != tok->n_stages) {
       st = dsv4i_error(DSV4_ERR_TOKENIZER,
@@ -368,13 +368,13 @@ static dsv4_status load_into(dsv4i_tokenizer *tok, const json_t *root, const jso
   tok->byte_level = tok->n_stages > 0 && tok->stages[tok->n_stages - 1].kind == TK_STAGE_BYTELEVEL;
   for (int b = 0; b < 256; b++) {
     char buf[4];
-    size_t n = tk_utf8_put(tk_byte_to_cp((uint8_t)b), buf);
-    tok->byte_id[b] = tk_strmap_get(&tok->vocab, buf, n);
+    size_t n = dsv4i_tk_utf8_put(dsv4i_tk_byte_to_cp((uint8_t)b), buf);
+    tok->byte_id[b] = dsv4i_tk_strmap_get(&tok->vocab, buf, n);
   }
-  if ((st = tk_read_decoder(json_object_get(root, "decoder"), tok)) != DSV4_OK) goto out;
+  if ((st = dsv4i_tk_read_decoder(json_object_get(root, "decoder"), tok)) != DSV4_OK) goto out;
   if ((st = build_tries(tok)) != DSV4_OK) goto out;
   find_special(tok, cfg);
-  st = tk_build_token_bytes(tok);
+  st = dsv4i_tk_build_token_bytes(tok);
 out:
   free(v);
   return st;
@@ -437,18 +437,18 @@ void dsv4i_tokenizer_free(dsv4i_tokenizer *tok) {
   free(tok->str_blob);
   free(tok->bytes_off);
   free(tok->bytes_blob);
-  tk_strmap_free(&tok->vocab);
-  tk_strmap_free(&tok->token_to_id);
-  tk_u64map_free(&tok->merges);
+  dsv4i_tk_strmap_free(&tok->vocab);
+  dsv4i_tk_strmap_free(&tok->token_to_id);
+  dsv4i_tk_u64map_free(&tok->merges);
   for (size_t i = 0; i < tok->n_added; i++) {
     free(tok->added[i].content);
     free(tok->added[i].match);
   }
   free(tok->added);
-  tk_trie_free(&tok->trie_raw);
-  tk_trie_free(&tok->trie_norm);
+  dsv4i_tk_trie_free(&tok->trie_raw);
+  dsv4i_tk_trie_free(&tok->trie_norm);
   free(tok->norms);
-  for (size_t i = 0; i < tok->n_stages; i++) tk_regex_free(&tok->stages[i].re);
+  for (size_t i = 0; i < tok->n_stages; i++) dsv4i_tk_regex_free(&tok->stages[i].re);
   free(tok->stages);
   free(tok);
 }
@@ -466,5 +466,5 @@ const char *dsv4i_tokenizer_id_to_token(const dsv4i_tokenizer *tok, int32_t id) 
 
 int32_t dsv4i_tokenizer_token_to_id(const dsv4i_tokenizer *tok, const char *token, size_t len) {
   if (!tok || !token) return -1;
-  return tk_strmap_get(&tok->token_to_id, token, len);
+  return dsv4i_tk_strmap_get(&tok->token_to_id, token, len);
 }

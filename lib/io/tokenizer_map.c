@@ -34,38 +34,38 @@ static size_t cap_for(size_t expected) {
   return cap;
 }
 
-dsv4_status tk_strmap_init(tk_strmap *m, size_t expected) {
+dsv4_status dsv4i_tk_strmap_init(dsv4i_tk_strmap *m, size_t expected) {
   memset(m, 0, sizeof *m);
   m->cap = cap_for(expected);
   m->keys = dsv4i_calloc(m->cap, sizeof *m->keys, "tokenizer string map");
   m->key_lens = dsv4i_calloc(m->cap, sizeof *m->key_lens, "tokenizer string map");
   m->vals = dsv4i_calloc(m->cap, sizeof *m->vals, "tokenizer string map");
   if (!m->keys || !m->key_lens || !m->vals) {
-    tk_strmap_free(m);
+    dsv4i_tk_strmap_free(m);
     return DSV4_ERR_OUT_OF_MEMORY;
   }
   return DSV4_OK;
 }
 
-void tk_strmap_free(tk_strmap *m) {
+void dsv4i_tk_strmap_free(dsv4i_tk_strmap *m) {
   free(m->keys);
   free(m->key_lens);
   free(m->vals);
   memset(m, 0, sizeof *m);
 }
 
-static dsv4_status strmap_grow(tk_strmap *m) {
-  tk_strmap g;
-  dsv4_status s = tk_strmap_init(&g, m->cap);
+static dsv4_status strmap_grow(dsv4i_tk_strmap *m) {
+  dsv4i_tk_strmap g;
+  dsv4_status s = dsv4i_tk_strmap_init(&g, m->cap);
   if (s != DSV4_OK) return s;
   for (size_t i = 0; i < m->cap; i++)
-    if (m->keys[i]) tk_strmap_put(&g, m->keys[i], m->key_lens[i], m->vals[i]);
-  tk_strmap_free(m);
+    if (m->keys[i]) dsv4i_tk_strmap_put(&g, m->keys[i], m->key_lens[i], m->vals[i]);
+  dsv4i_tk_strmap_free(m);
   *m = g;
   return DSV4_OK;
 }
 
-dsv4_status tk_strmap_put(tk_strmap *m, const char *key, size_t len, int32_t val) {
+dsv4_status dsv4i_tk_strmap_put(dsv4i_tk_strmap *m, const char *key, size_t len, int32_t val) {
   if (len > UINT32_MAX) return dsv4i_error(DSV4_ERR_TOKENIZER, "token of %zu bytes is too long", len);
   if ((m->n + 1) * 2 > m->cap) {
     dsv4_status s = strmap_grow(m);
@@ -87,7 +87,7 @@ dsv4_status tk_strmap_put(tk_strmap *m, const char *key, size_t len, int32_t val
   }
 }
 
-int32_t tk_strmap_get(const tk_strmap *m, const char *key, size_t len) {
+int32_t dsv4i_tk_strmap_get(const dsv4i_tk_strmap *m, const char *key, size_t len) {
   if (m->cap == 0) return -1;
   size_t mask = m->cap - 1;
   for (size_t i = hash_bytes(key, len) & mask;; i = (i + 1) & mask) {
@@ -98,37 +98,37 @@ int32_t tk_strmap_get(const tk_strmap *m, const char *key, size_t len) {
 
 #define U64_EMPTY UINT64_MAX
 
-dsv4_status tk_u64map_init(tk_u64map *m, size_t expected) {
+dsv4_status dsv4i_tk_u64map_init(dsv4i_tk_u64map *m, size_t expected) {
   memset(m, 0, sizeof *m);
   m->cap = cap_for(expected);
   m->keys = dsv4i_malloc(m->cap * sizeof *m->keys, "tokenizer merge map");
   m->vals = dsv4i_malloc(m->cap * sizeof *m->vals, "tokenizer merge map");
   if (!m->keys || !m->vals) {
-    tk_u64map_free(m);
+    dsv4i_tk_u64map_free(m);
     return DSV4_ERR_OUT_OF_MEMORY;
   }
   for (size_t i = 0; i < m->cap; i++) m->keys[i] = U64_EMPTY;
   return DSV4_OK;
 }
 
-void tk_u64map_free(tk_u64map *m) {
+void dsv4i_tk_u64map_free(dsv4i_tk_u64map *m) {
   free(m->keys);
   free(m->vals);
   memset(m, 0, sizeof *m);
 }
 
-static dsv4_status u64map_grow(tk_u64map *m) {
-  tk_u64map g;
-  dsv4_status s = tk_u64map_init(&g, m->cap);
+static dsv4_status u64map_grow(dsv4i_tk_u64map *m) {
+  dsv4i_tk_u64map g;
+  dsv4_status s = dsv4i_tk_u64map_init(&g, m->cap);
   if (s != DSV4_OK) return s;
   for (size_t i = 0; i < m->cap; i++)
-    if (m->keys[i] != U64_EMPTY) tk_u64map_put(&g, m->keys[i], m->vals[i]);
-  tk_u64map_free(m);
+    if (m->keys[i] != U64_EMPTY) dsv4i_tk_u64map_put(&g, m->keys[i], m->vals[i]);
+  dsv4i_tk_u64map_free(m);
   *m = g;
   return DSV4_OK;
 }
 
-dsv4_status tk_u64map_put(tk_u64map *m, uint64_t key, uint64_t val) {
+dsv4_status dsv4i_tk_u64map_put(dsv4i_tk_u64map *m, uint64_t key, uint64_t val) {
   if ((m->n + 1) * 2 > m->cap) {
     dsv4_status s = u64map_grow(m);
     if (s != DSV4_OK) return s;
@@ -148,7 +148,7 @@ dsv4_status tk_u64map_put(tk_u64map *m, uint64_t key, uint64_t val) {
   }
 }
 
-int tk_u64map_get(const tk_u64map *m, uint64_t key, uint64_t *val) {
+int dsv4i_tk_u64map_get(const dsv4i_tk_u64map *m, uint64_t key, uint64_t *val) {
   if (m->cap == 0) return 0;
   size_t mask = m->cap - 1;
   for (size_t i = hash_u64(key) & mask;; i = (i + 1) & mask) {

@@ -10,7 +10,7 @@
 #include "io/tokenizer_internal.h"
 #include "io/json_util.h"
 
-dsv4_status tk_read_normalizer(const json_t *n, dsv4i_tokenizer *tok, int depth) {
+dsv4_status dsv4i_tk_read_normalizer(const json_t *n, dsv4i_tokenizer *tok, int depth) {
   if (!n || json_is_null(n)) return DSV4_OK;
   const char *type = json_is_object(n) ? dsv4i_json_type(n) : NULL;
   if (!type || depth > 8)
@@ -20,7 +20,7 @@ dsv4_status tk_read_normalizer(const json_t *n, dsv4i_tokenizer *tok, int depth)
     if (!json_is_array(arr))
       return dsv4i_error(DSV4_ERR_TOKENIZER, "tokenizer.json: normalizer Sequence without \"normalizers\"");
     for (size_t i = 0; i < json_array_size(arr); i++) {
-      dsv4_status st = tk_read_normalizer(json_array_get(arr, i), tok, depth + 1);
+      dsv4_status st = dsv4i_tk_read_normalizer(json_array_get(arr, i), tok, depth + 1);
       if (st != DSV4_OK) return st;
     }
     return DSV4_OK;
@@ -41,8 +41,8 @@ dsv4_status tk_read_normalizer(const json_t *n, dsv4i_tokenizer *tok, int depth)
   return DSV4_OK;
 }
 
-static dsv4_status push_stage(dsv4i_tokenizer *tok, tk_stage **out) {
-  tk_stage *ns = dsv4i_realloc(tok->stages, (tok->n_stages + 1) * sizeof *ns, "pre-tokenizers");
+static dsv4_status push_stage(dsv4i_tokenizer *tok, dsv4i_tk_stage **out) {
+  dsv4i_tk_stage *ns = dsv4i_realloc(tok->stages, (tok->n_stages + 1) * sizeof *ns, "pre-tokenizers");
   if (!ns) return DSV4_ERR_OUT_OF_MEMORY;
   tok->stages = ns;
   *out = &ns[tok->n_stages++];
@@ -54,19 +54,19 @@ static dsv4_status push_stage(dsv4i_tokenizer *tok, tk_stage **out) {
 static const char gpt2_pattern[] =
     "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
 
-dsv4_status tk_read_pretok(const json_t *p, dsv4i_tokenizer *tok, int depth) {
+dsv4_status dsv4i_tk_read_pretok(const json_t *p, dsv4i_tokenizer *tok, int depth) {
   if (!p || json_is_null(p)) return DSV4_OK;
   const char *type = json_is_object(p) ? dsv4i_json_type(p) : NULL;
   if (!type || depth > 8)
     return dsv4i_error(DSV4_ERR_TOKENIZER, "tokenizer.json: pre_tokenizer without a \"type\"");
   dsv4_status st;
-  tk_stage *s;
+  dsv4i_tk_stage *s;
   if (strcmp(type, "Sequence") == 0) {
     const json_t *arr = json_object_get(p, "pretokenizers");
     if (!json_is_array(arr))
       return dsv4i_error(DSV4_ERR_TOKENIZER, "tokenizer.json: pre_tokenizer Sequence without \"pretokenizers\"");
     for (size_t i = 0; i < json_array_size(arr); i++)
-      if ((st = tk_read_pretok(json_array_get(arr, i), tok, depth + 1)) != DSV4_OK) return st;
+      if ((st = dsv4i_tk_read_pretok(json_array_get(arr, i), tok, depth + 1)) != DSV4_OK) return st;
     return DSV4_OK;
   }
   if (strcmp(type, "Split") == 0) {
@@ -91,7 +91,7 @@ dsv4_status tk_read_pretok(const json_t *p, dsv4i_tokenizer *tok, int depth) {
     s->kind = TK_STAGE_SPLIT;
     s->behavior = beh;
     s->invert = dsv4i_json_bool(p, "invert", 0);
-    return tk_regex_compile(&s->re, json_string_value(pv), json_string_length(pv), pv == lit);
+    return dsv4i_tk_regex_compile(&s->re, json_string_value(pv), json_string_length(pv), pv == lit);
   }
   if (strcmp(type, "ByteLevel") == 0) {
     if ((st = push_stage(tok, &s)) != DSV4_OK) return st;
@@ -99,7 +99,7 @@ dsv4_status tk_read_pretok(const json_t *p, dsv4i_tokenizer *tok, int depth) {
     s->add_prefix_space = dsv4i_json_bool(p, "add_prefix_space", 1);
     s->use_regex = dsv4i_json_bool(p, "use_regex", 1);
     s->behavior = TK_SPLIT_ISOLATED;
-    if (s->use_regex) return tk_regex_compile(&s->re, gpt2_pattern, strlen(gpt2_pattern), 0);
+    if (s->use_regex) return dsv4i_tk_regex_compile(&s->re, gpt2_pattern, strlen(gpt2_pattern), 0);
     return DSV4_OK;
   }
   return dsv4i_error(DSV4_ERR_TOKENIZER,
@@ -107,7 +107,7 @@ dsv4_status tk_read_pretok(const json_t *p, dsv4i_tokenizer *tok, int depth) {
                      type);
 }
 
-dsv4_status tk_read_decoder(const json_t *d, dsv4i_tokenizer *tok) {
+dsv4_status dsv4i_tk_read_decoder(const json_t *d, dsv4i_tokenizer *tok) {
   tok->decoder = TK_DEC_NONE;
   if (!d || json_is_null(d)) return DSV4_OK;
   const char *type = json_is_object(d) ? dsv4i_json_type(d) : NULL;

@@ -126,7 +126,7 @@ static int translate(const char *p, size_t len, dsv4i_str *o, const char **bad) 
   return 1;
 }
 
-dsv4_status tk_regex_compile(tk_regex *re, const char *pattern, size_t len, int literal) {
+dsv4_status dsv4i_tk_regex_compile(dsv4i_tk_regex *re, const char *pattern, size_t len, int literal) {
   memset(re, 0, sizeof *re);
   re->source = dsv4i_malloc(len + 1, "tokenizer regex");
   if (!re->source) return DSV4_ERR_OUT_OF_MEMORY;
@@ -167,16 +167,16 @@ dsv4_status tk_regex_compile(tk_regex *re, const char *pattern, size_t len, int 
   return DSV4_OK;
 }
 
-void tk_regex_free(tk_regex *re) {
+void dsv4i_tk_regex_free(dsv4i_tk_regex *re) {
   if (re->code) pcre2_code_free(re->code);
   free(re->source);
   memset(re, 0, sizeof *re);
 }
 
-static dsv4_status span_push(tk_spanvec *v, size_t start, size_t end, int is_match) {
+static dsv4_status span_push(dsv4i_tk_spanvec *v, size_t start, size_t end, int is_match) {
   if (v->n == v->cap) {
     size_t cap = v->cap ? v->cap * 2 : 64;
-    tk_span *nv = dsv4i_realloc(v->v, cap * sizeof *nv, "tokenizer splits");
+    dsv4i_tk_span *nv = dsv4i_realloc(v->v, cap * sizeof *nv, "tokenizer splits");
     if (!nv) return DSV4_ERR_OUT_OF_MEMORY;
     v->v = nv;
     v->cap = cap;
@@ -195,8 +195,8 @@ static size_t char_len(const char *s, size_t at, size_t len) {
   return n;
 }
 
-dsv4_status tk_regex_find(const tk_regex *re, const char *s, size_t len, pcre2_match_data *md,
-                          tk_spanvec *out) {
+dsv4_status dsv4i_tk_regex_find(const dsv4i_tk_regex *re, const char *s, size_t len, pcre2_match_data *md,
+                          dsv4i_tk_spanvec *out) {
   out->n = 0;
   dsv4_status st;
   if (!re->code) return len ? span_push(out, 0, len, 0) : DSV4_OK;
@@ -233,8 +233,8 @@ dsv4_status tk_regex_find(const tk_regex *re, const char *s, size_t len, pcre2_m
 }
 
 /* In place; afterwards is_match means "remove this span". */
-void tk_split_behavior(tk_spanvec *sp, int behavior, int invert) {
-  tk_span *v = sp->v;
+void dsv4i_tk_split_behavior(dsv4i_tk_spanvec *sp, int behavior, int invert) {
+  dsv4i_tk_span *v = sp->v;
   size_t n = sp->n, w = 0;
   if (invert)
     for (size_t i = 0; i < n; i++) v[i].is_match = !v[i].is_match;
@@ -249,7 +249,7 @@ void tk_split_behavior(tk_spanvec *sp, int behavior, int invert) {
     for (size_t i = 0; i < n; i++) {
       int m = v[i].is_match;
       if (m && !prev && w > 0) v[w - 1].end = v[i].end;
-      else v[w++] = (tk_span){v[i].start, v[i].end, 0};
+      else v[w++] = (dsv4i_tk_span){v[i].start, v[i].end, 0};
       prev = m;
     }
     break;
@@ -261,7 +261,7 @@ void tk_split_behavior(tk_spanvec *sp, int behavior, int invert) {
     for (size_t i = n; i-- > 0;) {
       int m = v[i].is_match;
       if (m && !prev && k < n) v[k].start = v[i].start;
-      else v[--k] = (tk_span){v[i].start, v[i].end, 0};
+      else v[--k] = (dsv4i_tk_span){v[i].start, v[i].end, 0};
       prev = m;
     }
     memmove(v, v + k, (n - k) * sizeof *v);
@@ -273,7 +273,7 @@ void tk_split_behavior(tk_spanvec *sp, int behavior, int invert) {
     for (size_t i = 0; i < n; i++) {
       int m = v[i].is_match;
       if (m == prev && w > 0) v[w - 1].end = v[i].end;
-      else v[w++] = (tk_span){v[i].start, v[i].end, 0};
+      else v[w++] = (dsv4i_tk_span){v[i].start, v[i].end, 0};
       prev = m;
     }
     break;

@@ -60,36 +60,16 @@ typedef struct cp_buf {
   size_t n, cap;
 } cp_buf;
 
-static int cp_push(cp_buf *b, int32_t c) {
+static dsv4_status cp_push(cp_buf *b, int32_t c) {
   if (b->n == b->cap) {
     size_t cap = b->cap ? b->cap * 2 : 64;
-    int32_t *p = DSV4I_FAULT() ? NULL : realloc(b->v, cap * sizeof *p);
-    if (!p) return 0;
+    int32_t *p = dsv4i_realloc(b->v, cap * sizeof *p, "Engram normaliser code points");
+    if (!p) return DSV4_ERR_OUT_OF_MEMORY;
     b->v = p;
     b->cap = cap;
   }
   b->v[b->n++] = c;
-  return 1;
-}
-
-/* Append n raw bytes (NULs included) to a dsv4i_str; 0 on OOM (s->oom set). */
-static int str_append_bytes(dsv4i_str *s, const void *p, size_t n) {
-  if (s->oom) return 0;
-  if (s->len + n + 1 > s->cap) {
-    size_t cap = s->cap ? s->cap : 64;
-    while (cap < s->len + n + 1) cap *= 2;
-    char *nb = DSV4I_FAULT() ? NULL : realloc(s->buf, cap);
-    if (!nb) {
-      s->oom = 1;
-      return 0;
-    }
-    s->buf = nb;
-    s->cap = cap;
-  }
-  memcpy(s->buf + s->len, p, n);
-  s->len += n;
-  s->buf[s->len] = '\0';
-  return 1;
+  return DSV4_OK;
 }
 
 static dsv4_status normalize_into(const char *text, size_t len, cp_buf *cps, dsv4i_str *out) {
@@ -116,8 +96,9 @@ static dsv4_status normalize_into(const char *text, size_t len, cp_buf *cps, dsv
                        utf8proc_errmsg(n2));
   }
   /* StripAccents, Lowercase, whitespace runs -> one space */
-  int in_run = 0, oom = 0;
-  for (utf8proc_ssize_t i = 0; i < n2 && !oom;) {
+  int in_run = 0;
+  dsv4_status st = DSV4_OK;
+  for (utf8proc_ssize_t i = 0; i < n2 && !st;) {
     utf8proc_int32_t c;
     utf8proc_ssize_t k = utf8proc_iterate(nfd + i, n2 - i, &c);
     if (k <= 0) { /* utf8proc's own output: cannot happen */
@@ -131,20 +112,21 @@ static dsv4_status normalize_into(const char *text, size_t len, cp_buf *cps, dsv
       continue;
     if (c == 0x130) {
       in_run = 0;
-      oom = !cp_push(cps, 'i') || !cp_push(cps, 0x307);
+      st = cp_push(cps, 'i');
+      if (!st) st = cp_push(cps, 0x307);
       continue;
     }
     c = utf8proc_tolower(c);
     if (c == ' ' || c == '\t' || c == '\r' || c == '\n') {
-      if (!in_run) oom = !cp_push(cps, ' ');
+      if (!in_run) st = cp_push(cps, ' ');
       in_run = 1;
       continue;
     }
     in_run = 0;
-    oom = !cp_push(cps, c);
+    st = cp_push(cps, c);
   }
   free(nfd);
-  if (oom) return dsv4i_error(DSV4_ERR_OUT_OF_MEMORY, "Engram normaliser: out of memory");
+  if (st) return st;
   /* the lone-space sentinel survives Strip */
   if (cps->n == 1 && cps->v[0] == ' ') cps->v[0] = 0xe000;
   size_t b = 0, e = cps->n;
@@ -154,7 +136,7 @@ static dsv4_status normalize_into(const char *text, size_t len, cp_buf *cps, dsv
     utf8proc_uint8_t u[4];
     int32_t c = cps->v[i] == 0xe000 ? ' ' : cps->v[i];
     utf8proc_ssize_t k = utf8proc_encode_char(c, u);
-    if (!str_append_bytes(out, u, (size_t)k)) break;
+    dsv4i_str_append(out, u, (size_t)k);
   }
   if (out->oom) return dsv4i_error(DSV4_ERR_OUT_OF_MEMORY, "Engram normaliser: out of memory");
   return DSV4_OK;
@@ -193,20 +175,23 @@ static uint64_t fnv1a(const char *s, size_t n) {
   return h;
 }
 
-/* Class of key (s, n), inserting it as class map->used when new; -1 on OOM. */
-static int32_t key_map_class(key_map *m, const char *s, size_t n) {
+/* Class of key (s, n) into *cls, inserting it as class map->used when new. */
+static dsv4_status key_map_class(key_map *m, const char *s, size_t n, int32_t *cls) {
   uint64_t h = fnv1a(s, n);
   size_t i = (size_t)h & m->mask;
   for (;; i = (i + 1) & m->mask) {
     key_slot *sl = &m->slots[i];
     if (sl->cls < 0) break;
-    if (sl->hash == h && sl->len == n && memcmp(m->arena + sl->off, s, n) == 0) return sl->cls;
+    if (sl->hash == h && sl->len == n && memcmp(m->arena + sl->off, s, n) == 0) {
+      *cls = sl->cls;
+      return DSV4_OK;
+    }
   }
   if (m->arena_len + n > m->arena_cap) {
     size_t cap = m->arena_cap ? m->arena_cap : 1u << 16;
     while (cap < m->arena_len + n) cap *= 2;
     char *p = dsv4i_realloc(m->arena, cap, "Engram token map keys");
-    if (!p) return -1;
+    if (!p) return DSV4_ERR_OUT_OF_MEMORY;
     m->arena = p;
     m->arena_cap = cap;
   }
@@ -217,7 +202,8 @@ static int32_t key_map_class(key_map *m, const char *s, size_t n) {
   sl->len = n;
   sl->cls = (int32_t)m->used++;
   m->arena_len += n;
-  return sl->cls;
+  *cls = sl->cls;
+  return DSV4_OK;
 }
 
 static int has_replacement_char(const char *s, size_t n) {
@@ -284,12 +270,7 @@ dsv4_status dsv4i_engram_token_map_build(const dsv4i_tokenizer *tok, int32_t **m
         key_len = text.len;
       }
     }
-    int32_t cls = key_map_class(&km, key, key_len);
-    if (cls < 0) {
-      st = DSV4_ERR_OUT_OF_MEMORY;
-      goto done;
-    }
-    out[id] = cls;
+    if ((st = key_map_class(&km, key, key_len, &out[id]))) goto done;
   }
   *map = out;
   *n_tokens = n;

@@ -482,7 +482,7 @@ static void partial_tokens_and_streaming(void **state) {
       dsv4i_str piece = {0};
       assert_int_equal(dsv4i_detok_push(&d, ids[i], &piece), DSV4_OK);
       const char *why;
-      assert_int_equal(tk_utf8_check(piece.buf, piece.len, &why), piece.len);
+      assert_int_equal(dsv4i_tk_utf8_check(piece.buf, piece.len, &why), piece.len);
       if (d.pending.len) held = 1;
       dsv4i_str_append(&all, piece.buf, piece.len);
       dsv4i_str_free(&piece);
