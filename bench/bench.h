@@ -100,7 +100,7 @@ json_t *bytes_model_json(const bytes_model *b);
 
 /* ---- page-cache prefetch of the tensors decode touches (bench_prefetch.c) ---- */
 
-int64_t prefetch_weights(const char *dir, int with_mtp);
+int64_t prefetch_weights(const char *dir, const dsv4_model *model, int with_mtp);
 
 /* ---- prompts (bench_prompts.c) ---- */
 

@@ -38,33 +38,33 @@ void bytes_model_build(const dsv4_model *model, bytes_model *b) {
     b->layer[l].kv_source = li.kv_source;
     b->layer[l].index_key_source = li.index_key_source;
   }
+  /* bytes by role (the weight table's keys in dsv4_tensor_info): no tensor name is read */
   int64_t mtp_expert_total = 0, *expert_total = xcalloc((size_t)b->n_layers, sizeof(int64_t));
   for (int64_t i = 0; i < mi.n_tensors; i++) {
     dsv4_tensor_info t;
     if (dsv4_model_get_tensor(model, i, &t, sizeof t)) die("dsv4_model_get_tensor failed");
-    const char *n = t.name;
-    int l = -1, off = 0;
-    if (!strcmp(n, "head.weight")) b->head = t.nbytes;
-    else if (!strcmp(n, "norm.weight")) b->final_norm = t.nbytes;
-    else if (!strcmp(n, "embed.weight")) b->embed_row = t.shape[0] ? t.nbytes / t.shape[0] : 0;
-    else if (sscanf(n, "layers.%d.%n", &l, &off) == 1 && off > 0 && l >= 0 && l < b->n_layers) {
-      const char *r = n + off;
+    if (t.struct_size < sizeof t || !t.role) die("dsv4_tensor_info without the weight role");
+    const char *r = t.role;
+    const int expert = t.expert >= 0, wo_a = !strcmp(r, "ATTN_WO_A");
+    const int32_t l = t.layer;
+    if (!strcmp(r, "HEAD")) b->head += t.is_scale ? 0 : t.nbytes;
+    else if (!strcmp(r, "NORM")) b->final_norm += t.is_scale ? 0 : t.nbytes;
+    else if (!strcmp(r, "EMBED")) b->embed_row += t.shape[0] && !t.is_scale ? t.nbytes / t.shape[0] : 0;
+    else if (l >= 0 && l < b->n_layers) {
       layer_bytes *lb = &b->layer[l];
-      if (!strncmp(r, "ffn.experts.", 12)) expert_total[l] += t.nbytes;
-      else if (!strcmp(r, "engram.embed.weight") || !strcmp(r, "engram.embed.scale"))
-        lb->engram_row += t.shape[0] ? t.nbytes / t.shape[0] : 0;
-      else if (!strcmp(r, "ffn.gate.bias_vl")) continue; /* vision routing only */
-      else if (!strcmp(r, "attn.wo_a.scale")) b->wo_a_fp8 += t.nbytes;
-      else if (!strcmp(r, "attn.wo_a.weight")) {
+      if (expert) expert_total[l] += t.nbytes;
+      else if (!strcmp(r, "ENGRAM_EMBED")) lb->engram_row += t.shape[0] ? t.nbytes / t.shape[0] : 0;
+      else if (!strcmp(r, "GATE_BIAS_VL")) continue; /* vision routing only */
+      else if (wo_a && t.is_scale) b->wo_a_fp8 += t.nbytes;
+      else if (wo_a) {
         b->wo_a_fp8 += t.nbytes;
         b->wo_a_bf16 += 2 * t.nbytes; /* one e4m3 byte -> one bf16 value */
         lb->dense += 2 * t.nbytes;
       } else lb->dense += t.nbytes;
-    } else if (sscanf(n, "mtp.%d.%n", &l, &off) == 1 && off > 0) {
-      const char *r = n + off;
-      if (!strncmp(r, "ffn.experts.", 12)) mtp_expert_total += t.nbytes;
-      else if (!strcmp(r, "ffn.gate.bias_vl") || !strcmp(r, "attn.wo_a.scale")) continue;
-      else if (!strcmp(r, "attn.wo_a.weight")) b->mtp_dense += 2 * t.nbytes;
+    } else if (l >= b->n_layers) { /* a DSpark stage */
+      if (expert) mtp_expert_total += t.nbytes;
+      else if (!strcmp(r, "GATE_BIAS_VL") || (wo_a && t.is_scale)) continue;
+      else if (wo_a) b->mtp_dense += 2 * t.nbytes;
       else b->mtp_dense += t.nbytes;
     }
   }
@@ -139,13 +139,14 @@ json_t *bytes_model_json(const bytes_model *b) {
     expert += b->layer[l].expert;
   }
   json_object_set_new(o, "method", json_string(
-      "weights: per backbone layer every tensor of layers.L except routed experts, Engram tables "
-      "and gate.bias_vl (wo_a counted as its bf16 copy: 2 B per element), plus E(1-(1-k/E)^T) "
+      "weights: per backbone layer every tensor of the layer except routed experts, Engram tables "
+      "and the vision gate bias (roles EXPERT_*, ENGRAM_EMBED, GATE_BIAS_VL; ATTN_WO_A counted "
+      "as its bf16 copy: 2 B per element), plus E(1-(1-k/E)^T) "
       "routed experts (T tokens in the step, uniform independent routing) and T x rows_per_token "
-      "Engram rows; plus head.weight, norm.weight and T embed rows. KV: per sequence, window "
+      "Engram rows; plus the head, the final norm and T embed rows. KV: per sequence, window "
       "records min(len, window) per layer, top-k compressed records of the KV source per layer "
       "with ratio > 0, all index keys per index source, ratio-2 compressor rings (spec 5.8 "
-      "record sizes). Byte sizes from dsv4_model_get_tensor."));
+      "record sizes). Byte sizes and roles from dsv4_model_get_tensor (the weight table)."));
   json_object_set_new(o, "layer_dense_bytes", json_integer(dense));
   json_object_set_new(o, "expert_bytes_per_layer", json_integer(b->n_layers ? expert / b->n_layers : 0));
   json_object_set_new(o, "experts", json_integer(b->n_experts));

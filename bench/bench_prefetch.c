@@ -7,17 +7,27 @@
 
 #include "bench.h"
 
-static int touched_by_decode(const char *name, int with_mtp) {
-  if (!strncmp(name, "vision.", 7) || !strncmp(name, "aligner.", 8) || !strncmp(name, "image_", 6))
-    return 0;
-  if (!strncmp(name, "mtp.", 4) && !with_mtp) return 0;
-  if (strstr(name, ".attn.wo_a.")) return 0; /* used as the bf16 copy made at load */
-  if (strstr(name, ".gate.bias_vl")) return 0;
-  if (!strcmp(name, "embed.weight")) return 0; /* read a row per token, not whole */
-  return 1;
+/* Names of the tensors decode reads whole, chosen by role (dsv4_tensor_info): not the
+ * vision tower, not the DSpark stages unless drafting, not wo_a (used as the bf16 copy
+ * made at load), not the vision routing bias, not embed (a row per token). The names are
+ * only keys of the shard headers. */
+static json_t *touched_by_decode(const dsv4_model *model, int with_mtp) {
+  dsv4_model_info mi;
+  if (dsv4_model_get_info(model, &mi, sizeof mi)) die("dsv4_model_get_info failed");
+  json_t *set = json_object();
+  for (int64_t i = 0; i < mi.n_tensors; i++) {
+    dsv4_tensor_info t;
+    if (dsv4_model_get_tensor(model, i, &t, sizeof t) || !t.role) die("dsv4_model_get_tensor failed");
+    const char *r = t.role;
+    if (!strcmp(r, "VISION") || (t.layer >= mi.n_layers && !with_mtp) || !strcmp(r, "ATTN_WO_A") ||
+        !strcmp(r, "GATE_BIAS_VL") || !strcmp(r, "EMBED"))
+      continue;
+    json_object_set_new(set, t.name, json_true());
+  }
+  return set;
 }
 
-static int64_t prefetch_shard(const char *path, int with_mtp, char *buf, size_t buf_len) {
+static int64_t prefetch_shard(const char *path, const json_t *names, char *buf, size_t buf_len) {
   FILE *f = fopen(path, "rb");
   if (!f) return -1;
   unsigned char h8[8];
@@ -39,7 +49,7 @@ static int64_t prefetch_shard(const char *path, int with_mtp, char *buf, size_t 
   json_t *val;
   json_object_foreach(j, key, val) {
     json_t *offs = json_object_get(val, "data_offsets");
-    if (!json_is_array(offs) || !touched_by_decode(key, with_mtp)) continue;
+    if (!json_is_array(offs) || !json_object_get(names, key)) continue;
     int64_t a = (int64_t)json_integer_value(json_array_get(offs, 0));
     const int64_t e = (int64_t)json_integer_value(json_array_get(offs, 1));
     if (fseeko(f, (off_t)(8 + (int64_t)hl + a), SEEK_SET)) continue;
@@ -57,8 +67,9 @@ done:
   return total;
 }
 
-int64_t prefetch_weights(const char *dir, int with_mtp) {
+int64_t prefetch_weights(const char *dir, const dsv4_model *model, int with_mtp) {
   char path[4096];
+  json_t *want = touched_by_decode(model, with_mtp);
   const size_t buf_len = 8u << 20;
   char *buf = xcalloc(buf_len, 1);
   int64_t total = 0;
@@ -71,16 +82,17 @@ int64_t prefetch_weights(const char *dir, int with_mtp) {
     json_object_foreach(wm, k, v) if (json_is_string(v)) json_object_set(files, json_string_value(v), json_true());
     json_object_foreach(files, k, v) {
       snprintf(path, sizeof path, "%s/%s", dir, k);
-      const int64_t n = prefetch_shard(path, with_mtp, buf, buf_len);
+      const int64_t n = prefetch_shard(path, want, buf, buf_len);
       if (n > 0) total += n;
     }
     json_decref(files);
     json_decref(idx);
   } else {
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
-    total = prefetch_shard(path, with_mtp, buf, buf_len);
+    total = prefetch_shard(path, want, buf, buf_len);
   }
   free(buf);
+  json_decref(want);
   return total;
 }
 

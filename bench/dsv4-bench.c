@@ -131,7 +131,7 @@ int main(int argc, char **argv) {
   int64_t prefetched = 0;
   if (o->prefetch) {
     const int64_t t = now_ns();
-    prefetched = prefetch_weights(o->model, dsp && o->dspark != DSPARK_OFF);
+    prefetched = prefetch_weights(o->model, b->model, dsp && o->dspark != DSPARK_OFF);
     prefetch_s = (double)(now_ns() - t) * 1e-9;
     note("prefetch: %.2f GB read in %.1f s", (double)prefetched * 1e-9, prefetch_s);
   }

@@ -456,13 +456,25 @@ typedef struct dsv4_tensor_info {
   int64_t shape[4];          /**< first ndim entries valid */
   int64_t nbytes;            /**< payload bytes */
   const char *name;          /**< checkpoint name; borrowed, valid for the model's lifetime */
+  /* The tensor's key in the model's weight table (ask by role, not by name). */
+  int32_t layer;             /**< backbone layer 0..n_layers-1, DSpark stage n_layers + S, or
+                              *   -1 for a model-wide tensor (embed, head, final norm, vision) */
+  int32_t expert;            /**< routed expert of an expert weight, its ordinal among the
+                              *   vision tensors for role "VISION", else -1 */
+  const char *role;          /**< role key, static: "EMBED", "HEAD", "NORM", "ATTN_WO_A",
+                              *   "EXPERT_W1", "ENGRAM_EMBED", "VISION", ... (the list is
+                              *   DSV4I_WEIGHT_ROLES in lib/model/weights.h) */
+  int32_t is_scale;          /**< 1: the block scale of the role's quantised weight; 0: the weight */
+  int32_t reserved1;         /**< 0 */
 } dsv4_tensor_info;
 
 /**
  * Fill *info for tensor i (0 .. n_tensors-1, sorted by name with strcmp).
  * struct_size as for dsv4_model_get_info. The table is the config's tensor
- * contract, which a loaded checkpoint matches exactly (spec §4.2).
- * @return DSV4_OK; DSV4_ERR_INVALID_ARG (NULL, i out of range, struct_size too small).
+ * contract, which a loaded checkpoint matches exactly (spec §4.2); every
+ * tensor has a (role, layer, expert) key in the weight table.
+ * @return DSV4_OK; DSV4_ERR_INVALID_ARG (NULL, i out of range, struct_size too small);
+ *         DSV4_ERR_INTERNAL (a tensor without a weight-table entry: a library bug).
  * No state change. Handle-exclusive. @since 0.1
  */
 DSV4_NODISCARD DSV4_API dsv4_status dsv4_model_get_tensor(const dsv4_model *model, int64_t i,

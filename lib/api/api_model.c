@@ -190,6 +190,15 @@ DSV4_API dsv4_status dsv4_model_get_tensor(const dsv4_model *model, int64_t i,
   for (int32_t d = 0; d < t->ndim && d < 4; d++) v.shape[d] = t->shape[d];
   v.nbytes = (int64_t)t->nbytes;
   v.name = t->name;
+  int is_scale = 0;
+  const dsv4i_weight *w = dsv4i_weights_of_tensor(dsv4i_model_weights(model), (size_t)i, &is_scale);
+  if (!w)
+    return on_handle(model, dsv4i_error(DSV4_ERR_INTERNAL, "dsv4_model_get_tensor: tensor %s "
+                                        "has no entry in the weight table", t->name));
+  v.layer = w->layer;
+  v.expert = w->expert;
+  v.role = dsv4i_weight_role_key(w->role);
+  v.is_scale = is_scale;
   memset(info, 0, struct_size);
   memcpy(info, &v, sizeof v);
   return DSV4_OK;

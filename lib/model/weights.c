@@ -12,13 +12,14 @@
 #include "model/weights.h"
 
 typedef struct role_def {
+  const char *key;
   char scope;
   const char *suffix;
   int32_t split;
 } role_def;
 
 static const role_def roles[] = {
-#define DSV4I_WROLE_DEF(r, sc, suf, sp) {#sc[0], suf, DSV4I_SPLIT_##sp},
+#define DSV4I_WROLE_DEF(r, sc, suf, sp) {#r, #sc[0], suf, DSV4I_SPLIT_##sp},
   DSV4I_WEIGHT_ROLES(DSV4I_WROLE_DEF)
 #undef DSV4I_WROLE_DEF
 };
@@ -26,6 +27,11 @@ static const role_def roles[] = {
 const char *dsv4i_weight_role_name(int32_t role) {
   if (role == DSV4I_W_VISION) return "vision";
   return role >= 0 && role < (int32_t)DSV4I_ARRAY_LEN(roles) ? roles[role].suffix : "?";
+}
+
+const char *dsv4i_weight_role_key(int32_t role) {
+  if (role == DSV4I_W_VISION) return "VISION";
+  return role >= 0 && role < (int32_t)DSV4I_ARRAY_LEN(roles) ? roles[role].key : NULL;
 }
 
 const char *dsv4i_weight_dtype_name(int32_t dtype) { return dsv4i_dtype_name(dtype); }
@@ -151,14 +157,33 @@ dsv4_status dsv4i_weights_build(const dsv4i_config *c, const dsv4i_contract *con
                        n_scales, n_bound);
   }
   qsort(out->w, out->n, sizeof *out->w, by_key);
+  /* tensor -> entry (the public tensor table reports each tensor's key) */
+  out->by_spec = dsv4i_malloc((con->n ? con->n : 1) * sizeof *out->by_spec, "the weight index");
+  if (!out->by_spec) {
+    dsv4i_weights_free(out);
+    return DSV4_ERR_OUT_OF_MEMORY;
+  }
+  out->n_specs = con->n;
+  for (size_t e = 0; e < out->n; e++) {
+    out->by_spec[out->w[e].spec_index] = 2 * e;
+    if (out->w[e].scale_spec) out->by_spec[out->w[e].scale_index] = 2 * e + 1;
+  }
   return DSV4_OK;
 }
 
 void dsv4i_weights_free(dsv4i_weights *t) {
   if (!t) return;
   free(t->w);
+  free(t->by_spec);
   t->w = NULL;
-  t->n = 0;
+  t->by_spec = NULL;
+  t->n = t->n_specs = 0;
+}
+
+const dsv4i_weight *dsv4i_weights_of_tensor(const dsv4i_weights *t, size_t i, int *is_scale) {
+  if (!t || !t->by_spec || i >= t->n_specs) return NULL;
+  *is_scale = (int)(t->by_spec[i] & 1);
+  return &t->w[t->by_spec[i] / 2];
 }
 
 const dsv4i_weight *dsv4i_weights_find(const dsv4i_weights *t, int32_t role, int32_t layer,

@@ -124,6 +124,8 @@ typedef struct dsv4i_weight {
 typedef struct dsv4i_weights {
   dsv4i_weight *w;
   size_t n;
+  size_t *by_spec; /**< [n_specs] contract tensor i -> 2 · entry + (1 if it is the scale) */
+  size_t n_specs;
 } dsv4i_weights;
 
 /**
@@ -150,6 +152,12 @@ dsv4_status dsv4i_weights_get(const dsv4i_weights *t, int32_t role, int32_t laye
 
 /** Name of a role ("attn.wq_a.weight" etc. without the layer prefix). */
 const char *dsv4i_weight_role_name(int32_t role);
+
+/** Key of a role: the enum name without DSV4I_W_ ("ATTN_WO_A", "VISION"); NULL if none. */
+const char *dsv4i_weight_role_key(int32_t role);
+
+/** The entry holding contract tensor i (its weight or, *is_scale = 1, its scale), or NULL. */
+const dsv4i_weight *dsv4i_weights_of_tensor(const dsv4i_weights *t, size_t i, int *is_scale);
 
 /** Name of a storage dtype ("F8_E4M3"), for messages. */
 const char *dsv4i_weight_dtype_name(int32_t dtype);

@@ -66,7 +66,9 @@ class LayerInfo(Structure):
 class TensorInfo(Structure):
     _fields_ = [("struct_size", c_uint32), ("dtype", c_int32), ("ndim", c_int32),
                 ("component", c_int32), ("shard", c_int32), ("reserved0", c_int32),
-                ("shape", c_int64 * 4), ("nbytes", c_int64), ("name", c_char_p)]
+                ("shape", c_int64 * 4), ("nbytes", c_int64), ("name", c_char_p),
+                ("layer", c_int32), ("expert", c_int32), ("role", c_char_p),
+                ("is_scale", c_int32), ("reserved1", c_int32)]
 
 
 class EngineParams(Structure):

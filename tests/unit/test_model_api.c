@@ -115,6 +115,7 @@ static void check_fixture_model(dsv4_model *m, int config_only) {
   for (int l = 10; l < 13; l++) expect_layer(m, l, 0, STAGE, -1, -1, -1, -1, -1);
 
   int64_t sum = 0;
+  int keyed = 0; /* the named tensors below met */
   const char *prev = NULL;
   for (int64_t i = 0; i < info.n_tensors; i++) {
     dsv4_tensor_info t;
@@ -138,10 +139,36 @@ static void check_fixture_model(dsv4_model *m, int config_only) {
     if (config_only) assert_int_equal(t.shard, -1);
     else assert_int_equal(t.shard == 2, engram_table);
     if (engram_table) assert_int_equal(t.component, DSV4_COMP_ENGRAM_TABLES);
+    /* the weight table's key: Engram tables by role, a few names spelled out here */
+    assert_non_null(t.role);
+    assert_int_equal(engram_table, !strcmp(t.role, "ENGRAM_EMBED"));
+    assert_true(t.layer >= -1 && t.layer < info.n_layers + info.n_mtp_layers);
+    const int scale = strstr(t.name, ".scale") != NULL;
+    assert_int_equal(t.is_scale, scale);
+    if (!strcmp(t.name, "layers.3.attn.wo_a.weight") || !strcmp(t.name, "layers.3.attn.wo_a.scale")) {
+      assert_string_equal(t.role, "ATTN_WO_A");
+      assert_int_equal(t.layer, 3);
+      assert_int_equal(t.expert, -1);
+      keyed++;
+    }
+    if (!strcmp(t.name, "layers.2.ffn.experts.5.w2.weight")) {
+      assert_string_equal(t.role, "EXPERT_W2");
+      assert_int_equal(t.layer, 2);
+      assert_int_equal(t.expert, 5);
+      keyed++;
+    }
+    if (!strncmp(t.name, "mtp.0.", 6)) assert_int_equal(t.layer, info.n_layers);
+    if (!strcmp(t.name, "head.weight")) {
+      assert_string_equal(t.role, "HEAD");
+      keyed++;
+    }
+    if (!strcmp(t.name, "head.weight") || !strcmp(t.name, "embed.weight") || !strcmp(t.name, "norm.weight"))
+      assert_int_equal(t.layer, -1);
     if (strncmp(t.name, "mtp.", 4) == 0) assert_int_equal(t.component, DSV4_COMP_DSPARK);
     sum += t.nbytes;
   }
   assert_int_equal(sum, info.payload_bytes);
+  assert_int_equal(keyed, 4);
 }
 
 static void fixtures_load(void **state) {
