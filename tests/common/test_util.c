@@ -124,3 +124,9 @@ void tu_catalogue(const char *area, const char *name, int status, const char *me
   fputc('\n', f);
   fclose(f);
 }
+
+char *tu_release_config_path(void) {
+  const char *root = getenv("DSV4_SOURCE_ROOT");
+  assert_non_null(root);
+  return tu_join(root, "data/deepseek-v4.1-flash/config.json");
+}

@@ -33,6 +33,9 @@ int tu_write_file(const char *path, const void *data, size_t len);
 int tu_copy_dir(const char *src, const char *dst);
 /* path join into a malloc'd string */
 char *tu_join(const char *a, const char *b);
+/* The release config shipped in the source tree (data/deepseek-v4.1-flash/config.json,
+ * under DSV4_SOURCE_ROOT, which meson sets); malloc'd. Fails the test when unset. */
+char *tu_release_config_path(void);
 
 /* Bad-input catalogue (docs/bad-inputs.md, tests/tools/bad-input-catalogue.sh):
  * with DSV4_CATALOGUE set, append "area, case, status, message" for a bad

@@ -17,11 +17,7 @@ enum { KV = DSV4_ROLE_KV_SOURCE, IX = DSV4_ROLE_INDEX_SOURCE, OWN = DSV4_ROLE_IN
        CAND = DSV4_ROLE_CANDIDATE_SOURCE, ENG = DSV4_ROLE_ENGRAM, TAP = DSV4_ROLE_DSPARK_TAP,
        STAGE = DSV4_ROLE_DSPARK_STAGE, MASK = DSV4_ROLE_CANDIDATE_MASKED };
 
-static char *release_config_path(void) {
-  const char *root = getenv("DSV4_SOURCE_ROOT");
-  assert_non_null(root);
-  return tu_join(root, "data/deepseek-v4.1-flash/config.json");
-}
+static char *release_config_path(void) { return tu_release_config_path(); }
 
 static void expect_role(const dsv4i_config *c, int l, int ratio, unsigned roles, int kv, int idx,
                         int key, int cand, int slot) {

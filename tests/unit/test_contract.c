@@ -12,14 +12,11 @@
 #include "io/safetensors.h"
 #include "model/config.h"
 #include "model/weights.h"
+#include "release_config.h"
 #include "test_util.h"
 
 static void load_release(dsv4i_config *c, dsv4i_contract *k) {
-  const char *root = getenv("DSV4_SOURCE_ROOT");
-  assert_non_null(root);
-  char *path = tu_join(root, "data/deepseek-v4.1-flash/config.json");
-  assert_int_equal(dsv4i_config_load(path, c), DSV4_OK);
-  free(path);
+  tu_load_release_config(c);
   assert_int_equal(dsv4i_contract_build(c, k), DSV4_OK);
 }
 

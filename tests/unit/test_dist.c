@@ -12,15 +12,9 @@
 #include "dist/payload.h"
 #include "dist/topology.h"
 #include "model/config.h"
+#include "release_config.h"
 #include "test_util.h"
 
-static void load_release(dsv4i_config *c) {
-  const char *root = getenv("DSV4_SOURCE_ROOT");
-  assert_non_null(root);
-  char *path = tu_join(root, "data/deepseek-v4.1-flash/config.json");
-  assert_int_equal(dsv4i_config_load(path, c), DSV4_OK);
-  free(path);
-}
 
 static void expect_msg(dsv4_status got, dsv4_status want, const char *needle) {
   if (got != want) fail_msg("status %d, expected %d: %s", (int)got, (int)want, dsv4i_error_message());
@@ -32,7 +26,7 @@ static void expect_msg(dsv4_status got, dsv4_status want, const char *needle) {
 static void release_boundaries(void **state) {
   (void)state;
   dsv4i_config c;
-  load_release(&c);
+  tu_load_release_config(&c);
   int32_t b[16];
   /* layers 0-1 publish no shared state; 2, 8, 14, 20 start a source chain */
   assert_int_equal(dsv4i_dist_boundaries(&c, b, 16), 5);
@@ -69,7 +63,7 @@ static void release_boundaries(void **state) {
 static void dspark_tap_boundary(void **state) {
   (void)state;
   dsv4i_config c;
-  load_release(&c);
+  tu_load_release_config(&c);
   /* taps at 19, 38, 39: a boundary at 20 would leave tap 19 on stage 0 */
   c.dspark_targets[0] = 19;
   assert_int_equal(dsv4i_config_derive_roles(&c), DSV4_OK);
@@ -96,7 +90,7 @@ static void fixture_boundaries(void **state) {
 static void topology(void **state) {
   (void)state;
   dsv4i_config c;
-  load_release(&c);
+  tu_load_release_config(&c);
   dsv4i_dist_topo t;
   int32_t first[4] = {0, 20};
   assert_int_equal(dsv4i_dist_topo_make(&c, 16, 8, 2, first, &t), DSV4_OK);

@@ -13,15 +13,9 @@
 
 #include "engine/plan.h"
 #include "model/config.h"
+#include "release_config.h"
 #include "test_util.h"
 
-static void load_release(dsv4i_config *c) {
-  const char *root = getenv("DSV4_SOURCE_ROOT");
-  assert_non_null(root);
-  char *path = tu_join(root, "data/deepseek-v4.1-flash/config.json");
-  assert_int_equal(dsv4i_config_load(path, c), DSV4_OK);
-  free(path);
-}
 
 static void plan_ok(const dsv4i_config *c, const dsv4i_topo_params *p, dsv4i_topo_plan *out) {
   dsv4_status st = dsv4i_plan_compute(c, NULL, p, out);
@@ -65,7 +59,7 @@ static void check_split_sums(const dsv4i_topo_plan *pl) {
 static void release_components(void **state) {
   (void)state;
   dsv4i_config c;
-  load_release(&c);
+  tu_load_release_config(&c);
   dsv4i_topo_params p;
   dsv4i_topo_params_default(&p);
   dsv4i_topo_plan pl;
@@ -97,7 +91,7 @@ static void release_components(void **state) {
 static void split_sums_topologies(void **state) {
   (void)state;
   dsv4i_config c;
-  load_release(&c);
+  tu_load_release_config(&c);
   static const struct { int32_t nodes, gpn, tp, pp, engram; } topo[] = {
     {2, 8, 8, 2, DSV4I_ENGRAM_HOST}, {2, 8, 8, 2, DSV4I_ENGRAM_DEVICE}, {4, 8, 8, 4, DSV4I_ENGRAM_HOST},
     {1, 4, 2, 2, DSV4I_ENGRAM_HOST}, {1, 1, 1, 1, DSV4I_ENGRAM_DEVICE}, {5, 1, 1, 5, DSV4I_ENGRAM_HOST},
@@ -134,7 +128,7 @@ static void split_sums_topologies(void **state) {
 static void kv_closed_form(void **state) {
   (void)state;
   dsv4i_config c;
-  load_release(&c);
+  tu_load_release_config(&c);
   dsv4i_topo_params p;
   dsv4i_topo_params_default(&p);
   dsv4i_topo_plan pl;
@@ -188,7 +182,7 @@ static void kv_closed_form(void **state) {
 static void field_report_scenario(void **state) {
   (void)state;
   dsv4i_config c;
-  load_release(&c);
+  tu_load_release_config(&c);
   dsv4i_topo_params p;
   dsv4i_topo_params_default(&p);
   assert_int_equal(p.nodes, 2);
@@ -250,8 +244,7 @@ static void field_report_scenario(void **state) {
   dsv4i_topo_plan_free(&pl);
 
   /* the builtin config embedded in the library is the test data file */
-  const char *root = getenv("DSV4_SOURCE_ROOT");
-  char *path = tu_join(root, "data/deepseek-v4.1-flash/config.json");
+  char *path = tu_release_config_path();
   size_t len;
   char *text = tu_read_file(path, &len);
   assert_non_null(text);
@@ -277,7 +270,7 @@ static void expect_status(const dsv4i_config *c, const dsv4i_topo_params *p, dsv
 static void does_not_fit(void **state) {
   (void)state;
   dsv4i_config c;
-  load_release(&c);
+  tu_load_release_config(&c);
   dsv4i_topo_params p;
   /* one node of 8 x 40 GiB: the routed experts alone are 33.6 GiB per GPU */
   dsv4i_topo_params_default(&p);
@@ -323,7 +316,7 @@ static void does_not_fit(void **state) {
 static void stage_splits(void **state) {
   (void)state;
   dsv4i_config c;
-  load_release(&c);
+  tu_load_release_config(&c);
   int32_t b[8];
   assert_int_equal(dsv4i_plan_boundaries(&c, b, 8), 5);
   assert_int_equal(b[0], 1);
@@ -402,7 +395,7 @@ static void stage_splits(void **state) {
 static void flags(void **state) {
   (void)state;
   dsv4i_config c;
-  load_release(&c);
+  tu_load_release_config(&c);
   dsv4i_topo_params p;
   dsv4i_topo_params_default(&p);
   dsv4i_topo_plan a, b;
@@ -427,7 +420,7 @@ static void flags(void **state) {
 static void engine_plan_chunk(void **state) {
   (void)state;
   dsv4i_config c;
-  load_release(&c);
+  tu_load_release_config(&c);
   dsv4i_plan_req rq = {.backend = DSV4_BACKEND_CPU, .max_seqs = 2, .max_ctx = 4096,
                        .chunk = INT32_MAX};
   dsv4i_plan pl;

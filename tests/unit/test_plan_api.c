@@ -11,11 +11,7 @@
 #include "dsv4/dsv4.h"
 #include "test_util.h"
 
-static char *release_config(void) {
-  const char *root = getenv("DSV4_SOURCE_ROOT");
-  assert_non_null(root);
-  return tu_join(root, "data/deepseek-v4.1-flash/config.json");
-}
+static char *release_config(void) { return tu_release_config_path(); }
 
 static void params_init(void **state) {
   (void)state;

@@ -1,0 +1,16 @@
+/* The release config loaded for internal tests (header-only: needs lib/model). */
+#ifndef DSV4_TEST_RELEASE_CONFIG_H
+#define DSV4_TEST_RELEASE_CONFIG_H
+
+#include <stdlib.h>
+
+#include "model/config.h"
+#include "test_util.h"
+
+static inline void tu_load_release_config(dsv4i_config *c) {
+  char *path = tu_release_config_path();
+  assert_int_equal(dsv4i_config_load(path, c), DSV4_OK);
+  free(path);
+}
+
+#endif /* DSV4_TEST_RELEASE_CONFIG_H */
