@@ -88,6 +88,11 @@ static dsv4_status sync_noop(dsv4i_backend *be) {
 static dsv4_status kv_copy(dsv4i_backend *be, int32_t n, const int32_t *src, const int32_t *dst) {
   cpu_backend *b = (cpu_backend *)be;
   const size_t pb = b->lay.page_bytes;
+  if (b->copy_fault) { /* test hook (cpu_test_hooks.h) */
+    const dsv4_status f = b->copy_fault;
+    b->copy_fault = DSV4_OK;
+    return dsv4i_error(f, "cpu kv_copy: injected fault");
+  }
   for (int32_t i = 0; i < n; i++) {
     if (src[i] < 0 || src[i] >= b->pool_pages || dst[i] < 0 || dst[i] >= b->pool_pages)
       return dsv4i_error(DSV4_ERR_INVALID_ARG, "cpu kv_copy: page %d -> %d outside the pool of "

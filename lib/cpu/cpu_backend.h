@@ -78,6 +78,7 @@ typedef struct cpu_backend {
   /* test hook (cpu_test_hooks.h): the fault_after-th block call from now fails with fault */
   int32_t fault_after;
   dsv4_status fault;
+  dsv4_status copy_fault;     /**< the next kv_copy fails with it (cpu_test_hooks.h) */
 } cpu_backend;
 
 /* cpu_backend_ops.c: the step entry points of the vtable */

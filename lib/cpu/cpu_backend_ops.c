@@ -158,3 +158,7 @@ void dsv4i_cpu_backend_inject_fault(dsv4i_backend *be, int32_t after_blocks, dsv
   b->fault_after = after_blocks;
   b->fault = st;
 }
+
+void dsv4i_cpu_backend_inject_copy_fault(dsv4i_backend *be, dsv4_status st) {
+  CPU(be)->copy_fault = st;
+}

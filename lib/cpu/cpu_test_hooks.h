@@ -13,4 +13,8 @@
  */
 void dsv4i_cpu_backend_inject_fault(dsv4i_backend *be, int32_t after_blocks, dsv4_status st);
 
+/** Make the next kv_copy call fail with status st before copying anything, once
+ *  (DSV4_OK disarms). be must be a CPU backend. */
+void dsv4i_cpu_backend_inject_copy_fault(dsv4i_backend *be, dsv4_status st);
+
 #endif /* DSV4I_CPU_TEST_HOOKS_H */

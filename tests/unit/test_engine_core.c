@@ -3,7 +3,8 @@
  * reproduces the whole-model step bit for bit; the backend create arguments
  * refuse bad ranges and TP > 1; an engine whose backend reports
  * DSV4_ERR_DEVICE_LOST is sticky-failed and other engines are unaffected;
- * the step plan's buckets.
+ * the step plan's buckets; the KV bookkeeping (identical page decisions, a failed page
+ * copy contained).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -382,6 +383,49 @@ static void page_decisions_deterministic(void **st) {
   dsv4_engine_free(E[1]);
 }
 
+/* A failed page copy (the backend's kv_copy) is contained: a fork whose ring copies fail
+ * creates nothing and gives its pages back; a decode whose copy-on-write fails leaves that
+ * sequence damaged (refused until freed) while its parent and the engine go on, with the
+ * parent's logits equal to a fresh engine's. */
+static void kv_copy_failure_is_contained(void **st) {
+  (void)st;
+  const char *dir = tu_fixture_or_skip("tiny-v41-a");
+  dsv4_engine *E = make_engine(dir, 3, 64), *F = make_engine(dir, 1, 64);
+  struct dsv4_engine *e = E;
+  const int32_t prompt[5] = {0, 17, 42, 99, 7}, next = 11;
+  const int32_t V = e->vocab;
+  float *la = malloc(sizeof(float) * (size_t)V), *lb = malloc(sizeof(float) * (size_t)V);
+  int64_t a, b, f;
+  int32_t tok;
+  assert_int_equal(dsv4_engine_seq_create(E, &a), DSV4_OK);
+  assert_int_equal(dsv4_engine_prefill(E, a, prompt, 5, NULL, NULL, NULL), DSV4_OK);
+  const int64_t free0 = dsv4i_kv_pool_free_pages(e->kv.pool);
+  dsv4i_cpu_backend_inject_copy_fault(e->be, DSV4_ERR_DEVICE);
+  assert_int_equal(dsv4_engine_seq_fork(E, a, &b), DSV4_ERR_DEVICE);
+  assert_non_null(strstr(dsv4_last_error(), "injected fault"));
+  dsv4_engine_info info;
+  assert_int_equal(dsv4_engine_get_info(E, &info, sizeof info), DSV4_OK);
+  assert_int_equal(info.sequences_live, 1);
+  assert_int_equal(dsv4i_kv_pool_free_pages(e->kv.pool), free0);
+  /* the child shares the parent's compressed pages: its first decode copies one first */
+  assert_int_equal(dsv4_engine_seq_fork(E, a, &b), DSV4_OK);
+  dsv4i_cpu_backend_inject_copy_fault(e->be, DSV4_ERR_DEVICE);
+  assert_int_equal(dsv4_engine_decode(E, 1, &b, &next, NULL, NULL, &tok), DSV4_ERR_DEVICE);
+  assert_int_equal(dsv4_engine_decode(E, 1, &b, &next, NULL, NULL, &tok), DSV4_ERR_INVALID_ARG);
+  assert_non_null(strstr(dsv4_last_error(), "left inconsistent"));
+  assert_int_equal(dsv4_engine_decode(E, 1, &a, &next, NULL, la, NULL), DSV4_OK);
+  assert_int_equal(dsv4_engine_seq_create(F, &f), DSV4_OK);
+  assert_int_equal(dsv4_engine_prefill(F, f, prompt, 5, NULL, NULL, NULL), DSV4_OK);
+  assert_int_equal(dsv4_engine_decode(F, 1, &f, &next, NULL, lb, NULL), DSV4_OK);
+  assert_memory_equal(la, lb, sizeof(float) * (size_t)V);
+  assert_int_equal(dsv4_engine_seq_free(E, b), DSV4_OK);
+  assert_int_equal(dsv4_engine_seq_fork(E, a, &b), DSV4_OK); /* the engine is not sticky-failed */
+  dsv4_engine_free(E);
+  dsv4_engine_free(F);
+  free(la);
+  free(lb);
+}
+
 /* What the engine allocates equals the plan dsv4-plan --engine prints (dsv4_engine_plan_query,
  * the function create sizes its pools with), over a grid of requests; the pool the CPU
  * backend actually allocated is measured. tests/meson.build checks dsv4-plan's text for the
@@ -446,6 +490,7 @@ int tu_run_suite(void) {
     cmocka_unit_test(device_lost_is_sticky),
     cmocka_unit_test(step_plan_buckets),
     cmocka_unit_test(page_decisions_deterministic),
+    cmocka_unit_test(kv_copy_failure_is_contained),
     cmocka_unit_test(allocation_equals_plan),
   };
   return cmocka_run_group_tests_name("engine_core", tests, NULL, NULL);
