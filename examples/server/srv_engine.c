@@ -135,6 +135,8 @@ int srv_engine_start(srv *s) {
   ep.max_sequences = s->o.max_sequences;
   ep.max_context = s->o.max_context;
   ep.n_threads = s->o.n_threads;
+  /* the engine's batch holds a whole scheduler step: a chunk and every decode */
+  ep.prefill_chunk = s->o.prefill_chunk + s->o.max_sequences;
   if (dsv4_engine_create_from_dir(s->o.model_dir, &ep, &s->eng) ||
       dsv4_tokenizer_load(s->o.model_dir, &s->tok)) {
     fprintf(stderr, "dsv4-server: %s\n", dsv4_last_error());

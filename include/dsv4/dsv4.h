@@ -1542,9 +1542,9 @@ DSV4_API int32_t dsv4_spec_draft_length(const float *confidence, int32_t n, floa
 /**
  * A request scheduler over one engine: requests are submitted with their
  * prompt ids and sampling parameters; each dsv4_scheduler_step() feeds every
- * running request one token (one batched decode) and prefills waiting
- * prompts in chunks of prefill_chunk tokens while the step's token_budget
- * lasts, oldest request first; tokens reach the caller by callback or
+ * running request one token and prefills waiting prompts in chunks of
+ * prefill_chunk tokens while the step's token_budget lasts, oldest request
+ * first, all in one engine batch; tokens reach the caller by callback or
  * dsv4_scheduler_poll(). A prompt is always cut at the same chunk
  * boundaries and every draw is a pure function of (seed, position), so a
  * request's tokens are the same whatever else runs and whatever the arrival
@@ -1696,10 +1696,12 @@ DSV4_NODISCARD DSV4_API dsv4_status dsv4_scheduler_submit(dsv4_scheduler *sched,
                                            int64_t *request);
 
 /**
- * One step: a decode of every running request, then prompt chunks of waiting
- * requests in arrival order while the budget lasts (a request is admitted
+ * One step: one engine batch holding a decode row of every running request and
+ * prompt chunks of waiting requests in arrival order while the budget lasts
+ * (more batches only when the engine's batch, max(prefill_chunk, max_sequences)
+ * of the engine, is smaller than the budget; docs/serving.md). A request is admitted
  * when a sequence is free and the engine's KV pools take its chunk; otherwise
- * it waits, and so do the requests behind it). Finished requests give their
+ * it waits, and so do the requests behind it. Finished requests give their
  * sequence back at once.
  * @param sched    [in,out] Handle-exclusive.
  * @param n_active [out] requests still queued or running after the step, or NULL.

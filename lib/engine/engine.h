@@ -160,6 +160,26 @@ dsv4_status dsv4i_engine_decode(struct dsv4_engine *e, int32_t n, const int64_t 
                                 const int32_t *tokens, const dsv4i_sampling *smp,
                                 float *logits, int32_t *sampled);
 
+/** One row of a mixed step (dsv4i_engine_step): a run of tokens of one sequence. */
+typedef struct dsv4i_step_row {
+  int64_t id;              /**< a live sequence, at most once per step */
+  const int32_t *tokens;   /**< int32 [n] (host), each in [0, vocab) */
+  int32_t n;               /**< >= 1; 1 for a generated token */
+  int32_t generated;       /**< 1: a generated token (decode layout); 0: a prompt chunk, which
+                            *   takes the prefill layout of its own end, as one prefill call of
+                            *   these tokens would (so results equal dsv4i_engine_prefill's) */
+  int32_t want_logits;     /**< 1: the logits of its last token are the step's next output row */
+} dsv4i_step_row;
+
+/** One step over several sequences at once: decode rows and prompt chunks in one
+ *  backend batch (docs/serving.md, "Scheduler"). Rows of at most max_batch_tokens
+ *  tokens in all; logits [n_want][vocab] (host) in row order. Each row's results
+ *  equal those of the prefill or decode call of that row alone. All or nothing:
+ *  DSV4_KV_FULL and the argument errors change nothing; a failure during the
+ *  step (or non-finite logits, DSV4_ERR_NOT_FINITE) rolls every row back. */
+dsv4_status dsv4i_engine_step(struct dsv4_engine *e, int32_t n_rows, const dsv4i_step_row *rows,
+                              float *logits);
+
 /** Reserve KV positions [len, targets[i]) for qs[i] (slots[i] its slot): all or nothing
  *  (DSV4_KV_FULL, DSV4_ERR_INVALID_ARG); a failed page copy of the backend leaves the
  *  sequences damaged (and DSV4_ERR_DEVICE_LOST the engine sticky-failed). */

@@ -285,3 +285,120 @@ dsv4_status dsv4i_engine_decode(struct dsv4_engine *e, int32_t n, const int64_t 
 out:
   return s;
 }
+
+/* Validate a mixed step; fills qs[0..n_rows) and *n_tok, *n_want on success. */
+static dsv4_status step_check(struct dsv4_engine *e, int32_t n_rows, const dsv4i_step_row *rows,
+                              dsv4i_seq **qs, int64_t *n_tok, int32_t *n_want) {
+  dsv4_status s = DSV4_OK;
+  *n_tok = 0;
+  *n_want = 0;
+  for (int32_t i = 0; i < n_rows && !s; i++) {
+    const dsv4i_step_row *r = &rows[i];
+    dsv4i_seq *q = dsv4i_seq_find(e, r->id, &s);
+    if (!q) break;
+    const int32_t idx = (int32_t)(q - e->seqs);
+    if (e->mark[idx]) {
+      s = dsv4i_error(DSV4_ERR_INVALID_ARG, "step: sequence %lld appears twice", (long long)r->id);
+      break;
+    }
+    e->mark[idx] = 1;
+    qs[i] = q;
+    *n_tok += r->n;
+    *n_want += r->want_logits != 0;
+    if (r->n < 1 || !r->tokens || (r->generated && r->n != 1))
+      s = dsv4i_error(DSV4_ERR_INVALID_ARG, "step: row %d has %d tokens%s", (int)i, (int)r->n,
+                      r->generated ? " (a generated token row takes 1)" : "");
+    else if (r->n > e->plan.max_ctx - q->len)
+      s = dsv4i_error(DSV4_ERR_CONTEXT_OVERFLOW,
+                      "step: sequence %lld holds %lld positions; %d more pass the engine's "
+                      "max_context %lld", (long long)r->id, (long long)q->len, (int)r->n,
+                      (long long)e->plan.max_ctx);
+    else
+      s = check_tokens(e, r->tokens, r->n, "step");
+  }
+  for (int32_t j = 0; j < n_rows; j++) { /* clear every mark set above */
+    const int64_t idx = rows[j].id & ((INT64_C(1) << DSV4I_SEQ_IDX_BITS) - 1);
+    if (rows[j].id > 0 && idx < e->plan.max_seqs) e->mark[idx] = 0;
+  }
+  if (!s && *n_tok > e->plan.max_batch_tokens)
+    s = dsv4i_error(DSV4_ERR_INVALID_ARG, "step: %lld tokens; the engine takes at most %d per step",
+                    (long long)*n_tok, (int)e->plan.max_batch_tokens);
+  return s;
+}
+
+dsv4_status dsv4i_engine_step(struct dsv4_engine *e, int32_t n_rows, const dsv4i_step_row *rows,
+                              float *logits) {
+  const int64_t t0 = dsv4i_now_ns();
+  dsv4_status s = dsv4i_engine_live(e);
+  if (s) return s;
+  if (n_rows < 1 || n_rows > e->plan.max_out_rows || !rows)
+    return dsv4i_error(DSV4_ERR_INVALID_ARG, "step: %d rows; the engine takes 1..%d", (int)n_rows,
+                       (int)e->plan.max_out_rows);
+  dsv4i_seq **qs = e->b_q;
+  int64_t *lens = e->b_len;
+  int64_t n_tok = 0;
+  int32_t n_want = 0;
+  const int64_t th = dsv4i_op_begin(e);
+  if ((s = step_check(e, n_rows, rows, qs, &n_tok, &n_want))) return s;
+  if (n_want && !logits) return dsv4i_error(DSV4_ERR_INVALID_ARG, "step: logits NULL");
+  for (int32_t i = 0; !s && i < n_rows; i++) {
+    lens[i] = qs[i]->len;
+    e->b_slot[i] = qs[i]->slot;
+    e->b_pos[i] = lens[i] + rows[i].n; /* reserve targets */
+    if (qs[i]->hist) s = dsv4i_engram_history_reserve(qs[i]->hist, lens[i] + rows[i].n);
+  }
+  if (!s) s = dsv4i_engine_reserve(e, n_rows, qs, e->b_slot, e->b_pos);
+  if (s) return s; /* nothing changed */
+  /* from here on, a failure rolls every row back */
+  for (int32_t i = 0; !s && i < n_rows; i++)
+    if (qs[i]->hist) s = dsv4i_engram_history_append(qs[i]->hist, rows[i].tokens, NULL, (size_t)rows[i].n);
+  if (s) return fail_rollback(e, s, qs, lens, n_rows);
+  int32_t t = 0, o = 0;
+  for (int32_t i = 0; i < n_rows; i++) {
+    const int32_t slot = qs[i]->slot, n = rows[i].n;
+    const int32_t layout = rows[i].generated ? DSV4I_LAYOUT_DECODE
+                                             : dsv4i_layout_prefill(lens[i] + n, e->cfg->window_size);
+    if (e->b_engram)
+      engram_ids(e, qs[i], lens[i], lens[i] + n, e->b_engram + (size_t)t * (size_t)e->n_engram_cols);
+    for (int32_t k = 0; k < n; k++, t++) {
+      e->b_tok[t] = rows[i].tokens[k];
+      e->b_pos[t] = lens[i] + k;
+      e->b_slot[t] = slot;
+      e->b_layout[t] = layout;
+    }
+    if (rows[i].want_logits) e->b_out[o++] = t - 1;
+  }
+  dsv4i_batch b = {t, dsv4i_plan_bucket(&e->plan, t), e->b_tok, e->b_pos, NULL, e->b_layout,
+                   NULL, o, e->b_out, e->b_engram, {0}};
+  dsv4i_op_end(e, th, DSV4I_OP_HOST, -1);
+  if ((s = dsv4i_engine_run_step(e, &b, e->b_slot))) return fail_rollback(e, s, qs, lens, n_rows);
+  for (int32_t i = 0; i < n_rows; i++) qs[i]->len = lens[i] + rows[i].n;
+  if (o) {
+    int64_t tr = dsv4i_op_begin(e);
+    s = e->be->ops->buf_read(e->be, e->logits, 0, (size_t)o * (size_t)e->vocab * sizeof(float), logits);
+    dsv4i_op_end(e, tr, DSV4I_OP_READ, -1);
+    for (int32_t i = 0, r = 0; !s && i < n_rows; i++)
+      if (rows[i].want_logits)
+        s = check_finite(e, 1, &qs[i], logits + (size_t)r++ * (size_t)e->vocab);
+    if (s) {
+      for (int32_t i = 0; i < n_rows; i++) qs[i]->len = lens[i]; /* the whole step goes back */
+      return fail_rollback(e, s, qs, lens, n_rows);
+    }
+  }
+  /* timings: generated tokens count as decode, prompt chunks as prefill */
+  const int64_t dt = dsv4i_now_ns() - t0;
+  int64_t n_gen = 0;
+  for (int32_t i = 0; i < n_rows; i++) n_gen += rows[i].generated;
+  if (n_gen) {
+    e->t.decode_steps++;
+    e->t.decode_tokens += n_gen;
+    e->t.decode_ns += dt;
+    e->t.last_decode_ns = dt;
+  }
+  if (n_tok > n_gen) {
+    e->t.prefill_calls++;
+    e->t.prefill_tokens += n_tok - n_gen;
+    if (!n_gen) e->t.prefill_ns += dt, e->t.last_prefill_ns = dt;
+  }
+  return DSV4_OK;
+}

@@ -163,10 +163,10 @@ dsv4_status dsv4i_sched_create(struct dsv4_engine *e, const dsv4i_tokenizer *tok
     return DSV4_ERR_OUT_OF_MEMORY;
   }
   s->logits = dsv4i_malloc((size_t)run * (size_t)s->vocab * sizeof(float), "scheduler logits");
-  s->ids = dsv4i_calloc((size_t)run, sizeof *s->ids, "scheduler batch");
-  s->toks = dsv4i_calloc((size_t)run, sizeof *s->toks, "scheduler batch");
+  s->rows = dsv4i_calloc((size_t)run, sizeof *s->rows, "scheduler batch");
+  s->fresh = dsv4i_calloc((size_t)run, sizeof *s->fresh, "scheduler batch");
   s->batch = dsv4i_calloc((size_t)run, sizeof *s->batch, "scheduler batch");
-  if (!s->logits || !s->ids || !s->toks || !s->batch) {
+  if (!s->logits || !s->rows || !s->fresh || !s->batch) {
     dsv4i_sched_free(s);
     return DSV4_ERR_OUT_OF_MEMORY;
   }
@@ -181,8 +181,8 @@ void dsv4i_sched_free(struct dsv4_scheduler *s) {
     if (s->cache[i].seq) cache_drop(s, &s->cache[i]);
   free(s->cache);
   free(s->logits);
-  free(s->ids);
-  free(s->toks);
+  free(s->rows);
+  free(s->fresh);
   free(s->batch);
   free(s);
 }
@@ -399,40 +399,6 @@ static void fail_batch(struct dsv4_scheduler *s, dsv4i_req **b, int32_t n) {
   }
 }
 
-static dsv4_status decode_running(struct dsv4_scheduler *s, int32_t *used) {
-  int32_t n = 0;
-  for (dsv4i_req *r = s->head; r; r = r->next_rq)
-    if (r->state == RQ_RUNNING) {
-      s->batch[n] = r;
-      s->ids[n] = r->seq;
-      s->toks[n] = r->next;
-      n++;
-    }
-  *used = n;
-  if (!n) return DSV4_OK;
-  dsv4_status st = dsv4i_engine_decode(s->eng, n, s->ids, s->toks, NULL, s->logits, NULL);
-  while (st == DSV4_KV_FULL && cache_evict(s, NULL)) /* kept sequences give way first */
-    st = dsv4i_engine_decode(s->eng, n, s->ids, s->toks, NULL, s->logits, NULL);
-  if (st == DSV4_KV_FULL) { /* nothing changed; the pools free up as requests finish */
-    *used = 0;
-    return DSV4_OK;
-  }
-  if (st) {
-    fail_batch(s, s->batch, n);
-    return st;
-  }
-  s->st.decode_tokens += n;
-  for (int32_t i = 0; i < n; i++) {
-    dsv4i_req *r = s->batch[i];
-    const float *row = s->logits + (size_t)i * (size_t)s->vocab;
-    r->seq_len++;
-    push_held(r, &s->toks[i], 1);
-    dsv4i_sampler_dist(&r->smp, row);
-    emit(s, r, dsv4i_sampler_draw(&r->smp, r->seq_len), r->seq_len, row);
-  }
-  return DSV4_OK;
-}
-
 /* Give a request's sequence back and make it wait again (nothing was computed for it). */
 static void unadmit(struct dsv4_scheduler *s, dsv4i_req *r) {
   release_seq(s, r);
@@ -470,54 +436,123 @@ static dsv4_status admit(struct dsv4_scheduler *s, dsv4i_req *r, dsv4i_prefix *h
   return DSV4_OK;
 }
 
-static dsv4_status prefill_waiting(struct dsv4_scheduler *s, int32_t budget, int32_t *used) {
-  *used = 0;
-  int32_t held = 0; /* sequences held by admitted requests */
-  for (dsv4i_req *q = s->head; q; q = q->next_rq) held += q->seq != 0;
-  for (dsv4i_req *r = s->head, *nx; r; r = nx) {
-    nx = r->next_rq;
-    if (r->state != RQ_WAITING && r->state != RQ_PREFILL) continue;
-    dsv4i_prefix *hit = r->state == RQ_WAITING && s->n_cache ? cache_find(s, r) : NULL;
-    const int64_t start = r->state == RQ_WAITING ? (hit ? hit->n : 0) : r->fed;
-    const int64_t left = r->n_prompt - start;
-    const int32_t c = (int32_t)(left < s->chunk ? left : s->chunk);
-    if (c > budget) break; /* keep arrival order: nobody overtakes */
-    const int admitting = r->state == RQ_WAITING;
-    if (admitting) {
-      if (held >= s->max_running) break;
-      dsv4_status st = admit(s, r, hit);
-      if (st == DSV4_KV_FULL) break;
-      if (st) return st;
-      held++;
+/* A step of the engine over rows [0, n): DSV4_KV_FULL gives way first to kept
+ * sequences, then to the last prompt chunks (whose requests wait: nobody behind
+ * them may overtake, so *blocked is set). A chunk larger than the engine's batch
+ * (prefill_chunk above the engine's) runs alone as one prefill call, which cuts
+ * it with the same layout. Returns the status; *n = rows that ran. */
+static dsv4_status run_rows(struct dsv4_scheduler *s, int32_t *n, int *blocked) {
+  dsv4_status st;
+  for (;;) {
+    const dsv4i_step_row *r0 = &s->rows[0];
+    if (*n == 1 && !r0->generated && r0->n > s->eng->plan.max_batch_tokens)
+      st = dsv4i_engine_prefill(s->eng, r0->id, r0->tokens, r0->n, NULL,
+                                r0->want_logits ? s->logits : NULL, NULL);
+    else
+      st = dsv4i_engine_step(s->eng, *n, s->rows, s->logits);
+    if (st != DSV4_KV_FULL) return st;
+    if (cache_evict(s, NULL)) continue;
+    if (s->rows[*n - 1].generated) { /* only decodes left: the pools free up as requests finish */
+      *n = 0;
+      return DSV4_OK;
     }
-    const int last = c == left;
-    float *row = s->logits;
-    dsv4_status st;
-    for (;;) {
-      st = dsv4i_engine_prefill(s->eng, r->seq, r->prompt + r->fed, c, NULL, last ? row : NULL, NULL);
-      if (st != DSV4_KV_FULL || !cache_evict(s, NULL)) break;
-    }
-    if (st == DSV4_KV_FULL) {
-      if (admitting) unadmit(s, r);
-      break; /* the pools free up as running requests finish */
-    }
-    if (st) {
-      fail_batch(s, &r, 1);
-      return st;
-    }
-    push_held(r, r->prompt + r->fed, c);
-    r->fed += c;
-    r->seq_len = r->fed;
-    budget -= c;
-    *used += c;
-    s->st.prefill_tokens += c;
-    if (last) {
+    *blocked = 1;
+    if (s->fresh[*n - 1]) unadmit(s, s->batch[*n - 1]);
+    if (--*n == 0) return DSV4_OK;
+  }
+}
+
+/* Results of rows [0, n) that ran: draws for decodes and finished prompts. */
+static void take_rows(struct dsv4_scheduler *s, int32_t n) {
+  int32_t o = 0;
+  for (int32_t i = 0; i < n; i++) {
+    dsv4i_req *r = s->batch[i];
+    const dsv4i_step_row *w = &s->rows[i];
+    const float *row = w->want_logits ? s->logits + (size_t)o++ * (size_t)s->vocab : NULL;
+    if (w->generated) {
+      r->seq_len++;
+      push_held(r, &r->next, 1);
+      s->st.decode_tokens++;
+    } else {
+      push_held(r, w->tokens, w->n);
+      r->fed += w->n;
+      r->seq_len = r->fed;
+      s->st.prefill_tokens += w->n;
+      if (!w->want_logits) continue;
       s->n_waiting--;
       s->n_running++;
       r->state = RQ_RUNNING;
-      dsv4i_sampler_dist(&r->smp, row);
-      emit(s, r, dsv4i_sampler_draw(&r->smp, r->seq_len), r->seq_len, row);
     }
+    dsv4i_sampler_dist(&r->smp, row);
+    emit(s, r, dsv4i_sampler_draw(&r->smp, r->seq_len), r->seq_len, row);
+  }
+}
+
+/* Build and run the step's engine batches: the first holds a decode row of every
+ * running request, then prompt chunks in arrival order while the budget and the
+ * engine's batch last (one chunk per request per step); later batches, only when
+ * the engine's batch is smaller than the budget, take the chunks that did not fit. */
+static dsv4_status run_step(struct dsv4_scheduler *s, int32_t *used) {
+  const int32_t cap = s->eng->plan.max_batch_tokens;
+  int32_t held = 0; /* sequences held by admitted requests */
+  for (dsv4i_req *q = s->head; q; q = q->next_rq) held += q->seq != 0;
+  dsv4i_req *cursor = s->head;
+  int blocked = 0, first = 1;
+  *used = 0;
+  while (first || (!blocked && cursor)) {
+    int32_t n = 0, tok = 0;
+    for (dsv4i_req *r = first ? s->head : NULL; r; r = r->next_rq)
+      if (r->state == RQ_RUNNING) {
+        s->rows[n] = (dsv4i_step_row){r->seq, &r->next, 1, 1, 1};
+        s->fresh[n] = 0;
+        s->batch[n++] = r;
+        tok++;
+      }
+    first = 0;
+    for (; cursor && !blocked; cursor = cursor->next_rq) {
+      dsv4i_req *r = cursor;
+      if (r->state != RQ_WAITING && r->state != RQ_PREFILL) continue;
+      dsv4i_prefix *hit = r->state == RQ_WAITING && s->n_cache ? cache_find(s, r) : NULL;
+      const int64_t start = r->state == RQ_WAITING ? (hit ? hit->n : 0) : r->fed;
+      const int64_t left = r->n_prompt - start;
+      const int32_t c = (int32_t)(left < s->chunk ? left : s->chunk);
+      if (*used + tok + c > s->budget) { /* keep arrival order: nobody overtakes */
+        blocked = 1;
+        break;
+      }
+      if (n && tok + c > cap) break; /* the next batch of this step takes it */
+      const int admitting = r->state == RQ_WAITING;
+      if (admitting) {
+        if (held >= s->max_running) {
+          blocked = 1;
+          break;
+        }
+        dsv4_status st = admit(s, r, hit);
+        if (st == DSV4_KV_FULL) {
+          blocked = 1;
+          break;
+        }
+        if (st) return st;
+        held++;
+      }
+      s->rows[n] = (dsv4i_step_row){r->seq, r->prompt + r->fed, c, 0, c == left};
+      s->fresh[n] = (uint8_t)admitting;
+      s->batch[n++] = r;
+      tok += c;
+      if (tok >= cap) { /* full: the next batch goes on after this request */
+        cursor = r->next_rq;
+        break;
+      }
+    }
+    if (!n) break;
+    dsv4_status st = run_rows(s, &n, &blocked);
+    if (st) {
+      fail_batch(s, s->batch, n);
+      return st;
+    }
+    take_rows(s, n);
+    for (int32_t i = 0; i < n; i++) *used += s->rows[i].n;
+    if (!n) break;
   }
   return DSV4_OK;
 }
@@ -531,12 +566,11 @@ static void reap(struct dsv4_scheduler *s) {
 }
 
 dsv4_status dsv4i_sched_step(struct dsv4_scheduler *s, int32_t *n_active) {
-  int32_t nd = 0, np = 0;
-  dsv4_status st = decode_running(s, &nd);
-  if (!st) st = prefill_waiting(s, s->budget - nd, &np);
+  int32_t used = 0;
+  dsv4_status st = run_step(s, &used);
   reap(s);
   s->st.steps++;
-  if (nd + np > s->st.max_step_tokens) s->st.max_step_tokens = nd + np;
+  if (used > s->st.max_step_tokens) s->st.max_step_tokens = used;
   if (n_active) *n_active = s->n_waiting + s->n_running;
   return st;
 }

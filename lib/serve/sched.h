@@ -1,8 +1,9 @@
 /*
  * Continuous-batching request scheduler over one engine (docs/serving.md,
- * "Scheduler"). Each step feeds every running request one token (one
- * batched decode) and then prefills waiting prompts in fixed-size chunks
- * while the step's token budget lasts, in arrival order. A prompt is always
+ * "Scheduler"). Each step feeds every running request one token and
+ * prefills waiting prompts in fixed-size chunks while the step's token
+ * budget lasts, in arrival order, all in one engine step (a mixed batch;
+ * more only when the engine's batch is smaller than the budget). A prompt is always
  * cut at the same chunk boundaries and every draw is a pure function of
  * (seed, position), so a request's tokens do not depend on what else runs.
  */
@@ -61,9 +62,9 @@ struct dsv4_scheduler {
   dsv4i_req *head, *tail;
   int32_t n_waiting, n_running;
   float *logits;               /**< [max_running][vocab] */
-  int64_t *ids;
-  int32_t *toks;
-  dsv4i_req **batch;
+  dsv4i_step_row *rows;        /**< [max_running] the engine step being built */
+  uint8_t *fresh;              /**< [max_running] row's request was admitted for this step */
+  dsv4i_req **batch;           /**< [max_running] request of each row */
   int32_t top_ids[DSV4_MAX_LOGPROBS];
   float top_lp[DSV4_MAX_LOGPROBS];
   dsv4_scheduler_stats st;

@@ -2,7 +2,8 @@
  * The request scheduler through the public API, on the default tiny model
  * (build/models/dsv4-tiny): every request's tokens equal its tokens run
  * alone whatever the arrivals, cancellations and batch mix; decode keeps
- * going during a long prefill; admission by free sequences; stop ids and
+ * going during a long prefill; a step is one engine batch of decodes and
+ * prompt chunks; admission by free sequences; stop ids and
  * stop strings; bad input; thousands of requests leave nothing behind.
  */
 #include <stdio.h>
@@ -231,6 +232,49 @@ static void test_fairness(void **state) {
 }
 
 /* More requests than sequences: they wait, run as sequences free up, all finish. */
+/* A step is one engine batch: the decode of a running request and the chunks of
+ * two waiting prompts (the engine counts one call with generated tokens and one
+ * with prompt tokens, and no prefill-only time). */
+static void test_one_engine_step(void **state) {
+  (void)state;
+  dsv4_scheduler_params sp;
+  assert_int_equal(dsv4_scheduler_params_init(&sp, sizeof sp), DSV4_OK);
+  sp.prefill_chunk = 16;
+  sp.token_budget = 64;
+  dsv4_scheduler *s = NULL;
+  assert_int_equal(dsv4_scheduler_create(eng, tok, &sp, &s), DSV4_OK);
+  dsv4_request_params p;
+  assert_int_equal(dsv4_request_params_init(&p, sizeof p), DSV4_OK);
+  p.max_tokens = 8;
+  p.flags = DSV4_REQUEST_F_IGNORE_EOS;
+  int32_t prompt[30];
+  for (int i = 0; i < 30; i++) prompt[i] = 3 + i * 7;
+  int64_t a, b, c;
+  int32_t active = 0;
+  assert_int_equal(dsv4_scheduler_submit(s, prompt, 5, &p, &a), DSV4_OK);
+  assert_int_equal(dsv4_scheduler_step(s, &active), DSV4_OK); /* a runs */
+  dsv4_scheduler_stats st0, st1;
+  assert_int_equal(dsv4_scheduler_get_stats(s, &st0, sizeof st0), DSV4_OK);
+  assert_int_equal(st0.running, 1);
+  assert_int_equal(dsv4_scheduler_submit(s, prompt, 30, &p, &b), DSV4_OK);
+  assert_int_equal(dsv4_scheduler_submit(s, prompt + 3, 10, &p, &c), DSV4_OK);
+  dsv4_engine_reset_timings(eng);
+  assert_int_equal(dsv4_scheduler_step(s, &active), DSV4_OK);
+  dsv4_engine_timings t;
+  assert_int_equal(dsv4_engine_get_timings(eng, &t, sizeof t), DSV4_OK);
+  assert_int_equal(dsv4_scheduler_get_stats(s, &st1, sizeof st1), DSV4_OK);
+  assert_int_equal(st1.decode_tokens - st0.decode_tokens, 1);
+  assert_int_equal(st1.prefill_tokens - st0.prefill_tokens, 16 + 10);
+  assert_int_equal(st1.running, 2); /* a and c; b has a chunk left */
+  assert_int_equal(t.decode_steps, 1);
+  assert_int_equal(t.decode_tokens, 1);
+  assert_int_equal(t.prefill_calls, 1); /* both prompts in the same engine step */
+  assert_int_equal(t.prefill_tokens, 26);
+  assert_int_equal(t.prefill_ns, 0);    /* ... which was the decode's step */
+  while (active) assert_int_equal(dsv4_scheduler_step(s, &active), DSV4_OK);
+  dsv4_scheduler_free(s);
+}
+
 static void test_admission(void **state) {
   (void)state;
   dsv4_scheduler_params sp;
@@ -524,6 +568,7 @@ int tu_run_suite(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_same_as_alone),
       cmocka_unit_test(test_fairness),
+      cmocka_unit_test(test_one_engine_step),
       cmocka_unit_test(test_admission),
       cmocka_unit_test(test_stops),
       cmocka_unit_test(test_bad_input),
