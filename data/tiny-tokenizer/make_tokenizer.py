@@ -8,8 +8,12 @@ Development-time only (the outputs are committed; tests never run Python):
 
 Writes, next to this script:
   tokenizer.json         BPE trained on corpus.txt (text written for this project),
-                         768 ids: 0 BOS, 1 EOS, 2 pad, 3..258 the 256 byte tokens,
-                         then merges, 766 DSpark noise, 767 image token
+                         781 ids: 0 BOS, 1 EOS, 2 pad, 3..258 the 256 byte tokens,
+                         then merges, 766 DSpark noise, 767 image token, and
+                         768..780 the V4.1 chat-format markers as special tokens
+                         (the release tokenizer has them: a chat prompt on the
+                         default model gets the marker ids the encoder's prompt
+                         has, and generated markers are single tokens)
   tokenizer_config.json  same keys as the DeepSeek release (add_bos_token false)
   golden.json            reference encodings of test strings and the decoding of
                          every single id, from the `tokenizers` package
@@ -27,10 +31,15 @@ from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, train
 import tokenizers
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-VOCAB = 768  # including the two tokens appended after training
+VOCAB = 768  # trained ids plus the two tokens appended after training
 
 BOS, EOS, PAD = "<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>", "<｜▁pad▁｜>"
 NOISE, IMAGE = "<｜dspark▁noise｜>", "<｜deepseek_image｜>"
+# The chat format's markers (lib/serve/chat_render.c), ids VOCAB.. in this order.
+CHAT_MARKERS = ["<｜System｜>", "<｜User｜>", "<｜Assistant｜>", "<｜latest_reminder｜>",
+                "<think>", "</think>", "｜DSML｜", "<｜action｜>", "<｜query｜>",
+                "<｜authority｜>", "<｜domain｜>", "<｜title｜>", "<｜read_url｜>"]
+N_IDS = VOCAB + len(CHAT_MARKERS)
 
 # Copied from ../shared/fixtures/tiny-v41-a/tokenizer.json "pre_tokenizer".
 SPLIT_DIGITS = r"\p{N}{1,3}"
@@ -60,6 +69,7 @@ TESTS = [
     "the " * 200,
     "a" * 300,
     "¿Qué tal? «Très bien» — “quotes” ‘single’ … ± × ÷ ≤ ≥ € £ ¥",
+    BOS + "<｜User｜>Hi<｜Assistant｜></think>Hello" + EOS + "<think>x</think>｜DSML｜",
 ]
 
 
@@ -70,15 +80,15 @@ TESTS = [
 # String pattern, Oniguruma escapes (\\h, \\uHHHH, line anchors), ignore_merges,
 # and no decoder.
 EXTRA_ADDED = [
-    {"id": 768, "content": "<think>", "single_word": False, "lstrip": True, "rstrip": True,
+    {"id": 781, "content": "<mark>", "single_word": False, "lstrip": True, "rstrip": True,
      "normalized": False, "special": True},
-    {"id": 769, "content": "lamp", "single_word": True, "lstrip": False, "rstrip": False,
+    {"id": 782, "content": "lamp", "single_word": True, "lstrip": False, "rstrip": False,
      "normalized": True, "special": False},
-    {"id": 770, "content": "dog", "single_word": False, "lstrip": True, "rstrip": False,
+    {"id": 783, "content": "dog", "single_word": False, "lstrip": True, "rstrip": False,
      "normalized": False, "special": False},
-    {"id": 771, "content": "<think>x", "single_word": False, "lstrip": False, "rstrip": False,
+    {"id": 784, "content": "<mark>x", "single_word": False, "lstrip": False, "rstrip": False,
      "normalized": True, "special": False},
-    {"id": 772, "content": "\ufb01n", "single_word": False, "lstrip": False, "rstrip": True,
+    {"id": 785, "content": "\ufb01n", "single_word": False, "lstrip": False, "rstrip": True,
      "normalized": True, "special": False},
 ]
 DEEPSEEK_V3_SPLITS = [
@@ -115,7 +125,8 @@ VARIANTS = {
     "no_decoder": {"decoder": None},
 }
 VARIANT_TESTS = TESTS + [
-    "<think> hello </think>  <think>  x <think>x dog  dog lamp lamps lamp_ alamp \ufb01n  fin",
+    "<mark> hello </mark>  <mark>  x <mark>x dog  dog lamp lamps lamp_ alamp \ufb01n  fin",
+    "<think> a</think> <｜User｜>b<｜Assistant｜></think>",
     "Ab12 3456 aeiou xx  y\u00e9 e\u0301 caf\u00e9 \u0130stanbul \u2460\u2461 \u3000",
     "line one\nline two\n\nthree",
 ]
@@ -156,6 +167,8 @@ def main():
     tok.add_special_tokens([AddedToken(NOISE, special=True, normalized=False),
                             AddedToken(IMAGE, special=True, normalized=False)])
     assert [tok.token_to_id(t) for t in (BOS, EOS, PAD, NOISE, IMAGE)] == [0, 1, 2, VOCAB - 2, VOCAB - 1]
+    tok.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in CHAT_MARKERS])
+    assert [tok.token_to_id(t) for t in CHAT_MARKERS] == list(range(VOCAB, N_IDS))
     tok.save(os.path.join(HERE, "tokenizer.json"), pretty=True)
 
     config = {

@@ -16,6 +16,7 @@ from dsv4 import chat
 
 PROMPT = "Every evening the old lamplighter"
 CHAT_DATA = os.path.join(SOURCE, "tests", "data", "chat")
+TINY_TOKENIZER = os.path.join(SOURCE, "data", "tiny-tokenizer")   # the default model's
 EFFORT = {"low": 25, "high": 50, "xhigh": 75, "max": 100}
 
 
@@ -30,7 +31,7 @@ class ChatFormat(unittest.TestCase):
     def setUpClass(cls):
         with open(os.path.join(CHAT_DATA, "goldens.json")) as f:
             cls.goldens = json.load(f)
-        cls.tok = dsv4.Tokenizer(CHAT_DATA)   # the tiny tokenizer plus the chat markers
+        cls.tok = dsv4.Tokenizer(TINY_TOKENIZER)   # with the chat markers (ids 768..)
 
     @classmethod
     def tearDownClass(cls):
@@ -234,6 +235,10 @@ class SchedulerOnTheDefaultModel(unittest.TestCase):
         msgs = [{"role": "user", "content": PROMPT}]
         ids = chat.encode(self.tok, msgs)
         self.assertEqual(ids[0], self.tok.bos)
+        user, assistant = self.tok.token_id("<｜User｜>"), self.tok.token_id("<｜Assistant｜>")
+        self.assertEqual((user, assistant), (769, 770))   # the default model has the markers
+        self.assertEqual(ids[1], user)
+        self.assertEqual(ids[-2:], [assistant, self.tok.token_id("</think>")])
         want = self.alone(ids, 24)
         with dsv4.Scheduler(self.eng, self.tok) as s:
             turn = s.chat(msgs, max_tokens=24)

@@ -18,11 +18,12 @@ static dsv4_tokenizer *tok;
 
 static int setup(void **state) {
   (void)state;
-  char *dir = tu_join(getenv("DSV4_SOURCE_ROOT"), "tests/data/chat");
-  char *path = tu_join(dir, "goldens.json");
+  char *path = tu_join(getenv("DSV4_SOURCE_ROOT"), "tests/data/chat/goldens.json");
   json_error_t e;
   goldens = json_load_file(path, 0, &e);
   if (!goldens) fprintf(stderr, "%s: %s\n", path, e.text);
+  /* the default model's tokenizer (data/tiny-tokenizer): it has the chat markers */
+  char *dir = tu_join(getenv("DSV4_BUILD_ROOT"), "models/dsv4-tiny");
   dsv4_status s = dsv4_tokenizer_load(dir, &tok);
   if (s) fprintf(stderr, "tokenizer: %s\n", dsv4_last_error());
   free(path);

@@ -677,7 +677,7 @@ static const bad_case k_bad[] = {
   {"vocab_not_object", m_vocab_array, NULL, NULL, DSV4_ERR_TOKENIZER, "model.vocab"},
   {"vocab_negative_id", m_vocab_negative, NULL, NULL, DSV4_ERR_TOKENIZER, "\"zz\""},
   {"vocab_huge_id", m_vocab_huge, NULL, NULL, DSV4_ERR_TOKENIZER, "\"zz\""},
-  {"added_token_malformed", m_added_bad, NULL, NULL, DSV4_ERR_TOKENIZER, "added_tokens[5]"},
+  {"added_token_malformed", m_added_bad, NULL, NULL, DSV4_ERR_TOKENIZER, "added_tokens[18]"},
   {"regex_does_not_compile", m_regex_bad, NULL, NULL, DSV4_ERR_TOKENIZER, "does not compile"},
   {"split_without_pattern", m_split_no_pattern, NULL, NULL, DSV4_ERR_TOKENIZER, "pattern"},
   {"split_behavior_unknown", m_behavior_bad, NULL, NULL, DSV4_ERR_TOKENIZER, "Sideways"},

@@ -43,7 +43,7 @@ static int teardown(void **state) {
 
 static void facts_and_lookups(void **state) {
   dsv4_tokenizer *tok = *state;
-  assert_int_equal(dsv4_tokenizer_vocab_size(tok), 768);
+  assert_int_equal(dsv4_tokenizer_vocab_size(tok), 781); /* 768 + the 13 chat markers */
   assert_int_equal(dsv4_tokenizer_special_id(tok, DSV4_TOKEN_BOS), 0);
   assert_int_equal(dsv4_tokenizer_special_id(tok, DSV4_TOKEN_EOS), 1);
   assert_int_equal(dsv4_tokenizer_special_id(tok, DSV4_TOKEN_PAD), 2);
@@ -58,7 +58,9 @@ static void facts_and_lookups(void **state) {
   assert_string_equal(dsv4_tokenizer_token_text(tok, 42), "H");
   assert_string_equal(dsv4_tokenizer_token_text(tok, 0), "<｜begin▁of▁sentence｜>");
   assert_int_equal(dsv4_tokenizer_token_id(tok, dsv4_tokenizer_token_text(tok, 332)), 332);
-  assert_null(dsv4_tokenizer_token_text(tok, 768));
+  assert_string_equal(dsv4_tokenizer_token_text(tok, 768), "<｜System｜>");
+  assert_int_equal(dsv4_tokenizer_token_id(tok, "</think>"), 773);
+  assert_null(dsv4_tokenizer_token_text(tok, 781));
   assert_null(dsv4_tokenizer_token_text(tok, -1));
   assert_int_equal(dsv4_tokenizer_vocab_size(NULL), 0);
   assert_string_equal(dsv4_tokenizer_last_error(NULL), "");

@@ -10,10 +10,9 @@ of this repository: pass the path of a copy.
     python3 -m venv /tmp/tokvenv && /tmp/tokvenv/bin/pip install tokenizers==0.23.3
     /tmp/tokvenv/bin/python tests/data/chat/make_chat_goldens.py /path/to/encoding_dsv41.py
 
-Writes next to this script:
-  tokenizer.json, tokenizer_config.json
-      the tiny tokenizer of data/tiny-tokenizer plus the chat markers as special
-      added tokens (ids 768..), so the goldens exercise marker ids;
+Encodes with the default model's tokenizer (data/tiny-tokenizer, which has the
+chat markers as special added tokens, ids 768..), so the goldens exercise marker
+ids. Writes next to this script:
   goldens.json
       for each conversation: the encoder's prompt text, `ids_parse` (the
       Rust tokenizer's encode of that whole text: special-token text
@@ -28,14 +27,10 @@ import json
 import os
 import sys
 
-from tokenizers import AddedToken, Tokenizer
+from tokenizers import Tokenizer
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TINY = os.path.join(HERE, "..", "..", "..", "data", "tiny-tokenizer")
-
-MARKERS = ["<｜System｜>", "<｜User｜>", "<｜Assistant｜>", "<｜latest_reminder｜>",
-           "<think>", "</think>", "｜DSML｜", "<｜action｜>", "<｜query｜>",
-           "<｜authority｜>", "<｜domain｜>", "<｜title｜>", "<｜read_url｜>"]
 
 
 def load_encoder(path):
@@ -45,15 +40,10 @@ def load_encoder(path):
     return mod
 
 
-def make_tokenizer():
-    tok = Tokenizer.from_file(os.path.join(TINY, "tokenizer.json"))
-    tok.add_special_tokens([AddedToken(m, special=True, normalized=False) for m in MARKERS])
-    tok.save(os.path.join(HERE, "tokenizer.json"))
-    with open(os.path.join(TINY, "tokenizer_config.json"), encoding="utf-8") as f:
-        cfg = f.read()
-    with open(os.path.join(HERE, "tokenizer_config.json"), "w", encoding="utf-8") as f:
-        f.write(cfg)
-    return Tokenizer.from_file(os.path.join(HERE, "tokenizer.json"))
+def load_tokenizer():
+    """The default model's tokenizer: the tiny BPE with the chat markers as special
+    added tokens (ids 768..; data/tiny-tokenizer/make_tokenizer.py adds them)."""
+    return Tokenizer.from_file(os.path.join(TINY, "tokenizer.json"))
 
 
 def added_list(tok):
@@ -207,7 +197,7 @@ def main():
     if len(sys.argv) != 2:
         sys.exit(__doc__)
     enc = load_encoder(sys.argv[1])
-    tok = make_tokenizer()
+    tok = load_tokenizer()
     table = [(c, tok.token_to_id(c)) for c in sorted(
         [t.content for t in tok.get_added_tokens_decoder().values()], key=lambda s: -len(s))]
     out = {"made_by": "tests/data/chat/make_chat_goldens.py",
