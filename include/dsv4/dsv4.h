@@ -804,8 +804,9 @@ DSV4_NODISCARD DSV4_API dsv4_status dsv4_chat_parser_create(int32_t mode, dsv4_c
  * Feed decoded output text (decode with special tokens kept, so the markers
  * are visible). Text is reported as soon as it cannot be the start of a
  * marker, so a marker split across pushes is still recognised; a tool call
- * is reported when its block closes. A block that does not parse is
- * reported as content, unchanged.
+ * is reported when its block closes. A block that does not parse, or
+ * is not valid UTF-8 (its tool calls could not be JSON), is reported as
+ * content, unchanged.
  * @return DSV4_OK; DSV4_ERR_INVALID_ARG (NULL parser or fn, text NULL with len > 0);
  *         DSV4_ERR_OUT_OF_MEMORY (the text of this push may be lost). Handle-exclusive. @since 0.1
  */

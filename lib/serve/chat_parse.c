@@ -9,12 +9,14 @@
  * whose arguments are the JSON text the release parser builds (string
  * parameters quoted, the others verbatim). Text is emitted as soon as it
  * cannot be the start of a marker, so a marker split across pushes is
- * still found. A block that does not parse, or that the output ends
- * inside, is emitted as content unchanged; nothing is ever lost.
+ * still found. A block that does not parse (also one that is not valid
+ * UTF-8: its calls could not be JSON), or that the output ends inside, is
+ * emitted as content unchanged; nothing is ever lost.
  */
 #include <stdlib.h>
 #include <string.h>
 
+#include "io/tokenizer_internal.h"
 #include "serve/chat.h"
 #include "serve/pyjson.h"
 
@@ -31,6 +33,7 @@ enum { S_REASONING, S_CONTENT, S_TOOLS, S_AFTER_TOOLS, S_DONE };
 struct dsv4i_chat_parser {
   int state;
   dsv4i_str pend; /* text not yet emitted (S_TOOLS: the block after CALLS_OPEN) */
+  size_t parsed;  /* S_TOOLS: bytes of pend the last (unfinished) parse of the block saw */
 };
 
 dsv4_status dsv4i_chat_parser_create(int thinking, dsv4i_chat_parser **out) {
@@ -201,6 +204,29 @@ static int parse_block(const char *s, size_t n, dsv4i_chat_event_fn fn, void *us
 
 /* ---- the state machine ----------------------------------------------------- */
 
+/* 1 when a block marker occurrence in s[0, n) ends after s[from]. */
+static int marker_ends_after(const char *s, size_t n, size_t from) {
+  static const char *const marks[] = {INVOKE_OPEN, INVOKE_CLOSE, PARAM_OPEN, PARAM_CLOSE, CALLS_CLOSE};
+  for (size_t k = 0; k < sizeof marks / sizeof *marks; k++) {
+    const size_t l = strlen(marks[k]), at = from >= l ? from - l + 1 : 0;
+    if (find(s + at, n - at, marks[k])) return 1;
+  }
+  return 0;
+}
+
+/* 1 when s[0, n) is UTF-8; NUL bytes are allowed (JSON escapes them). Model
+ * output decoded by the tokenizer always is; other text pushed may not be. */
+static int utf8_ok(const char *s, size_t n) {
+  const char *what;
+  for (size_t i = 0; i < n;) {
+    const size_t k = dsv4i_tk_utf8_check(s + i, n - i, &what);
+    if (k == n - i) return 1;
+    if (s[i + k]) return 0;
+    i += k + 1;
+  }
+  return 1;
+}
+
 static void emit(dsv4i_chat_event_fn fn, void *user, int kind, const char *s, size_t n) {
   if (n) fn(kind, s, n, user);
 }
@@ -246,9 +272,15 @@ static dsv4_status run(dsv4i_chat_parser *p, dsv4i_chat_event_fn fn, void *user,
       consume(b, n - hold);
       return DSV4_OK;
     }
-    /* S_TOOLS */
+    /* S_TOOLS. The parse of a block can only move on when a marker is
+     * complete: unless one ends in the text added since the last parse,
+     * the block is still unfinished (this keeps a long block streamed in
+     * small pushes linear instead of quadratic). */
+    if (!final && p->parsed && !marker_ends_after(s, n, p->parsed)) return DSV4_OK;
     size_t used = 0;
-    const int r = parse_block(s, n, fn, user, 0, &used);
+    int r = parse_block(s, n, fn, user, 0, &used);
+    p->parsed = r == P_MORE ? n : 0;
+    if (r == P_OK && !utf8_ok(s, used)) r = P_BAD; /* its tool calls would not be JSON */
     if (r == P_MORE && !final) return DSV4_OK;
     if (r == P_OK) {
       parse_block(s, n, fn, user, 1, &used);
@@ -256,19 +288,13 @@ static dsv4_status run(dsv4i_chat_parser *p, dsv4i_chat_event_fn fn, void *user,
       p->state = S_AFTER_TOOLS;
       continue;
     }
-    /* malformed or cut off: the block's text is content */
+    /* malformed, or cut off by the end of the output: the block's text is
+     * read on as content (an end-of-sentence marker in it still ends the
+     * output). Whether a block is malformed never depends on text after the
+     * marker that decides it, so this is the same however the text was
+     * split into pushes. */
     emit(fn, user, DSV4I_CHAT_EV_CONTENT, CALLS_OPEN, strlen(CALLS_OPEN));
     p->state = S_AFTER_TOOLS;
-    if (r == P_MORE) { /* final: no end tag will come */
-      emit(fn, user, DSV4I_CHAT_EV_CONTENT, s, n);
-      b->len = 0;
-      return DSV4_OK;
-    }
-    /* a bad block: its text up to the end tag is content, then parsing resumes */
-    const char *end = find(s, n, CALLS_CLOSE);
-    const size_t k = end ? (size_t)(end - s) + strlen(CALLS_CLOSE) : n;
-    emit(fn, user, DSV4I_CHAT_EV_CONTENT, s, k);
-    consume(b, k);
   }
 }
 

@@ -213,6 +213,26 @@ static void test_parser_malformed(void **state) {
   parse_pieces(DSV4_CHAT_MODE_CHAT, cut, NULL, 0, &a);
   assert_string_equal(a.content, cut);
   json_decref(a.calls);
+  /* a well-formed block whose text is not UTF-8 (a cut character, 0xEF 0xBD): its call could
+   * not be JSON, so the block is content (the tool-call fuzzer found the call's text unparsable) */
+  const char *bytes = "\n\n<\xef\xbd\x9c" "DSML\xef\xbd\x9c calls>\n<\xef\xbd\x9c" "DSML\xef\xbd\x9c invoke "
+                      "name=\"f\">\n<\xef\xbd\x9c" "DSML\xef\xbd\x9c parameter name=\"a\" string=\"true\">"
+                      "x\xef\xbd</\xef\xbd\x9c" "DSML\xef\xbd\x9c parameter>\n</\xef\xbd\x9c" "DSML\xef\xbd\x9c "
+                      "invoke>\n</\xef\xbd\x9c" "DSML\xef\xbd\x9c calls>";
+  parse_pieces(DSV4_CHAT_MODE_CHAT, bytes, NULL, 0, &a);
+  assert_string_equal(a.content, bytes);
+  assert_int_equal(json_array_size(a.calls), 0);
+  json_decref(a.calls);
+  /* a malformed block that the output ends inside (no end tag): the end-of-sentence marker
+   * still ends it, whatever the split into pushes (the fuzzer found one push swallowing it) */
+  const char *eos = "Hi\n\n<\xef\xbd\x9c" "DSML\xef\xbd\x9c calls>\nnot a call<\xef\xbd\x9c" "end\xe2\x96\x81of"
+                    "\xe2\x96\x81sentence\xef\xbd\x9c>ignored";
+  for (size_t cut = 0; cut <= strlen(eos); cut++) {
+    parse_pieces(DSV4_CHAT_MODE_CHAT, eos, &cut, 1, &a);
+    assert_string_equal(a.content, "Hi\n\n<\xef\xbd\x9c" "DSML\xef\xbd\x9c calls>\nnot a call");
+    assert_true(a.ended);
+    json_decref(a.calls);
+  }
   const char *think = "unfinished reasoning </thi";
   parse_pieces(DSV4_CHAT_MODE_THINKING, think, NULL, 0, &a);
   assert_string_equal(a.reasoning, think);
