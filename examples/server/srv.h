@@ -128,6 +128,18 @@ typedef struct srv_req {
   int logprobs;              /**< chat "logprobs": true; completions "logprobs": n (not null) */
 } srv_req;
 
+/** A request body received in pieces (srv_body.c); zero-initialise. */
+typedef struct srv_body {
+  char *buf;                 /**< NUL-terminated; NULL while empty */
+  size_t n, cap;
+  int too_large;             /**< more than max bytes came: answer 413 */
+} srv_body;
+
+/** Append a piece of the body; past max bytes in all, sets too_large and
+ *  keeps nothing more. 0, or -1 when out of memory. */
+int srv_body_add(srv_body *b, const char *piece, size_t n, size_t max);
+void srv_body_free(srv_body *b);
+
 /** Parse a request body. On failure: HTTP status and an OpenAI error JSON in *err. */
 int srv_parse_request(srv *s, const char *body, size_t len, int chat, json_t **root, srv_req *r,
                       json_t **err);

@@ -15,12 +15,6 @@
 
 #include "srv.h"
 
-typedef struct conn {
-  char *body;
-  size_t n, cap;
-  int too_large;
-} conn;
-
 static atomic_long job_serial;
 
 static enum MHD_Result send_json(struct MHD_Connection *c, unsigned status, json_t *j) {
@@ -181,10 +175,10 @@ static void stream_free(void *cls) {
 
 /* ---- generation ------------------------------------------------------------ */
 
-static enum MHD_Result generate(srv *s, struct MHD_Connection *c, const conn *k, int chat) {
+static enum MHD_Result generate(srv *s, struct MHD_Connection *c, const srv_body *k, int chat) {
   json_t *root = NULL, *err = NULL;
   srv_req r;
-  const int code = srv_parse_request(s, k->body ? k->body : "", k->n, chat, &root, &r, &err);
+  const int code = srv_parse_request(s, k->buf ? k->buf : "", k->n, chat, &root, &r, &err);
   if (code) {
     json_decref(root);
     srv_req_free(&r);
@@ -281,27 +275,14 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
                                size_t *upload_size, void **con_cls) {
   (void)version;
   srv *s = cls;
-  conn *k = *con_cls;
+  srv_body *k = *con_cls;
   if (!k) { /* first call: headers only */
     if (!(k = calloc(1, sizeof *k))) return MHD_NO;
     *con_cls = k;
     return MHD_YES;
   }
   if (*upload_size) { /* a piece of the body */
-    if (!k->too_large && k->n + *upload_size > s->o.max_body) k->too_large = 1;
-    if (!k->too_large) {
-      if (k->n + *upload_size + 1 > k->cap) {
-        size_t cap = k->cap ? k->cap : 4096;
-        while (cap < k->n + *upload_size + 1) cap *= 2;
-        char *b = realloc(k->body, cap);
-        if (!b) return MHD_NO;
-        k->body = b;
-        k->cap = cap;
-      }
-      memcpy(k->body + k->n, upload, *upload_size);
-      k->n += *upload_size;
-      k->body[k->n] = 0;
-    }
+    if (srv_body_add(k, upload, *upload_size, s->o.max_body)) return MHD_NO;
     *upload_size = 0;
     return MHD_YES;
   }
@@ -328,9 +309,9 @@ static void completed(void *cls, struct MHD_Connection *c, void **con_cls,
   (void)cls;
   (void)c;
   (void)toe;
-  conn *k = *con_cls;
+  srv_body *k = *con_cls;
   if (k) {
-    free(k->body);
+    srv_body_free(k);
     free(k);
   }
   *con_cls = NULL;

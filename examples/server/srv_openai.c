@@ -12,11 +12,45 @@
 
 #include "srv.h"
 
-json_t *srv_error_json(const char *message, const char *type, const char *param) {
-  return json_pack("{s:{s:s,s:s,s:o,s:n}}", "error", "message", message, "type", type, "param",
-                   param ? json_string(param) : json_null(), "code");
+/* Length of the valid UTF-8 sequence at s[0, n), 0 if none starts there. */
+static size_t utf8_seq(const unsigned char *s, size_t n) {
+  const size_t k = s[0] < 0x80 ? 1 : s[0] >= 0xc2 && s[0] <= 0xdf ? 2 : s[0] >= 0xe0 && s[0] <= 0xef ? 3
+                   : s[0] >= 0xf0 && s[0] <= 0xf4 ? 4 : 0;
+  if (!k || k > n) return 0;
+  for (size_t i = 1; i < k; i++)
+    if ((s[i] & 0xc0) != 0x80) return 0;
+  if ((s[0] == 0xe0 && s[1] < 0xa0) || (s[0] == 0xed && s[1] > 0x9f) || (s[0] == 0xf0 && s[1] < 0x90) ||
+      (s[0] == 0xf4 && s[1] > 0x8f))
+    return 0; /* overlong, surrogate, above U+10FFFF */
+  return k;
 }
 
+/* Error messages quote request bytes (jansson's "near '...'" can end inside
+ * a UTF-8 sequence) and JSON strings must be valid UTF-8: invalid bytes
+ * become U+FFFD, so that the error body can always be built. */
+json_t *srv_error_json(const char *message, const char *type, const char *param) {
+  const size_t n = strlen(message);
+  char *clean = malloc(3 * n + 1);
+  if (!clean) return NULL;
+  size_t o = 0;
+  for (size_t i = 0; i < n;) {
+    const size_t k = utf8_seq((const unsigned char *)message + i, n - i);
+    if (k) {
+      memcpy(clean + o, message + i, k);
+      o += k, i += k;
+    } else {
+      memcpy(clean + o, "\xef\xbf\xbd", 3);
+      o += 3, i++;
+    }
+  }
+  clean[o] = 0;
+  json_t *e = json_pack("{s:{s:s,s:s,s:o,s:n}}", "error", "message", clean, "type", type, "param",
+                        param ? json_string(param) : json_null(), "code");
+  free(clean);
+  return e;
+}
+
+__attribute__((format(printf, 3, 4)))
 static int bad(json_t **err, const char *param, const char *fmt, ...) {
   char msg[512];
   va_list ap;
@@ -384,7 +418,7 @@ static void on_event(int32_t kind, const char *text, size_t len, void *user) {
   srv *s = u[0];
   srv_job *j = u[1];
   if (kind == DSV4_CHAT_EVENT_TOOL_CALL) {
-    json_t *c = json_loadb(text, len, 0, NULL);
+    json_t *c = json_loadb(text, len, JSON_ALLOW_NUL, NULL); /* a name may hold \u0000 */
     if (!c) return;
     char cid[40];
     snprintf(cid, sizeof cid, "call_%s_%d", j->id + 9, (int)json_array_size(j->tool_calls));
