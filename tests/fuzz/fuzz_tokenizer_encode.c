@@ -7,13 +7,14 @@
 #include <string.h>
 
 #include "io/tokenizer.h"
+#include "fuzz_data.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 static dsv4i_tokenizer *g_tok;
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-  if (!g_tok && dsv4i_tokenizer_load(DSV4_FUZZ_TOKENIZER_DIR, &g_tok) != DSV4_OK) abort();
+  if (!g_tok && dsv4i_tokenizer_load(fuzz_data_dir("data/tiny-tokenizer"), &g_tok) != DSV4_OK) abort();
   int32_t *ids = NULL;
   size_t n = 0;
   const dsv4_status st = dsv4i_tokenizer_encode(g_tok, (const char *)data, size, &ids, &n);
