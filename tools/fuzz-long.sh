@@ -3,6 +3,9 @@
 # "Runs"), for a many-core machine or for the background of a shared one.
 #
 #   tools/fuzz-long.sh [-b BINDIR] [-c EXTRA_CORPUS] "NAME:WORKERS ..." SECONDS OUTDIR
+#   tools/fuzz-long.sh -B DIR     copy the targets of build-fuzz and the shared
+#                                 libraries they need beyond glibc into DIR and
+#                                 DIR/lib, to run on a machine without clang
 #
 # NAME is a target of tests/fuzz (fuzz_NAME in BINDIR, default
 # build-fuzz/tests/fuzz; BINDIR/lib is put on LD_LIBRARY_PATH when present),
@@ -28,10 +31,17 @@
 set -eu
 bin=build-fuzz/tests/fuzz
 extra=
-while getopts b:c: o; do
+while getopts b:c:B: o; do
   case $o in
     b) bin=$OPTARG ;;
     c) extra=$OPTARG ;;
+    B) mkdir -p "$OPTARG/lib"
+       for t in "$bin"/fuzz_*; do [ -f "$t" ] && [ -x "$t" ] && cp "$t" "$OPTARG/"; done
+       ldd "$OPTARG"/fuzz_* | awk '$2 == "=>" && $3 ~ /^\// {print $3}' | sort -u |
+         grep -Ev '/(libc|libm|libpthread|libdl|librt|ld-linux[^/]*)\.so' | xargs -r -I{} cp -L {} "$OPTARG/lib/"
+       git rev-parse HEAD > "$OPTARG/COMMIT" 2>/dev/null || true
+       ls -l "$OPTARG" "$OPTARG/lib"
+       exit 0 ;;
     *) exit 2 ;;
   esac
 done

@@ -4,7 +4,8 @@
  * strings, logit_bias, chat messages through dsv4_chat_encode or a
  * completion prompt through the tokenizer); a request that parses is then
  * answered with the body text as model output through the response path
- * (srv_job_text, srv_job_finish: chat parser, SSE chunks or one JSON body).
+ * (srv_job_text, srv_job_finish: chat parser, log-probabilities when asked
+ * for, SSE chunks or one JSON body).
  * Byte 0: bit 0 chat (else completion), bits 1-4 the piece size, bit 5 a
  * small body limit (256 bytes, else 1 MiB); the rest is the body. Oracles
  * besides the sanitizers:
@@ -14,7 +15,8 @@
  *    message;
  *  - an accepted request has a prompt of token ids in [0, vocab), the
  *    sampling values in the ranges the server checks, non-empty stop
- *    strings and logit_bias ids in range;
+ *    strings, logit_bias ids in range, at most DSV4_MAX_LOGPROBS
+ *    alternatives;
  *  - the response is a JSON object with one choice, or SSE events that are
  *    each one JSON object, ending with [DONE]. */
 #include <jansson.h>
@@ -54,6 +56,7 @@ static void check_request(const srv_req *r) {
   if (p->n_stop < 0 || p->n_stop > 16 || (p->n_stop && !p->stop)) abort();
   for (int32_t i = 0; i < p->n_stop; i++)
     if (!p->stop[i] || !p->stop[i][0]) abort();
+  if (p->n_logprobs < 0 || p->n_logprobs > DSV4_MAX_LOGPROBS) abort();
   if (p->n_logit_bias < 0 || p->n_logit_bias > 1024) abort();
   for (int32_t i = 0; i < p->n_logit_bias; i++)
     if (p->logit_bias_ids[i] < 0 || p->logit_bias_ids[i] >= g_s.vocab || !(fabsf(p->logit_bias[i]) <= 100))
@@ -71,8 +74,11 @@ static void check_sse(const char *t, size_t n) {
     if (k == 6 && !memcmp(ev, "[DONE]", 6)) {
       done = 1;
     } else {
-      json_t *j = json_loadb(ev, k, 0, NULL);
-      if (!json_is_object(j)) abort();
+      json_t *j = json_loadb(ev, k, JSON_ALLOW_NUL, NULL); /* \u0000 is JSON */
+      if (!json_is_object(j)) {
+        fprintf(stderr, "SSE event is not a JSON object: %.*s\n", (int)k, ev);
+        abort();
+      }
       json_decref(j);
     }
     i = (size_t)(end - t) + 2;
@@ -98,11 +104,22 @@ static void respond(const srv_req *r, const char *text, size_t n, size_t piece) 
   if (r->chat && dsv4_chat_parser_create(r->thinking ? DSV4_CHAT_MODE_THINKING : DSV4_CHAT_MODE_CHAT,
                                          &j.parser) != DSV4_OK)
     abort();
+  j.logprobs = r->logprobs;
   for (size_t at = 0; at < n; at += piece) {
     const size_t k = n - at < piece ? n - at : piece;
     j.n_completion++;
     j.n_taken = j.n_completion;
-    srv_job_text(&g_s, &j, text + at, k);
+    /* one token's log-probabilities per piece when asked for, ids taken from the text */
+    srv_lp lp;
+    memset(&lp, 0, sizeof lp);
+    lp.token = (int32_t)((unsigned char)text[at] * 131u % (unsigned)g_s.vocab);
+    lp.logprob = -(float)(unsigned char)text[at] / 16.0f;
+    lp.n_top = r->p.n_logprobs;
+    for (int32_t t = 0; t < lp.n_top; t++) {
+      lp.top_ids[t] = (lp.token + t * 7) % g_s.vocab;
+      lp.top_lp[t] = lp.logprob - (float)t;
+    }
+    srv_job_text(&g_s, &j, text + at, k, j.logprobs ? &lp : NULL, j.logprobs ? 1 : 0);
   }
   j.finished = DSV4_FINISH_STOP;
   json_t *body = srv_job_finish(&g_s, &j);
@@ -119,6 +136,7 @@ static void respond(const srv_req *r, const char *text, size_t n, size_t piece) 
   }
   dsv4_chat_parser_free(j.parser);
   json_decref(j.tool_calls);
+  json_decref(j.lp_out);
   free(j.content);
   free(j.reasoning);
   free(j.sse);

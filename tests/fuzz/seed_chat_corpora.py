@@ -78,6 +78,8 @@ chat = [
     {"messages": [{"role": "user", "content": "x"}], "tools": TOOLS, "tool_choice": "none",
      "stop": ["\n", "lamp"], "logit_bias": {"5": -100, "17": 2.5}, "top_k": 40, "min_p": 0.05,
      "presence_penalty": 0.5, "frequency_penalty": -0.5, "repetition_penalty": 1.1, "seed": 7},
+    {"messages": [{"role": "user", "content": "Hi"}], "logprobs": True, "top_logprobs": 3, "stream": True},
+    {"messages": [{"role": "user", "content": "Hi"}], "logprobs": True, "top_logprobs": 20},
 ]
 for i, body in enumerate(chat):
     write("server_request", bytes([1 | (i % 16) << 1]) + json.dumps(body).encode("utf-8"))
@@ -87,6 +89,8 @@ completion = [
     {"prompt": PROMPT, "max_tokens": 16, "temperature": 0.9, "seed": 3, "top_p": 0.95, "ignore_eos": True},
     {"prompt": [PROMPT], "stop": "lamp", "n": 1},
     {"prompt": [0, 17, 42, 99, 5], "max_completion_tokens": 4},
+    {"prompt": PROMPT, "logprobs": 2, "stream": True},
+    {"prompt": PROMPT, "logprobs": 0},
 ]
 for i, body in enumerate(completion):
     write("server_request", bytes([(i % 16) << 1]) + json.dumps(body).encode("utf-8"))
