@@ -7,6 +7,40 @@ import os
 from ctypes import (CFUNCTYPE, POINTER, Structure, c_char_p, c_double, c_float, c_int32,
                     c_int64, c_size_t, c_uint32, c_uint64, c_void_p)
 
+# ---- checked integers ------------------------------------------------------
+# ctypes wraps an int that does not fit a C field silently (2**32 + 5 becomes 5):
+# every int the package hands the library goes through these instead.
+_RANGE = {c_int32: (-2**31, 2**31 - 1), c_uint32: (0, 2**32 - 1),
+          c_int64: (-2**63, 2**63 - 1), c_uint64: (0, 2**64 - 1)}
+
+
+def checked_int(value, ctype, name):
+    """value as an int that fits ctype; TypeError (not an integer) or
+    OverflowError (outside the C type's range) naming the argument."""
+    try:
+        v = value.__index__()
+    except AttributeError:
+        raise TypeError(f"{name}: expected an integer, got {type(value).__name__}") from None
+    lo, hi = _RANGE[ctype]
+    if not lo <= v <= hi:
+        raise OverflowError(f"{name}: {v} is outside {ctype.__name__} [{lo}, {hi}]")
+    return v
+
+
+def int_array(values, name, ctype=c_int32):
+    """A ctypes array (at least one element long) of the checked values."""
+    vals = [checked_int(v, ctype, f"{name}[{i}]") for i, v in enumerate(values)]
+    return (ctype * max(len(vals), 1))(*vals)
+
+
+def set_fields(struct, **values):
+    """struct.name = value for each keyword, integers checked against the field's type."""
+    types = dict(f[:2] for f in type(struct)._fields_)
+    for name, v in values.items():
+        t = types[name]
+        setattr(struct, name, checked_int(v, t, name) if t in _RANGE else v)
+
+
 # ---- status codes (dsv4_status) -------------------------------------------
 STATUS = {
     "DSV4_OK": 0, "DSV4_KV_FULL": 1, "DSV4_ABORTED": 2,

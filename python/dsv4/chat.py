@@ -6,7 +6,7 @@ import json
 from collections import namedtuple
 
 from . import _ffi
-from ._handle import Handle
+from ._handle import Handle, exclusive
 from .errors import check
 
 _lib = _ffi.lib
@@ -124,6 +124,7 @@ class ChatParser(Handle):
         ev, self._events = self._events, []
         return ev
 
+    @exclusive
     def push(self, text):
         """Feed output text (str or UTF-8 bytes); returns the ChatEvents it completes."""
         data = text.encode() if isinstance(text, str) else bytes(text)
@@ -131,6 +132,7 @@ class ChatParser(Handle):
               "dsv4_chat_parser_push", _lib.dsv4_last_error)
         return self._take()
 
+    @exclusive
     def finish(self):
         """The output ended: the ChatEvents held back (an unfinished tool call as content)."""
         check(_lib.dsv4_chat_parser_finish(self._live(), self._fn, None),

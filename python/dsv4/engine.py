@@ -3,7 +3,7 @@ import ctypes
 from collections import namedtuple
 
 from . import _ffi
-from ._handle import Handle
+from ._handle import Handle, exclusive
 from .errors import check
 from .model import Model, _fields
 
@@ -22,8 +22,13 @@ def _numpy():
     return numpy
 
 
-def _i32(values):
-    return (ctypes.c_int32 * len(values))(*values)
+def _i32(values, name="tokens"):
+    return _ffi.int_array(values, name)
+
+
+def _seq_ids(sequences):
+    return _ffi.int_array([s.id if isinstance(s, Sequence) else s for s in sequences],
+                          "sequences", ctypes.c_int64)
 
 
 def _sampling(temperature, seed, seeds=None):
@@ -67,13 +72,12 @@ class Engine(Handle):
         p = _ffi.EngineParams()
         check(_lib.dsv4_engine_params_init(ctypes.byref(p), ctypes.sizeof(p)),
               "dsv4_engine_params_init", _lib.dsv4_last_error)
-        for name, v in (("max_sequences", max_sequences), ("max_context", max_context),
-                        ("n_threads", n_threads), ("prefill_chunk", prefill_chunk),
-                        ("kv_budget_bytes", kv_budget_bytes)):
-            if v is not None:
-                setattr(p, name, v)
-        p.backend = _BACKENDS[backend] if isinstance(backend, str) else int(backend)
-        p.device = device
+        given = {"max_sequences": max_sequences, "max_context": max_context,
+                 "n_threads": n_threads, "prefill_chunk": prefill_chunk,
+                 "kv_budget_bytes": kv_budget_bytes}
+        _ffi.set_fields(p, **{k: v for k, v in given.items() if v is not None})
+        _ffi.set_fields(p, backend=_BACKENDS[backend] if isinstance(backend, str) else backend,
+                        device=device)
         if op_timings:
             p.flags |= _ffi.ENGINE_F_OP_TIMINGS
         out = ctypes.c_void_p()
@@ -104,6 +108,7 @@ class Engine(Handle):
         return self._model
 
     @property
+    @exclusive
     def info(self):
         """Memory plan and use (dsv4_engine_info) as attributes."""
         i = _ffi.EngineInfo()
@@ -112,6 +117,7 @@ class Engine(Handle):
         return _fields(i)
 
     @property
+    @exclusive
     def timings(self):
         """Cumulative timings (dsv4_engine_timings, nanoseconds) as attributes."""
         t = _ffi.EngineTimings()
@@ -119,9 +125,11 @@ class Engine(Handle):
                     "dsv4_engine_get_timings")
         return _fields(t)
 
+    @exclusive
     def reset_timings(self):
         _lib.dsv4_engine_reset_timings(self._live())
 
+    @exclusive
     def sequence(self):
         """A new empty Sequence (a context manager that frees it)."""
         i = ctypes.c_int64()
@@ -129,14 +137,14 @@ class Engine(Handle):
                     "dsv4_engine_seq_create")
         return Sequence(self, i.value)
 
+    @exclusive
     def decode(self, sequences, tokens, *, temperature=0.0, seed=0, seeds=None, logits=False,
                out=None):
         """One decode step for a batch: sequences[i] takes tokens[i]. Returns the
         sampled next tokens (list), or (tokens, logits) with logits=True: a numpy
         float32 array [n, vocab] the library wrote (or `out`, reused)."""
         n = len(sequences)
-        ids = (ctypes.c_int64 * n)(*[s.id if isinstance(s, Sequence) else int(s)
-                                     for s in sequences])
+        ids = _seq_ids(sequences)
         sampled = (ctypes.c_int32 * n)()
         arr, lp = _logits_out(logits, (n, self._info.vocab_size), out)
         sp = _sampling(temperature, seed, seeds)
@@ -144,35 +152,35 @@ class Engine(Handle):
                                             lp, sampled), "dsv4_engine_decode")
         return (list(sampled), arr) if arr is not None else list(sampled)
 
+    @exclusive
     def draft(self, sequences, anchors, *, temperature=0.0, seed=0, seeds=None):
         """DSpark proposals: (drafts [n][B] list of lists, confidence logits numpy [n, B] or
         None without numpy)."""
         n, B = len(sequences), self._info.dspark_block_size
-        ids = (ctypes.c_int64 * n)(*[s.id if isinstance(s, Sequence) else int(s)
-                                     for s in sequences])
+        ids = _seq_ids(sequences)
         drafts = (ctypes.c_int32 * (n * max(B, 1)))()
         conf = (ctypes.c_float * (n * max(B, 1)))()
         sp = _sampling(temperature, seed, seeds)
-        self._check(_lib.dsv4_engine_draft(self._live(), n, ids, _i32(anchors), ctypes.byref(sp),
+        self._check(_lib.dsv4_engine_draft(self._live(), n, ids, _i32(anchors, "anchors"), ctypes.byref(sp),
                                            drafts, conf), "dsv4_engine_draft")
         return ([list(drafts[i * B:(i + 1) * B]) for i in range(n)],
                 [list(conf[i * B:(i + 1) * B]) for i in range(n)])
 
+    @exclusive
     def verify(self, sequences, anchors, drafts, *, temperature=0.0, seed=0, seeds=None):
         """Verify proposals (drafts[i]: the ones to check for sequence i). Returns
         (accepted counts, next tokens)."""
         n, B = len(sequences), self._info.dspark_block_size
-        ids = (ctypes.c_int64 * n)(*[s.id if isinstance(s, Sequence) else int(s)
-                                     for s in sequences])
+        ids = _seq_ids(sequences)
         nd = _i32([len(d) for d in drafts])
         flat = (ctypes.c_int32 * (n * max(B, 1)))()
         for i, d in enumerate(drafts):
             if len(d) > B:
                 raise ValueError(f"at most {B} drafts per sequence")
-            flat[i * B:i * B + len(d)] = list(d)
+            flat[i * B:i * B + len(d)] = list(_i32(d, f"drafts[{i}]"))[:len(d)]
         acc, nxt = (ctypes.c_int32 * n)(), (ctypes.c_int32 * n)()
         sp = _sampling(temperature, seed, seeds)
-        self._check(_lib.dsv4_engine_verify(self._live(), n, ids, _i32(anchors), nd, flat,
+        self._check(_lib.dsv4_engine_verify(self._live(), n, ids, _i32(anchors, "anchors"), nd, flat,
                                             ctypes.byref(sp), acc, nxt), "dsv4_engine_verify")
         return list(acc), list(nxt)
 
@@ -220,6 +228,9 @@ class Sequence:
     def __init__(self, engine, id_):
         self.engine, self.id = engine, id_
 
+    def _exclusive_lock(self):
+        return self.engine._exclusive_lock()
+
     def __enter__(self):
         return self
 
@@ -229,6 +240,7 @@ class Sequence:
     def __repr__(self):
         return f"<dsv4.Sequence {self.id}>"
 
+    @exclusive
     def free(self):
         """Free the sequence and its cache pages (idempotent)."""
         if self.id and not self.engine.closed:
@@ -236,12 +248,14 @@ class Sequence:
                                "dsv4_engine_seq_free")
         self.id = 0
 
+    @exclusive
     def __len__(self):
         n = ctypes.c_int64()
         self.engine._check(_lib.dsv4_engine_seq_length(self.engine._live(), self.id,
                                                        ctypes.byref(n)), "dsv4_engine_seq_length")
         return n.value
 
+    @exclusive
     def fork(self):
         """A new Sequence holding this one's positions, caches and sampler state."""
         c = ctypes.c_int64()
@@ -249,6 +263,7 @@ class Sequence:
                                                      ctypes.byref(c)), "dsv4_engine_seq_fork")
         return Sequence(self.engine, c.value)
 
+    @exclusive
     def prefill(self, tokens, *, temperature=0.0, seed=0, logits=False, out=None):
         """Append prompt tokens; returns the token sampled after them, or (token,
         logits) with logits=True (numpy float32 [vocab], or `out` reused)."""

@@ -7,7 +7,8 @@ import ctypes
 from collections import deque, namedtuple
 
 from . import _ffi, chat as _chat
-from ._handle import Handle
+from ._handle import Handle, exclusive
+from .engine import Engine
 from .errors import check
 from .model import _fields
 
@@ -46,6 +47,10 @@ class Request:
         if ev.finish:
             self._ended = True
 
+    def _exclusive_lock(self):
+        return self.scheduler._exclusive_lock()
+
+    @exclusive
     def _drain_poll(self):
         buf, n, fin = (ctypes.c_int32 * 64)(), ctypes.c_int32(), ctypes.c_int32()
         while not self._ended:
@@ -175,11 +180,14 @@ class Scheduler(Handle):
         p = _ffi.SchedulerParams()
         check(_lib.dsv4_scheduler_params_init(ctypes.byref(p), ctypes.sizeof(p)),
               "dsv4_scheduler_params_init", _lib.dsv4_last_error)
-        p.max_running, p.token_budget, p.prefix_cache = max_running, token_budget, prefix_cache
+        _ffi.set_fields(p, max_running=max_running, token_budget=token_budget,
+                        prefix_cache=prefix_cache)
         if prefill_chunk is not None:
-            p.prefill_chunk = prefill_chunk
+            _ffi.set_fields(p, prefill_chunk=prefill_chunk)
         if max_waiting is not None:
-            p.max_waiting = max_waiting
+            _ffi.set_fields(p, max_waiting=max_waiting)
+        if not isinstance(engine, Engine):
+            raise TypeError(f"engine: expected a dsv4.Engine, got {type(engine).__name__}")
         out = ctypes.c_void_p()
         check(_lib.dsv4_scheduler_create(engine._live(),
                                          tokenizer._live() if tokenizer is not None else None,
@@ -193,6 +201,9 @@ class Scheduler(Handle):
         self._new = []            # events of the current step
         self.active = 0
         self._fn = _ffi.TOKEN_FN(self._on_token)   # lives as long as the scheduler
+
+    def _exclusive_lock(self):
+        return self.engine._exclusive_lock()   # it drives the engine
 
     def _free(self, ptr):
         _lib.dsv4_scheduler_free(ptr)
@@ -211,6 +222,7 @@ class Scheduler(Handle):
             if ev.finish:
                 del self._requests[rid]
 
+    @exclusive
     def submit(self, prompt, *, max_tokens=256, temperature=0.0, top_k=0, top_p=1.0, min_p=0.0,
                repetition_penalty=1.0, presence_penalty=0.0, frequency_penalty=0.0, seed=0,
                logprobs=0, ignore_eos=False, stop_ids=(), stop=(), logit_bias=None, poll=False):
@@ -224,31 +236,34 @@ class Scheduler(Handle):
         p = _ffi.RequestParams()
         check(_lib.dsv4_request_params_init(ctypes.byref(p), ctypes.sizeof(p)),
               "dsv4_request_params_init", _lib.dsv4_last_error)
-        p.max_tokens, p.temperature, p.top_k, p.top_p = max_tokens, temperature, top_k, top_p
-        p.min_p, p.repetition_penalty = min_p, repetition_penalty
-        p.presence_penalty, p.frequency_penalty = presence_penalty, frequency_penalty
-        p.seed, p.n_logprobs = seed, logprobs
+        _ffi.set_fields(p, max_tokens=max_tokens, temperature=temperature, top_k=top_k,
+                        top_p=top_p, min_p=min_p, repetition_penalty=repetition_penalty,
+                        presence_penalty=presence_penalty, frequency_penalty=frequency_penalty,
+                        seed=seed, n_logprobs=logprobs)
         p.flags = _ffi.REQUEST_F_IGNORE_EOS if ignore_eos else 0
         keep = []   # arrays the library copies at submit
         if stop_ids:
-            a = (ctypes.c_int32 * len(stop_ids))(*stop_ids)
+            a = _ffi.int_array(stop_ids, "stop_ids")
             keep.append(a)
             p.n_stop_ids, p.stop_ids = len(stop_ids), a
-        if isinstance(stop, str):
+        if isinstance(stop, (str, bytes)):
             stop = [stop]
         if stop:
-            a = (ctypes.c_char_p * len(stop))(*[s.encode() for s in stop])
+            enc = [x.encode() if isinstance(x, str) else bytes(x) for x in stop]
+            if any(b"\0" in x for x in enc):
+                raise ValueError("stop: a stop string must not contain NUL")
+            a = (ctypes.c_char_p * len(enc))(*enc)
             keep.append(a)
             p.n_stop, p.stop = len(stop), a
         if logit_bias:
-            ids = (ctypes.c_int32 * len(logit_bias))(*[int(k) for k in logit_bias])
+            ids = _ffi.int_array(list(logit_bias), "logit_bias")
             vals = (ctypes.c_float * len(logit_bias))(*logit_bias.values())
             keep += [ids, vals]
             p.n_logit_bias, p.logit_bias_ids, p.logit_bias = len(logit_bias), ids, vals
         if not poll:
             p.on_token = self._fn
         prompt = list(prompt)
-        arr = (ctypes.c_int32 * max(len(prompt), 1))(*prompt)
+        arr = _ffi.int_array(prompt, "prompt")
         rid = ctypes.c_int64()
         check(_lib.dsv4_scheduler_submit(self._live(), arr, len(prompt), ctypes.byref(p),
                                          ctypes.byref(rid)), "dsv4_scheduler_submit",
@@ -268,6 +283,7 @@ class Scheduler(Handle):
                            reasoning_effort=reasoning_effort, parse_special=parse_special)
         return ChatRequest(self.submit(ids, **sampling), mode)
 
+    @exclusive
     def step(self):
         """One step (a decode of every running request, then prompt chunks under the
         token budget). Returns the TokenEvents it produced, in order; .active is the
@@ -298,10 +314,12 @@ class Scheduler(Handle):
             if self.active == 0:
                 return steps
 
+    @exclusive
     def cancel(self, request):
         """Cancel a request (a Request or its id) at any stage: its sequence and
         buffers are freed at once. UnknownSequence when it already finished."""
-        rid = request.id if isinstance(request, Request) else int(request)
+        rid = _ffi.checked_int(request.id if isinstance(request, Request) else request,
+                               ctypes.c_int64, "request")
         check(_lib.dsv4_scheduler_cancel(self._live(), rid), "dsv4_scheduler_cancel",
               _lib.dsv4_last_error)
         req = self._requests.pop(rid, None)
@@ -309,6 +327,7 @@ class Scheduler(Handle):
             req._ended, req.finish = True, "cancelled"
 
     @property
+    @exclusive
     def stats(self):
         """Counters (dsv4_scheduler_stats) as attributes: waiting, running, submitted,
         finished, cancelled, steps, decode_tokens, prefill_tokens, max_step_tokens,

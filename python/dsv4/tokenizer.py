@@ -2,7 +2,7 @@
 import ctypes
 
 from . import _ffi
-from ._handle import Handle
+from ._handle import Handle, exclusive
 from .errors import check
 
 _lib = _ffi.lib
@@ -52,7 +52,7 @@ class Tokenizer(Handle):
 
     def token_text(self, id_):
         """The token string of an id as tokenizer.json spells it, or None."""
-        t = _lib.dsv4_tokenizer_token_text(self._live(), id_)
+        t = _lib.dsv4_tokenizer_token_text(self._live(), _ffi.checked_int(id_, ctypes.c_int32, "id"))
         return None if t is None else t.decode("utf-8", "replace")
 
     def encode(self, text):
@@ -71,7 +71,7 @@ class Tokenizer(Handle):
 
     def decode(self, ids, *, skip_special=False):
         """Text of `ids` (invalid UTF-8 from partial tokens becomes U+FFFD)."""
-        arr = (ctypes.c_int32 * len(ids))(*ids)
+        arr = _ffi.int_array(ids, "ids")
         flags = _ffi.DECODE_F_SKIP_SPECIAL if skip_special else 0
         n = ctypes.c_size_t()
         self._check(_lib.dsv4_tokenizer_decode(self._live(), arr, len(ids), flags, None, 0,
@@ -103,13 +103,15 @@ class TokenStream(Handle):
     def _free(self, ptr):
         _lib.dsv4_tokenizer_stream_free(ptr)
 
+    @exclusive
     def push(self, id_):
         """The text id_ completes (maybe "")."""
         p, n = ctypes.c_void_p(), ctypes.c_size_t()
-        check(_lib.dsv4_tokenizer_stream_push(self._live(), id_, ctypes.byref(p), ctypes.byref(n)),
+        check(_lib.dsv4_tokenizer_stream_push(self._live(), _ffi.checked_int(id_, ctypes.c_int32, "id"), ctypes.byref(p), ctypes.byref(n)),
               "dsv4_tokenizer_stream_push", _lib.dsv4_last_error)
         return _text(p.value, n.value)
 
+    @exclusive
     def flush(self):
         """Everything held back (incomplete UTF-8 as U+FFFD); the stream starts over."""
         p, n = ctypes.c_void_p(), ctypes.c_size_t()

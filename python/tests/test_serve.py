@@ -6,6 +6,7 @@ poll mode, chat turns, and every failure as an exception that leaves the
 scheduler serving."""
 import json
 import os
+import threading
 import unittest
 
 import numpy as np
@@ -230,6 +231,86 @@ class SchedulerOnTheDefaultModel(unittest.TestCase):
             self.assertIn("tokenizer", cm.exception.message)
         with self.assertRaises(dsv4.InvalidArgument):
             dsv4.Scheduler(self.eng, max_running=99)
+
+    def test_threads_sharing_a_scheduler_take_turns(self):
+        # ctypes drops the GIL in every call: without the handle's lock two threads
+        # stepping one scheduler corrupted it (heap aborts, negative counters).
+        want = self.alone(self.ids, 6)
+        errors, results = [], {}
+
+        def worker(k):
+            try:
+                for i in range(5):
+                    r = s.submit(self.ids, max_tokens=6, ignore_eos=True)
+                    results[(k, i)] = ([e.token for e in r], r.finish)
+            except Exception as e:   # reported below
+                errors.append(e)
+
+        with dsv4.Scheduler(self.eng, self.tok) as s:
+            ts = [threading.Thread(target=worker, args=(k,)) for k in range(3)]
+            for t in ts:
+                t.start()
+            for t in ts:
+                t.join()
+            st = s.stats
+        self.assertEqual(errors, [])
+        self.assertEqual(len(results), 15)
+        for got in results.values():
+            self.assertEqual(got, (want, "length"))
+        self.assertEqual((st.waiting, st.running, st.finished), (0, 0, 15))
+        self.assertEqual(self.eng.info.sequences_live, 0)
+
+    def test_threads_sharing_an_engine_take_turns(self):
+        want = self.alone(self.ids, 5)
+        errors, results = [], []
+
+        def worker():
+            try:
+                for _ in range(4):
+                    results.append([t.id for t in self.eng.generate(
+                        self.ids, max_tokens=5, stop_at_eos=False)])
+            except Exception as e:   # reported below
+                errors.append(e)
+
+        ts = [threading.Thread(target=worker) for _ in range(3)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+        self.assertEqual(errors, [])
+        self.assertEqual(results, [want] * 12)
+        self.assertEqual(self.eng.info.sequences_live, 0)
+
+    def test_integers_outside_the_c_type_are_refused(self):
+        # ctypes would wrap them into other, valid values (2**32 + 5 -> 5).
+        with dsv4.Scheduler(self.eng, self.tok) as s:
+            for kw in ({"max_tokens": 2 ** 32 + 2}, {"logprobs": 2 ** 32 + 1},
+                       {"seed": -1}, {"stop_ids": [2 ** 40]}, {"logit_bias": {2 ** 32 + 1: 1.0}}):
+                with self.subTest(**{k: str(v) for k, v in kw.items()}):
+                    with self.assertRaises(OverflowError):
+                        s.submit(self.ids, **kw)
+            with self.assertRaises(OverflowError) as cm:
+                s.submit([0, 2 ** 32 + 1])
+            self.assertIn("prompt[1]", str(cm.exception))
+            with self.assertRaises(TypeError):
+                s.submit(self.ids, max_tokens=2.5)
+            with self.assertRaises(ValueError):
+                s.submit(self.ids, stop=["a\0b"])
+            r = s.submit(self.ids, max_tokens=2, stop=[b"zz"])   # bytes are fine
+            self.assertEqual(len(list(r)), 2)
+            self.assertEqual(s.stats.submitted, 1)
+        with self.assertRaises(OverflowError):
+            dsv4.Scheduler(self.eng, max_running=2 ** 32)
+        with self.assertRaises(TypeError):
+            dsv4.Scheduler(None)
+        with self.eng.sequence() as q:
+            with self.assertRaises(OverflowError):
+                q.prefill([0, 2 ** 32 + 5])
+            self.assertEqual(len(q), 0)
+        with self.assertRaises(OverflowError):
+            self.tok.decode([2 ** 32 + 300])
+        with self.assertRaises(OverflowError):
+            self.eng.decode([2 ** 64], [1])
 
     def test_chat_turn_equals_the_engine_on_the_same_ids(self):
         msgs = [{"role": "user", "content": PROMPT}]
