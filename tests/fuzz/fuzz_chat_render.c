@@ -8,7 +8,8 @@
  *  - a status from the documented set; on failure no text, on success a
  *    NUL-terminated text of the reported length that is valid UTF-8;
  *  - encode fails exactly when render fails, with the same status;
- *  - the ids are tokens of the chat test tokenizer and decode (special
+ *  - the ids are tokens of the tiny tokenizer (it has the chat markers as
+ *    special tokens, as the release tokenizer) and decode (special
  *    tokens kept) to exactly the rendered text: nothing is lost or changed
  *    between rendering and tokenization. */
 #include <stdint.h>
@@ -26,7 +27,7 @@ static dsv4_tokenizer *g_tok;
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (size < 2) return 0;
-  if (!g_tok && dsv4_tokenizer_load(fuzz_data_dir("tests/data/chat"), &g_tok) != DSV4_OK) abort();
+  if (!g_tok && dsv4_tokenizer_load(fuzz_data_dir("data/tiny-tokenizer"), &g_tok) != DSV4_OK) abort();
   dsv4_chat_params p;
   if (dsv4_chat_params_init(&p, sizeof p) != DSV4_OK) abort();
   p.mode = data[0] & 1 ? DSV4_CHAT_MODE_THINKING : DSV4_CHAT_MODE_CHAT;

@@ -35,7 +35,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 static srv g_s;
 
 static void init(void) {
-  if (dsv4_tokenizer_load(fuzz_data_dir("tests/data/chat"), &g_s.tok) != DSV4_OK) abort();
+  if (dsv4_tokenizer_load(fuzz_data_dir("data/tiny-tokenizer"), &g_s.tok) != DSV4_OK) abort();
   g_s.vocab = dsv4_tokenizer_vocab_size(g_s.tok);
   g_s.bos = dsv4_tokenizer_special_id(g_s.tok, DSV4_TOKEN_BOS);
   g_s.eos = dsv4_tokenizer_special_id(g_s.tok, DSV4_TOKEN_EOS);
