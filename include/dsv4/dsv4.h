@@ -833,12 +833,31 @@ DSV4_API void dsv4_chat_parser_free(dsv4_chat_parser *parser);
  * An inference engine over one model: a compute backend with the model's
  * weights, KV cache pools sized by a memory plan, and sequences. Opaque.
  * Every call on an engine is handle-exclusive (one thread at a time, may
- * migrate between threads). Calls marked "collective" must be made by every
- * rank of a distributed engine with the same arguments (none is distributed
- * yet: mpi_comm is reserved).
+ * migrate between threads).
+ *
+ * Distributed engine (docs/distributed.md): with dsv4_engine_params.mpi_comm
+ * set, the engine is one rank of a job of tp_size x pp_size MPI ranks (the
+ * communicator's size): rank r runs pipeline stage r / tp_size with TP rank
+ * r % tp_size, loads only its stage's layers (the first stage the embedding,
+ * the last the head and the DSpark stages) and exchanges the stream with its
+ * neighbours every step. Every call that computes is collective: every rank
+ * makes it, in the same order and with the same arguments: create, prefill,
+ * decode, draft, verify; sequence create / fork / free are made on every
+ * rank too (they exchange nothing). Every rank returns the same status and
+ * the same outputs (sampled tokens, logits, drafts, accepted counts: the last
+ * stage computes them and broadcasts them). Ranks given different arguments
+ * get DSV4_ERR_RANK_MISMATCH on every rank with nothing changed; a rank that
+ * fails gives its status to every rank (DSV4_ERR_RANK_FAILED on the others),
+ * and a rank that stops answering gives DSV4_ERR_RANK_FAILED on every other
+ * rank within dist_timeout_ms of their entering the call, never a hang. After
+ * DSV4_ERR_RANK_FAILED from a timeout the engine is sticky-failed: free it
+ * on every rank.
  * @since 0.1
  */
 typedef struct dsv4_engine dsv4_engine;
+
+/** Most pipeline stages of a distributed engine (dsv4_engine_params.stage_first_layer). @since 0.1 */
+#define DSV4_MAX_STAGES 16
 
 /** dsv4_engine_params.flags bits. @since 0.1 */
 enum {
@@ -875,15 +894,27 @@ typedef struct dsv4_engine_params {
   int64_t kv_budget_bytes;   /**< bytes for the KV pools; default 0 = exactly what
                               *   max_sequences sequences at max_context need */
   int32_t prefill_chunk;     /**< tokens per internal prefill step; default 256 */
-  int32_t tp_size;           /**< tensor-parallel ranks per stage; default 1; must be 1 now */
-  void *mpi_comm;            /**< an MPI_Comm * for a distributed engine; default NULL;
-                              *   must be NULL now (reserved for design §6) */
+  int32_t tp_size;           /**< tensor-parallel ranks per stage; default 1; > 1 needs
+                              *   mpi_comm (see dsv4_engine) */
+  void *mpi_comm;            /**< an MPI_Comm * (MPI initialised by the application) to run
+                              *   as one rank of a distributed engine, or NULL = one process;
+                              *   default NULL. The engine duplicates the communicator; the
+                              *   pointer is read only during dsv4_engine_create */
   dsv4_log_fn log_fn;        /**< per-engine log sink; NULL = the global one */
   void *log_user_data;       /**< passed to log_fn */
   int32_t log_level;         /**< DSV4_LOG_* maximum level for log_fn; default DSV4_LOG_WARN */
   int32_t reserved0;         /**< 0 */
   dsv4_progress_fn progress_fn; /**< progress while creating; NULL = none */
   void *progress_user_data;  /**< passed to progress_fn */
+  int32_t pp_size;           /**< pipeline stages of a distributed engine, 1..DSV4_MAX_STAGES;
+                              *   default 1; tp_size x pp_size = the communicator's size */
+  int32_t dist_timeout_ms;   /**< bound of every wait between ranks, milliseconds; default
+                              *   0 = 300000 */
+  int32_t stage_first_layer[DSV4_MAX_STAGES]; /**< backbone layer each stage starts at
+                              *   ([0] = 0, increasing), only at layers where no attention
+                              *   state shared across layers crosses (docs/distributed.md;
+                              *   another split is DSV4_ERR_UNSUPPORTED naming the state);
+                              *   all 0 = the allowed split nearest to equal layer counts */
 } dsv4_engine_params;
 
 /**
@@ -914,9 +945,16 @@ DSV4_NODISCARD DSV4_API dsv4_status dsv4_engine_params_init(dsv4_engine_params *
  * @param out     [out] the engine, NULL on failure. Free with dsv4_engine_free().
  * @return DSV4_OK; DSV4_ERR_INVALID_ARG (NULL, a config-only model, unknown
  *         flags or backend, max_context above max_position_embeddings, a
- *         negative size, n_threads above 1024, tp_size != 1 or mpi_comm set);
+ *         negative size, n_threads above 1024, tp_size or pp_size above 1
+ *         without mpi_comm, tp_size x pp_size not the communicator's size, MPI
+ *         not initialised); DSV4_ERR_RANK_MISMATCH (distributed: the ranks hold
+ *         different checkpoints, library versions or parameters; every rank);
+ *         DSV4_ERR_RANK_FAILED (distributed: another rank failed creating, its
+ *         status and message given, or did not answer within dist_timeout_ms);
  *         DSV4_ERR_PARAMS_SIZE;
- *         DSV4_ERR_UNSUPPORTED (backend CUDA: not implemented yet);
+ *         DSV4_ERR_UNSUPPORTED (backend CUDA: not implemented yet; a stage split
+ *         where shared attention state would cross, or a tp_size the weight
+ *         table's split rules refuse; a library built without MPI given mpi_comm);
  *         DSV4_ERR_DOES_NOT_FIT (the KV budget cannot hold the sequence slots
  *         plus one sequence at max_context, or the plan exceeds this machine's
  *         memory; the message gives the figures); DSV4_ERR_TOKENIZER and the

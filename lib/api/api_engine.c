@@ -18,6 +18,7 @@
 #define DEFAULT_SEQS 8
 #define DEFAULT_CTX 4096
 #define DEFAULT_CHUNK 256
+#define DEFAULT_DIST_TIMEOUT_MS 300000
 /* n_threads above this is refused: OpenMP allocates per-thread state up front
  * and aborts the whole process when that fails (INT32_MAX threads: ~480 GB). */
 #define MAX_THREADS 1024
@@ -41,6 +42,7 @@ static void ep_defaults(dsv4_engine_params *p) {
   p->max_sequences = DEFAULT_SEQS;
   p->prefill_chunk = DEFAULT_CHUNK;
   p->tp_size = 1;
+  p->pp_size = 1;
   p->log_level = DSV4_LOG_WARN;
 }
 
@@ -98,10 +100,16 @@ static dsv4_status make_args(const dsv4_engine_params *params, int64_t max_pos,
                        (int)p.device, (int)p.max_sequences, DSV4I_MAX_SEQS, (int)p.n_threads, MAX_THREADS,
                        (long long)p.max_context, (long long)p.kv_budget_bytes,
                        (int)p.prefill_chunk, (int)p.tp_size);
-  if (p.tp_size > 1 || p.mpi_comm)
+  /* params of a 0.1-sized struct end before pp_size: ep_defaults gave the rest */
+  if (p.pp_size < 0 || p.pp_size > DSV4_MAX_STAGES || p.dist_timeout_ms < 0)
+    return dsv4i_error(DSV4_ERR_INVALID_ARG, "%s: out of range: pp_size %d (0..%d), "
+                       "dist_timeout_ms %d", fn, (int)p.pp_size, DSV4_MAX_STAGES,
+                       (int)p.dist_timeout_ms);
+  const int32_t tp = p.tp_size ? p.tp_size : 1, pp = p.pp_size ? p.pp_size : 1;
+  if ((tp > 1 || pp > 1) && !p.mpi_comm)
     return dsv4i_error(DSV4_ERR_INVALID_ARG,
-                       "%s: distributed engines (tp_size %d, mpi_comm %s) are not available yet",
-                       fn, (int)p.tp_size, p.mpi_comm ? "set" : "NULL");
+                       "%s: tp_size %d x pp_size %d needs mpi_comm (one engine per MPI rank)",
+                       fn, (int)tp, (int)pp);
   memset(a, 0, sizeof *a);
   a->flags = p.flags & DSV4_ENGINE_F_OP_TIMINGS ? DSV4I_ENGINE_F_OP_TIMINGS : 0;
   a->backend = p.backend == DSV4_BACKEND_AUTO ? DSV4_BACKEND_CPU : p.backend;
@@ -116,6 +124,11 @@ static dsv4_status make_args(const dsv4_engine_params *params, int64_t max_pos,
   a->log.max_level = p.log_level;
   a->progress = p.progress_fn;
   a->progress_user = p.progress_user_data;
+  a->mpi_comm = p.mpi_comm;
+  a->tp = tp;
+  a->pp = pp;
+  a->dist_timeout_ms = p.dist_timeout_ms ? p.dist_timeout_ms : DEFAULT_DIST_TIMEOUT_MS;
+  memcpy(a->stage_first, p.stage_first_layer, sizeof a->stage_first);
   return DSV4_OK;
 }
 

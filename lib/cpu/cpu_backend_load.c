@@ -96,7 +96,9 @@ dsv4_status dsv4i_cpu_be_load_blocks(cpu_backend *b, const dsv4i_backend_desc *d
   b->blocks = dsv4i_calloc((size_t)c->n_layers, sizeof *b->blocks, "cpu blocks");
   if (!b->blocks) return DSV4_ERR_OUT_OF_MEMORY;
   dsv4_status s = DSV4_OK;
-  if (be->has_embed) /* stage ownership: embed on the first stage, head on the last */
+  /* stage ownership: embed on the first stage, head on the last; the DSpark stages on
+   * the last one embed their block tokens with the same table */
+  if (be->has_embed || (be->has_head && c->n_mtp_layers > 0))
     s = dsv4i_cpu_weight_data(b, DSV4I_W_EMBED, -1, DSV4_DTYPE_BF16,
                               (int64_t)c->vocab_size * c->dim, (const void **)&b->embed);
   if (!s && be->has_head)

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/dist.h"
 #include "engine/engine.h"
 #include "engine/spec.h"
 #include "io/tokenizer.h"
@@ -65,6 +66,8 @@ static dsv4_status alloc_workspace(struct dsv4_engine *e) {
   e->mark = dsv4i_calloc((size_t)e->plan.max_seqs, 1, "sequence marks");
   e->seqs = dsv4i_calloc((size_t)e->plan.max_seqs, sizeof *e->seqs, "sequence table");
   e->t.layer_ns = dsv4i_calloc((size_t)c->n_layers, sizeof(int64_t), "layer timings");
+  if (e->dist && !(e->b_seqid = dsv4i_calloc(nt, sizeof *e->b_seqid, "batch sequence ids")))
+    return DSV4_ERR_OUT_OF_MEMORY;
   if (e->n_engram_cols > 0)
     e->b_engram = dsv4i_calloc(nt * (size_t)e->n_engram_cols, sizeof(int64_t), "Engram ids");
   if (!e->b_tok || !e->b_slot || !e->b_seq || !e->b_rslot || !e->b_rend || !e->b_out || !e->b_pos || !e->b_layout || !e->b_req ||
@@ -114,6 +117,9 @@ dsv4_status dsv4i_engine_create(struct dsv4_model *model, const dsv4i_engine_arg
   e->last_error = dsv4i_calloc(1, DSV4I_ERROR_CAP, "engine error slot");
   dsv4_status s = e->last_error ? DSV4_OK : DSV4_ERR_OUT_OF_MEMORY;
 
+  /* a rank of a distributed engine joins the job first: the ranks agree on the
+   * checkpoint and parameters before anything depends on them */
+  if (!s && a->mpi_comm) s = dsv4i_dist_create(e, &e->dist);
   if (!s) s = dsv4i_engine_plan(model, a, &e->plan);
   if (!s) {
     const dsv4i_plan *p = &e->plan;
@@ -148,6 +154,15 @@ dsv4_status dsv4i_engine_create(struct dsv4_model *model, const dsv4i_engine_arg
     d.last_layer = c->n_layers;
     d.tp_rank = 0;
     d.tp_size = 1;
+    if (e->dist) { /* this rank's stage and TP shard */
+      dsv4i_dist_info di;
+      dsv4i_dist_get_info(e->dist, &di);
+      d.first_layer = di.first_layer;
+      d.last_layer = di.last_layer;
+      d.tp_rank = di.tp_rank;
+      d.tp_size = di.tp;
+      d.tp_comm = di.tp_comm;
+    }
     d.n_buckets = e->plan.n_buckets;
     d.bucket_tokens = e->plan.buckets;
     s = dsv4i_backend_create(a->backend, &d, &e->be);
@@ -155,6 +170,7 @@ dsv4_status dsv4i_engine_create(struct dsv4_model *model, const dsv4i_engine_arg
   if (!s) s = dsv4i_kv_cache_init(&e->kv, &lay, e->plan.pool_pages, e->plan.max_seqs, e->be);
   if (!s) s = alloc_workspace(e);
   if (!s) s = dsv4i_spec_create(e); /* DSpark draft / verify (spec.c) */
+  if (e->dist) s = dsv4i_dist_agree(e->dist, s, "creating the engine"); /* every rank or none */
   if (s) {
     dsv4i_engine_free(e);
     return s;
@@ -193,7 +209,9 @@ void dsv4i_engine_free(struct dsv4_engine *e) {
   }
   dsv4i_kv_cache_free(&e->kv);
   dsv4i_backend_destroy(e->be);
+  dsv4i_dist_free(e->dist);
   dsv4i_engram_tables_free(e->engram);
+  free(e->b_seqid);
   free(e->seqs);
   free(e->b_tok);
   free(e->b_slot);

@@ -77,6 +77,11 @@ typedef struct dsv4i_engine_args {
   dsv4i_logger log;
   dsv4i_progress_cb progress;
   void *progress_user;
+  /* distributed engine (engine/dist.h): NULL = one process */
+  void *mpi_comm;          /**< the application's MPI_Comm * */
+  int32_t tp, pp;          /**< TP ranks per stage, pipeline stages (1 = none) */
+  int32_t dist_timeout_ms; /**< bound of every wait between ranks */
+  int32_t stage_first[16]; /**< first layer of each stage, or all 0 = automatic */
 } dsv4i_engine_args;
 
 struct dsv4_engine {
@@ -101,6 +106,8 @@ struct dsv4_engine {
    *  then calls the backend's dspark_extend. Freed with the engine. */
   dsv4i_bbuf taps;
   struct dsv4i_spec *spec;       /**< speculative-decoding state, or NULL */
+  struct dsv4i_dist *dist;       /**< one rank of a distributed engine (dist.h), or NULL */
+  int64_t *b_seqid;              /**< [max_batch_tokens] distributed: sequence id per token */
   /* host batch scratch, [max_batch_tokens] each (engram: x n_engram_cols) */
   int32_t *b_tok, *b_slot, *b_out;
   int32_t *b_seq;                /**< [max_batch_tokens] page-table row of each token */
@@ -190,9 +197,14 @@ dsv4_status dsv4i_engine_reserve(struct dsv4_engine *e, int32_t n, dsv4i_seq *co
  * Run one step through the backend (its run entry, or block by block with per-op
  * timing). slot[t] is the KV slot of token t (runs of consecutive tokens per
  * sequence, reserved beforehand); this fills b->seq and b->kv (the step's page
- * table) and, when the run succeeds, commits every run's positions.
+ * table) and, when the run succeeds, commits every run's positions. A distributed
+ * engine runs it over the pipeline (dist.h) and commits only when every rank succeeded.
  */
 dsv4_status dsv4i_engine_run_step(struct dsv4_engine *e, dsv4i_batch *b, const int32_t *slot);
+/** This process's part of a step (b->seq and b->kv set): the backend's run entry, or
+ *  block by block with per-op timing. Commits nothing. A distributed step (dist.h)
+ *  calls it between receiving and sending the stage payload. */
+dsv4_status dsv4i_engine_run_local(struct dsv4_engine *e, const dsv4i_batch *b);
 
 /* ---- timing (timing.c) ---- */
 int64_t dsv4i_now_ns(void);

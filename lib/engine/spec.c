@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/dist.h"
 #include "engine/spec.h"
 #include "model/accept.h"
 
@@ -144,6 +145,7 @@ static dsv4_status spec_draft(struct dsv4_engine *e, int32_t n, const int64_t *i
   dsv4_status s = need_spec(e, "draft");
   if (s) return s;
   dsv4i_spec *sp = e->spec;
+  const int head = !e->dist || dsv4i_dist_has_head(e->dist); /* the rank that drafts */
   if ((s = batch_check(e, n, ids, anchors, "draft"))) return s;
   if (!drafts) return dsv4i_error(DSV4_ERR_INVALID_ARG, "draft: drafts is NULL");
   const float T = smp ? smp->temperature : 0.0f;
@@ -161,10 +163,10 @@ static dsv4_status spec_draft(struct dsv4_engine *e, int32_t n, const int64_t *i
     r->counter = (uint64_t)sp->q[i]->len + 1; /* position of draft 1 */
   }
   const size_t BV = (size_t)sp->block * (size_t)sp->vocab;
-  if (T > 0.0f && !sp->dlogits.impl &&
+  if (head && T > 0.0f && !sp->dlogits.impl &&
       (s = e->be->ops->buf_alloc(e->be, (size_t)e->plan.max_seqs * BV * sizeof(float), &sp->dlogits)))
     return s;
-  for (int32_t i = 0; T > 0.0f && i < n; i++) {
+  for (int32_t i = 0; head && T > 0.0f && i < n; i++) {
     spec_rec *rc = &sp->rec[sp->q[i] - e->seqs];
     if (!rc->q && !(rc->q = dsv4i_malloc(BV * sizeof(float), "draft distribution")))
       return DSV4_ERR_OUT_OF_MEMORY;
@@ -173,15 +175,21 @@ static dsv4_status spec_draft(struct dsv4_engine *e, int32_t n, const int64_t *i
   const int64_t t = dsv4i_op_begin(e);
   dsv4i_kv_step kv;
   s = dsv4i_kv_step_table(&e->kv, n, sp->slot, NULL, &kv);
-  if (!s)
+  if (!s && head)
     s = dsv4i_engine_note(e, e->be->ops->dspark_draft(e->be, &kv, sp->pos, anchors, none, sp->req,
                                                       drafts, confidence,
                                                       T > 0.0f ? sp->dlogits : none));
+  if (e->dist) { /* the last stage drafted: every rank returns its drafts */
+    void *bufs[2] = {drafts, confidence};
+    const size_t sizes[2] = {sizeof(int32_t) * (size_t)n * (size_t)sp->block,
+                             sizeof(float) * (size_t)n * (size_t)sp->block};
+    s = dsv4i_dist_share(e->dist, s, confidence ? 2 : 1, bufs, sizes, "sharing the drafts");
+  }
   dsv4i_op_end(e, t, DSV4I_OP_DSPARK, -1);
   for (int32_t i = 0; i < n; i++) { /* the record of this draft (or none) */
     spec_rec *rc = &sp->rec[sp->q[i] - e->seqs];
     rc->id = 0;
-    if (s) continue;
+    if (s || !head) continue; /* records are read where the accept rule runs */
     if (T > 0.0f &&
         e->be->ops->buf_read(e->be, sp->dlogits, (size_t)i * BV * sizeof(float),
                              BV * sizeof(float), rc->q))
@@ -375,12 +383,13 @@ static dsv4_status spec_verify(struct dsv4_engine *e, int32_t n, const int64_t *
                            e->b_engram, {0}};
     dsv4i_op_end(e, tb, DSV4I_OP_HOST, -1);
     s = dsv4i_engine_run_step(e, &b, e->b_slot);
+    const int head = !e->dist || dsv4i_dist_has_head(e->dist); /* the rank that decides */
     int64_t t = dsv4i_op_begin(e);
-    if (!s) s = e->be->ops->sample(e->be, e->logits, m, e->b_req, sp->row_tok);
+    if (!s && head) s = e->be->ops->sample(e->be, e->logits, m, e->b_req, sp->row_tok);
     dsv4i_op_end(e, t, DSV4I_OP_SAMPLE, -1);
-    if (s) return fail_rollback(e, s, n);
+    if (s && !e->dist) return fail_rollback(e, s, n);
     t = dsv4i_op_begin(e);
-    for (int32_t r = 0; !s && r < m; r++) {
+    for (int32_t r = 0; !s && head && r < m; r++) {
       const int32_t i = sp->row_seq[r];
       if (sp->done[i]) continue;
       const int32_t *d = drafts ? drafts + (size_t)i * (size_t)B : NULL;
@@ -388,6 +397,11 @@ static dsv4_status spec_verify(struct dsv4_engine *e, int32_t n, const int64_t *
                      rec_matches(&sp->rec[sp->q[i] - e->seqs], ids[i], sp->len0[i], anchors[i], d,
                                  sp->nd[i]);
       s = decide(e, i, sp->row_j[r], r, sp->row_tok[r], T, d, ur, next);
+    }
+    if (e->dist) { /* the last stage decided: every rank keeps the same positions */
+      void *bufs[3] = {sp->done, sp->acc, next};
+      const size_t sz = sizeof(int32_t) * (size_t)n, sizes[3] = {sz, sz, sz};
+      s = dsv4i_dist_share(e->dist, s, 3, bufs, sizes, "sharing the accept decisions");
     }
     dsv4i_op_end(e, t, DSV4I_OP_SAMPLE, -1);
     if (s) return fail_rollback(e, s, n);
@@ -416,6 +430,14 @@ static dsv4_status spec_verify(struct dsv4_engine *e, int32_t n, const int64_t *
   return s;
 }
 
+/* Distributed engines: the sampling arguments enter the call's agreement. */
+static uint64_t hash_sampling(uint64_t h, const dsv4i_sampling *smp, int32_t n) {
+  if (!smp) return h;
+  h = dsv4i_dist_hash(h, &smp->temperature, sizeof smp->temperature);
+  h = dsv4i_dist_hash(h, &smp->seed, sizeof smp->seed);
+  return smp->seeds ? dsv4i_dist_hash(h, smp->seeds, sizeof(uint64_t) * (size_t)n) : h;
+}
+
 /* ---- timed entry points (dsv4_engine_timings.draft_* / verify_*) --------- */
 
 dsv4_status dsv4i_spec_draft(struct dsv4_engine *e, int32_t n, const int64_t *ids,
@@ -424,6 +446,15 @@ dsv4_status dsv4i_spec_draft(struct dsv4_engine *e, int32_t n, const int64_t *id
   const int64_t t0 = dsv4i_now_ns();
   dsv4_status s = dsv4i_engine_live(e);
   if (s) return s;
+  if (e->dist && n >= 1 && n <= e->plan.max_seqs && ids && anchors) {
+    uint64_t h = dsv4i_dist_hash(0, &n, sizeof n);
+    h = dsv4i_dist_hash(h, ids, sizeof(int64_t) * (size_t)n);
+    h = dsv4i_dist_hash(h, anchors, sizeof(int32_t) * (size_t)n);
+    h = hash_sampling(h, smp, n);
+    const int32_t conf = confidence != NULL;
+    h = dsv4i_dist_hash(h, &conf, sizeof conf);
+    if ((s = dsv4i_dist_call(e->dist, "draft", h))) return s;
+  }
   s = spec_draft(e, n, ids, anchors, smp, drafts, confidence);
   if (s == DSV4_OK) {
     const int64_t dt = dsv4i_now_ns() - t0;
@@ -441,6 +472,19 @@ dsv4_status dsv4i_spec_verify(struct dsv4_engine *e, int32_t n, const int64_t *i
                               int32_t *n_accepted, int32_t *next) {
   const int64_t t0 = dsv4i_now_ns();
   if (dsv4i_engine_live(e)) return DSV4_ERR_DEVICE_LOST;
+  if (e->dist && e->spec && n >= 1 && n <= e->plan.max_seqs && ids && anchors && n_drafts) {
+    const int32_t B = e->spec->block;
+    uint64_t h = dsv4i_dist_hash(0, &n, sizeof n);
+    h = dsv4i_dist_hash(h, ids, sizeof(int64_t) * (size_t)n);
+    h = dsv4i_dist_hash(h, anchors, sizeof(int32_t) * (size_t)n);
+    h = dsv4i_dist_hash(h, n_drafts, sizeof(int32_t) * (size_t)n);
+    for (int32_t i = 0; drafts && i < n; i++)
+      if (n_drafts[i] > 0 && n_drafts[i] <= B)
+        h = dsv4i_dist_hash(h, drafts + (size_t)i * (size_t)B, sizeof(int32_t) * (size_t)n_drafts[i]);
+    h = hash_sampling(h, smp, n);
+    dsv4_status sc = dsv4i_dist_call(e->dist, "verify", h);
+    if (sc) return sc;
+  }
   dsv4_status s = spec_verify(e, n, ids, anchors, n_drafts, drafts, smp, n_accepted, next);
   if (s == DSV4_OK) {
     const int64_t dt = dsv4i_now_ns() - t0;

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/dist.h"
 #include "engine/engine.h"
 
 /* per-op timing hook of the block-by-block run */
@@ -21,6 +22,18 @@ static int64_t hook_begin(void *user) { return dsv4i_op_begin(user); }
 
 static void hook_end(void *user, int64_t t0, int32_t op, int32_t layer) {
   dsv4i_op_end(user, t0, step_op[op], layer);
+}
+
+dsv4_status dsv4i_engine_run_local(struct dsv4_engine *e, const dsv4i_batch *b) {
+  const dsv4i_step_io io = {b, e->h, e->pre, e->taps, e->logits};
+  dsv4_status s;
+  if (e->args.flags & DSV4I_ENGINE_F_OP_TIMINGS) { /* block by block, synced after each op */
+    const dsv4i_step_hook hook = {hook_begin, hook_end, e};
+    s = dsv4i_backend_run_blocks(e->be, &io, &hook);
+  } else {
+    s = e->be->ops->run(e->be, &io);
+  }
+  return dsv4i_engine_note(e, s);
 }
 
 dsv4_status dsv4i_engine_run_step(struct dsv4_engine *e, dsv4i_batch *b, const int32_t *slot) {
@@ -38,14 +51,18 @@ dsv4_status dsv4i_engine_run_step(struct dsv4_engine *e, dsv4i_batch *b, const i
   b->seq = e->b_seq;
   dsv4_status s = dsv4i_kv_step_table(&e->kv, n_run, e->b_rslot, e->b_rend, &b->kv);
   if (s) return s;
-  const dsv4i_step_io io = {b, e->h, e->pre, e->taps, e->logits};
-  if (e->args.flags & DSV4I_ENGINE_F_OP_TIMINGS) { /* block by block, synced after each op */
-    const dsv4i_step_hook hook = {hook_begin, hook_end, e};
-    s = dsv4i_backend_run_blocks(e->be, &io, &hook);
+  if (e->dist) { /* over the pipeline: the payload names each token's slot and sequence */
+    for (int32_t t = 0; t < b->n_tok; t++) {
+      e->b_seqid[t] = 0;
+      for (int32_t j = 0; j < e->plan.max_seqs; j++)
+        if (e->seqs[j].id && e->seqs[j].slot == slot[t]) e->b_seqid[t] = e->seqs[j].id;
+    }
+    const dsv4i_step_io io = {b, e->h, e->pre, e->taps, e->logits};
+    s = dsv4i_dist_run_step(e, &io, slot, e->b_seqid);
   } else {
-    s = e->be->ops->run(e->be, &io);
+    s = dsv4i_engine_run_local(e, b);
   }
-  /* every layer holds the runs' positions now */
+  /* every layer holds the runs' positions now (on every rank: the step status is agreed) */
   if (!s) s = dsv4i_kv_step_commit(&e->kv, n_run, e->b_rslot, e->b_rend);
   return dsv4i_engine_note(e, s);
 }
@@ -57,6 +74,7 @@ dsv4_status dsv4i_engine_reserve(struct dsv4_engine *e, int32_t n, dsv4i_seq *co
     for (int32_t i = 0; i < n; i++) qs[i]->damaged = 1; /* copies of shared pages failed */
   return dsv4i_engine_note(e, s);
 }
+
 
 /* Undo an abandoned step of one sequence, keeping the step's error message. */
 static void rollback(struct dsv4_engine *e, dsv4i_seq *q, int64_t len) {
@@ -107,7 +125,7 @@ static dsv4_status check_finite(const struct dsv4_engine *e, int32_t n, dsv4i_se
 
 /* Logits rows [0, n) to the caller and/or sampled tokens; DSV4_ERR_NOT_FINITE
  * when a row has no token to draw (the caller rolls the step back). */
-static dsv4_status outputs(struct dsv4_engine *e, int32_t n, const dsv4i_sampling *smp,
+static dsv4_status local_outputs(struct dsv4_engine *e, int32_t n, const dsv4i_sampling *smp,
                            dsv4i_seq *const *qs, float *logits, int32_t *sampled) {
   dsv4_status s = DSV4_OK;
   if (logits) {
@@ -133,6 +151,41 @@ static dsv4_status outputs(struct dsv4_engine *e, int32_t n, const dsv4i_samplin
   return s;
 }
 
+/* outputs of this process, or of the last stage broadcast to every rank */
+static dsv4_status outputs(struct dsv4_engine *e, int32_t n, const dsv4i_sampling *smp,
+                           dsv4i_seq *const *qs, float *logits, int32_t *sampled) {
+  if (!e->dist) return local_outputs(e, n, smp, qs, logits, sampled);
+  dsv4_status s = DSV4_OK;
+  if (dsv4i_dist_has_head(e->dist)) s = local_outputs(e, n, smp, qs, logits, sampled);
+  void *bufs[2];
+  size_t sizes[2];
+  int32_t k = 0;
+  if (sampled) {
+    bufs[k] = sampled;
+    sizes[k++] = (size_t)n * sizeof(int32_t);
+  }
+  if (logits) {
+    bufs[k] = logits;
+    sizes[k++] = (size_t)n * (size_t)e->vocab * sizeof(float);
+  }
+  return dsv4i_dist_share(e->dist, s, k, bufs, sizes, "sharing the step's outputs");
+}
+
+/* Distributed engines: every rank agrees on the call and its arguments first. */
+static dsv4_status call_check(struct dsv4_engine *e, const char *what, uint64_t h,
+                              const dsv4i_sampling *smp, int32_t n, const float *logits,
+                              const int32_t *sampled) {
+  if (!e->dist) return DSV4_OK;
+  const int32_t out[2] = {logits != NULL, sampled != NULL};
+  h = dsv4i_dist_hash(h, out, sizeof out);
+  if (smp) {
+    h = dsv4i_dist_hash(h, &smp->temperature, sizeof smp->temperature);
+    h = dsv4i_dist_hash(h, &smp->seed, sizeof smp->seed);
+    if (smp->seeds) h = dsv4i_dist_hash(h, smp->seeds, sizeof(uint64_t) * (size_t)n);
+  }
+  return dsv4i_dist_call(e->dist, what, h);
+}
+
 static void engram_ids(struct dsv4_engine *e, const dsv4i_seq *q, int64_t p0, int64_t p1,
                        int64_t *dst) {
   if (q->hist) dsv4i_engram_history_row_ids(q->hist, p0, p1, -1, dst);
@@ -143,6 +196,12 @@ dsv4_status dsv4i_engine_prefill(struct dsv4_engine *e, int64_t id, const int32_
                                  int32_t *sampled) {
   const int64_t t0 = dsv4i_now_ns();
   dsv4_status s;
+  if (e->dist) {
+    uint64_t h = dsv4i_dist_hash(0, &id, sizeof id);
+    h = dsv4i_dist_hash(h, &n, sizeof n);
+    if (n > 0 && n <= e->plan.max_ctx) h = dsv4i_dist_hash(h, tokens, sizeof(int32_t) * (size_t)n);
+    if ((s = call_check(e, "prefill", h, smp, 1, logits, sampled))) return s;
+  }
   dsv4i_seq *q = dsv4i_seq_find(e, id, &s); /* DSV4_ERR_DEVICE_LOST when sticky-failed */
   if (!q) return s;
   if (n <= 0) return dsv4i_error(DSV4_ERR_INVALID_ARG, "prefill: empty prompt (n = %lld)", (long long)n);
@@ -234,6 +293,12 @@ dsv4_status dsv4i_engine_decode(struct dsv4_engine *e, int32_t n, const int64_t 
   if (n < 1 || n > e->plan.max_out_rows)
     return dsv4i_error(DSV4_ERR_INVALID_ARG, "decode: %d sequences; the engine takes 1..%d",
                        (int)n, (int)e->plan.max_out_rows);
+  if (e->dist) {
+    uint64_t h = dsv4i_dist_hash(0, &n, sizeof n);
+    h = dsv4i_dist_hash(h, ids, sizeof(int64_t) * (size_t)n);
+    h = dsv4i_dist_hash(h, tokens, sizeof(int32_t) * (size_t)n);
+    if ((sl = call_check(e, "decode", h, smp, n, logits, sampled))) return sl;
+  }
   dsv4i_seq **qs = e->b_q;
   int64_t *lens = e->b_len;
   const int64_t th = dsv4i_op_begin(e);

@@ -1,0 +1,357 @@
+/*
+ * The distributed engine under mpirun (suite mpi): every rank builds the
+ * one-process engine as the reference and one rank of a TP x PP engine
+ * (DSV4_TEST_TP, DSV4_TEST_PP; their product = the ranks), on both shared
+ * fixtures:
+ *
+ * greedy_*        two prompts (prefill in chunks of 8, logits and a token),
+ *                 then batched greedy decode steps with logits: every rank's
+ *                 tokens equal the reference's; logits bit-identical with TP 1
+ *                 (the same arithmetic in the same order, only split over
+ *                 processes), within TP_TOL with TP > 1 (the all-reduce adds
+ *                 partial sums of the split heads / experts in rank order,
+ *                 which rounds differently from one process's single sum).
+ * spec_*          DSpark speculative decoding (draft + verify, draft lengths
+ *                 cycling 1..B) gives the greedy tokens.
+ * mismatch_call   one rank feeds another token: DSV4_ERR_RANK_MISMATCH on every
+ *                 rank, nothing changed; the next call works.
+ * mismatch_create one rank asks for another max_sequences: DSV4_ERR_RANK_MISMATCH
+ *                 on every rank.
+ * refused_split   a stage boundary where shared attention state crosses:
+ *                 DSV4_ERR_UNSUPPORTED on every rank, naming the state.
+ * failed_create   one rank fails creating (its progress callback aborts): it
+ *                 returns DSV4_ABORTED, every other rank DSV4_ERR_RANK_FAILED
+ *                 naming it.
+ * stalled_rank    the last rank stalls past the timeout: every other rank gets
+ *                 DSV4_ERR_RANK_FAILED within it, then the stalled one too.
+ */
+#include <math.h>
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "dsv4/dsv4.h"
+#include "test_util.h"
+
+/* TP > 1: logits differ from one process's by the rounding of the rank-ordered
+ * partial sums (2 all-reduces per layer); measured max |diff| is far below this */
+#define TP_TOL 2e-3
+
+#define N_PROMPT 2
+#define N_GEN 12
+
+static int g_rank, g_size, g_tp = 1, g_pp = 2;
+static MPI_Comm g_world;
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void params(dsv4_engine_params *p, int dist) {
+  assert_int_equal(dsv4_engine_params_init(p, sizeof *p), DSV4_OK);
+  p->max_sequences = 4;
+  p->max_context = 128;
+  p->prefill_chunk = 8;
+  p->n_threads = 1;
+  if (dist) {
+    p->mpi_comm = &g_world;
+    p->tp_size = g_tp;
+    p->pp_size = g_pp;
+    p->dist_timeout_ms = 60000;
+  }
+}
+
+static dsv4_engine *open_engine(const char *fx, int dist) {
+  dsv4_engine_params p;
+  params(&p, dist);
+  dsv4_engine *e = NULL;
+  dsv4_status s = dsv4_engine_create_from_dir(tu_fixture_or_skip(fx), &p, &e);
+  if (s) fail_msg("rank %d: %s engine on %s: %s: %s", g_rank, dist ? "distributed" : "reference",
+                  fx, dsv4_status_string(s), dsv4_last_error());
+  return e;
+}
+
+/* Deterministic prompts: BOS then pseudo-random ids of the fixture's text range. */
+static int32_t prompt_len(int p) { return p ? 37 : 11; }
+static void prompt(int p, int32_t *tok) {
+  uint32_t x = 12345u + 977u * (uint32_t)p;
+  tok[0] = 0;
+  for (int32_t i = 1; i < prompt_len(p); i++) {
+    x = x * 1664525u + 1013904223u;
+    tok[i] = 3 + (int32_t)((x >> 8) % 600u);
+  }
+}
+
+typedef struct run {
+  int32_t tok[N_PROMPT][N_GEN];
+  float *logits; /* [N_GEN][N_PROMPT][V] */
+  int64_t ids[N_PROMPT];
+} run;
+
+/* Prefill both prompts, then N_GEN - 1 batched greedy decode steps, keeping logits. */
+static void greedy(dsv4_engine *e, int32_t V, run *r) {
+  int32_t tok[64];
+  r->logits = malloc(sizeof(float) * (size_t)N_GEN * N_PROMPT * (size_t)V);
+  assert_non_null(r->logits);
+  for (int p = 0; p < N_PROMPT; p++) {
+    prompt(p, tok);
+    assert_int_equal(dsv4_engine_seq_create(e, &r->ids[p]), DSV4_OK);
+    dsv4_status s = dsv4_engine_prefill(e, r->ids[p], tok, prompt_len(p), NULL,
+                                        r->logits + (size_t)p * (size_t)V, &r->tok[p][0]);
+    if (s) fail_msg("rank %d: prefill: %s", g_rank, dsv4_last_error());
+  }
+  for (int t = 1; t < N_GEN; t++) {
+    int32_t in[N_PROMPT], nx[N_PROMPT];
+    for (int p = 0; p < N_PROMPT; p++) in[p] = r->tok[p][t - 1];
+    dsv4_status s = dsv4_engine_decode(e, N_PROMPT, r->ids, in, NULL,
+                                       r->logits + (size_t)t * N_PROMPT * (size_t)V, nx);
+    if (s) fail_msg("rank %d: decode: %s", g_rank, dsv4_last_error());
+    for (int p = 0; p < N_PROMPT; p++) r->tok[p][t] = nx[p];
+  }
+}
+
+static int32_t vocab_of(dsv4_engine *e) {
+  dsv4_model_info mi;
+  assert_int_equal(dsv4_model_get_info(dsv4_engine_model(e), &mi, sizeof mi), DSV4_OK);
+  return mi.vocab_size;
+}
+
+static void greedy_equal(const char *fx) {
+  dsv4_engine *ref = open_engine(fx, 0), *dist = open_engine(fx, 1);
+  const int32_t V = vocab_of(ref);
+  run a, b;
+  greedy(ref, V, &a);
+  greedy(dist, V, &b);
+  for (int p = 0; p < N_PROMPT; p++)
+    for (int t = 0; t < N_GEN; t++)
+      if (a.tok[p][t] != b.tok[p][t]) {
+        for (int u = 0; u <= t; u++) {
+          const float *x = a.logits + ((size_t)u * N_PROMPT + (size_t)p) * (size_t)V;
+          const float *y = b.logits + ((size_t)u * N_PROMPT + (size_t)p) * (size_t)V;
+          double m = 0, best = -1e30, second = -1e30;
+          for (int32_t v = 0; v < V; v++) {
+            if (fabs((double)x[v] - y[v]) > m) m = fabs((double)x[v] - y[v]);
+            if (x[v] > best) second = best, best = x[v];
+            else if (x[v] > second) second = x[v];
+          }
+          printf("  rank %d, prompt %d, step %d: max |diff| %.3g, one-process top-2 gap %.3g\n",
+                 g_rank, p, u, m, best - second);
+        }
+        fail_msg("rank %d, %s, TP %d x PP %d: prompt %d token %d is %d, one process %d", g_rank,
+                 fx, g_tp, g_pp, p, t, b.tok[p][t], a.tok[p][t]);
+      }
+  const size_t n = (size_t)N_GEN * N_PROMPT * (size_t)V;
+  double md = 0;
+  for (size_t i = 0; i < n; i++) {
+    const double d = fabs((double)a.logits[i] - (double)b.logits[i]);
+    if (!(d <= md)) md = d;
+  }
+  printf("  rank %d, %s, TP %d x PP %d: %d tokens equal; logits max |diff| %.3g%s\n", g_rank, fx,
+         g_tp, g_pp, N_PROMPT * N_GEN, md,
+         memcmp(a.logits, b.logits, n * sizeof(float)) ? "" : " (bit-identical)");
+  if (g_tp == 1) assert_memory_equal(a.logits, b.logits, n * sizeof(float));
+  else assert_true(md <= TP_TOL);
+  free(a.logits);
+  free(b.logits);
+  dsv4_engine_free(dist);
+  dsv4_engine_free(ref);
+}
+
+static void greedy_a(void **state) { (void)state, greedy_equal("tiny-v41-a"); }
+static void greedy_e2e(void **state) { (void)state, greedy_equal("tiny-v41-e2e-a"); }
+
+/* Speculative greedy generation of both prompts (one batch) equals plain greedy. */
+static void spec_equal(const char *fx) {
+  dsv4_engine *ref = open_engine(fx, 0), *dist = open_engine(fx, 1);
+  const int32_t V = vocab_of(ref);
+  run a;
+  greedy(ref, V, &a);
+  int32_t B = 0;
+  {
+    dsv4_model_info mi;
+    assert_int_equal(dsv4_model_get_info(dsv4_engine_model(dist), &mi, sizeof mi), DSV4_OK);
+    B = mi.dspark_block_size;
+  }
+  assert_true(B >= 1 && B <= 8);
+  int64_t id[N_PROMPT];
+  int32_t gen[N_PROMPT][N_GEN + 8], ng[N_PROMPT], anchor[N_PROMPT], tok[64];
+  for (int p = 0; p < N_PROMPT; p++) {
+    prompt(p, tok);
+    assert_int_equal(dsv4_engine_seq_create(dist, &id[p]), DSV4_OK);
+    assert_int_equal(dsv4_engine_prefill(dist, id[p], tok, prompt_len(p), NULL, NULL, &anchor[p]),
+                     DSV4_OK);
+    gen[p][0] = anchor[p];
+    ng[p] = 1;
+  }
+  int64_t accepted = 0, steps = 0;
+  for (int step = 0;; step++) {
+    int64_t bid[N_PROMPT];
+    int32_t ba[N_PROMPT], bn[N_PROMPT], bs[N_PROMPT], d[N_PROMPT * 8], acc[N_PROMPT], nx[N_PROMPT];
+    int m = 0;
+    for (int p = 0; p < N_PROMPT; p++)
+      if (ng[p] < N_GEN) bid[m] = id[p], ba[m] = anchor[p], bs[m] = p, bn[m++] = (step + p) % B + 1;
+    if (m == 0) break;
+    dsv4_status s = dsv4_engine_draft(dist, m, bid, ba, NULL, d, NULL);
+    if (s) fail_msg("rank %d: draft: %s", g_rank, dsv4_last_error());
+    s = dsv4_engine_verify(dist, m, bid, ba, bn, d, NULL, acc, nx);
+    if (s) fail_msg("rank %d: verify: %s", g_rank, dsv4_last_error());
+    for (int r = 0; r < m; r++) {
+      const int p = bs[r];
+      for (int k = 0; k < acc[r]; k++) gen[p][ng[p]++] = d[r * B + k];
+      gen[p][ng[p]++] = anchor[p] = nx[r];
+      accepted += acc[r];
+      steps++;
+    }
+  }
+  for (int p = 0; p < N_PROMPT; p++)
+    for (int t = 0; t < N_GEN; t++)
+      if (gen[p][t] != a.tok[p][t])
+        fail_msg("rank %d, %s: speculative token %d of prompt %d is %d, greedy %d", g_rank, fx, t,
+                 p, gen[p][t], a.tok[p][t]);
+  printf("  rank %d, %s, TP %d x PP %d: speculative == greedy (%lld verify rows, %lld drafts "
+         "accepted)\n", g_rank, fx, g_tp, g_pp, (long long)steps, (long long)accepted);
+  free(a.logits);
+  dsv4_engine_free(dist);
+  dsv4_engine_free(ref);
+}
+
+static void spec_a(void **state) { (void)state, spec_equal("tiny-v41-a"); }
+static void spec_e2e(void **state) { (void)state, spec_equal("tiny-v41-e2e-a"); }
+
+static void mismatch_call(void **state) {
+  (void)state;
+  dsv4_engine *e = open_engine("tiny-v41-a", 1);
+  int64_t id;
+  assert_int_equal(dsv4_engine_seq_create(e, &id), DSV4_OK);
+  int32_t tok[64], next = -1;
+  prompt(0, tok);
+  if (g_rank == g_size - 1) tok[3] ^= 1; /* this rank was given another prompt */
+  dsv4_status s = dsv4_engine_prefill(e, id, tok, prompt_len(0), NULL, NULL, &next);
+  printf("  rank %d: %s\n", g_rank, dsv4_last_error());
+  assert_int_equal(s, DSV4_ERR_RANK_MISMATCH);
+  assert_non_null(strstr(dsv4_last_error(), "ranks disagree while starting prefill"));
+  int64_t len = -1;
+  assert_int_equal(dsv4_engine_seq_length(e, id, &len), DSV4_OK);
+  assert_int_equal(len, 0);
+  prompt(0, tok); /* the same inputs again: the engine works */
+  assert_int_equal(dsv4_engine_prefill(e, id, tok, prompt_len(0), NULL, NULL, &next), DSV4_OK);
+  assert_int_equal(dsv4_engine_seq_length(e, id, &len), DSV4_OK);
+  assert_int_equal(len, prompt_len(0));
+  dsv4_engine_free(e);
+}
+
+static void mismatch_create(void **state) {
+  (void)state;
+  dsv4_engine_params p;
+  params(&p, 1);
+  if (g_rank == 0) p.max_sequences = 3;
+  dsv4_engine *e = NULL;
+  dsv4_status s = dsv4_engine_create_from_dir(tu_fixture_or_skip("tiny-v41-a"), &p, &e);
+  printf("  rank %d: %s\n", g_rank, dsv4_last_error());
+  assert_int_equal(s, DSV4_ERR_RANK_MISMATCH);
+  assert_null(e);
+  assert_non_null(strstr(dsv4_last_error(), "max_sequences: rank 0 has 3"));
+}
+
+static void refused_split(void **state) {
+  (void)state;
+  if (g_pp != 2) skip();
+  dsv4_engine_params p;
+  params(&p, 1);
+  p.stage_first_layer[1] = 3; /* layer 3 reads layer 2's compressed KV */
+  dsv4_engine *e = NULL;
+  dsv4_status s = dsv4_engine_create_from_dir(tu_fixture_or_skip("tiny-v41-a"), &p, &e);
+  printf("  rank %d: %s\n", g_rank, dsv4_last_error());
+  assert_int_equal(s, DSV4_ERR_UNSUPPORTED);
+  assert_null(e);
+  assert_non_null(strstr(dsv4_last_error(), "layer 2"));
+}
+
+static int32_t abort_at_weights(const char *stage, int64_t done, int64_t total, void *user) {
+  (void)done, (void)total, (void)user;
+  return !strcmp(stage, "weights");
+}
+
+static void failed_create(void **state) {
+  (void)state;
+  dsv4_engine_params p;
+  params(&p, 1);
+  if (g_rank == 1) p.progress_fn = abort_at_weights;
+  dsv4_engine *e = NULL;
+  dsv4_status s = dsv4_engine_create_from_dir(tu_fixture_or_skip("tiny-v41-a"), &p, &e);
+  printf("  rank %d: %s\n", g_rank, dsv4_last_error());
+  assert_null(e);
+  if (g_rank == 1) {
+    assert_int_equal(s, DSV4_ABORTED);
+  } else {
+    assert_int_equal(s, DSV4_ERR_RANK_FAILED);
+    assert_non_null(strstr(dsv4_last_error(), "rank 1 failed creating the engine: DSV4_ABORTED"));
+  }
+}
+
+/* Last: after a timeout the ranks' communicators are out of step for good. */
+static void stalled_rank(void **state) {
+  (void)state;
+  const int32_t timeout_ms = 1500;
+  dsv4_engine_params p;
+  params(&p, 1);
+  p.dist_timeout_ms = timeout_ms;
+  dsv4_engine *e = NULL;
+  assert_int_equal(dsv4_engine_create_from_dir(tu_fixture_or_skip("tiny-v41-a"), &p, &e), DSV4_OK);
+  int64_t id;
+  int32_t tok[64], next;
+  prompt(0, tok);
+  assert_int_equal(dsv4_engine_seq_create(e, &id), DSV4_OK);
+  assert_int_equal(dsv4_engine_prefill(e, id, tok, prompt_len(0), NULL, NULL, &next), DSV4_OK);
+  const int stalled = g_rank == g_size - 1;
+  if (stalled) usleep(3 * timeout_ms * 1000);
+  double t0 = now_s();
+  dsv4_status s = dsv4_engine_decode(e, 1, &id, &next, NULL, NULL, &next);
+  double dt = now_s() - t0;
+  printf("  rank %d after %.2f s: %s\n", g_rank, dt, dsv4_last_error());
+  assert_int_equal(s, DSV4_ERR_RANK_FAILED);
+  assert_true(dt < timeout_ms / 1000.0 + 5.0);
+  if (!stalled) {
+    assert_true(dt >= 0.99 * timeout_ms / 1000.0);
+    assert_non_null(strstr(dsv4_last_error(), "within 1500 ms"));
+    /* sticky: the next call fails at once */
+    t0 = now_s();
+    assert_int_equal(dsv4_engine_decode(e, 1, &id, &next, NULL, NULL, &next), DSV4_ERR_RANK_FAILED);
+    assert_true(now_s() - t0 < 0.5);
+  }
+  dsv4_engine_free(e);
+  MPI_Barrier(g_world);
+}
+
+/* Called by tests/common/test_main.c's main (the test filter). */
+int tu_run_suite(void) {
+  MPI_Init(NULL, NULL);
+  MPI_Comm_dup(MPI_COMM_WORLD, &g_world);
+  MPI_Comm_rank(g_world, &g_rank);
+  MPI_Comm_size(g_world, &g_size);
+  const char *tp = getenv("DSV4_TEST_TP"), *pp = getenv("DSV4_TEST_PP");
+  if (tp) g_tp = atoi(tp);
+  if (pp) g_pp = atoi(pp);
+  if (g_size < 2 || g_tp * g_pp != g_size) {
+    fprintf(stderr, "run under mpirun with DSV4_TEST_TP x DSV4_TEST_PP = %d x %d ranks\n", g_tp,
+            g_pp);
+    MPI_Finalize();
+    return 1;
+  }
+  const struct CMUnitTest tests[] = {
+    cmocka_unit_test(greedy_a),        cmocka_unit_test(greedy_e2e),
+    cmocka_unit_test(spec_a),          cmocka_unit_test(spec_e2e),
+    cmocka_unit_test(mismatch_call),   cmocka_unit_test(mismatch_create),
+    cmocka_unit_test(refused_split),   cmocka_unit_test(failed_create),
+    cmocka_unit_test(stalled_rank),
+  };
+  int rc = cmocka_run_group_tests(tests, NULL, NULL);
+  MPI_Comm_free(&g_world);
+  MPI_Finalize();
+  return rc;
+}
