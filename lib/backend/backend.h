@@ -106,6 +106,30 @@ typedef struct dsv4i_cache_format {
 /** Progress of a long create: stage name, done of total units. Non-zero return = abort. */
 typedef int32_t (*dsv4i_progress_cb)(const char *stage, int64_t done, int64_t total, void *user);
 
+/**
+ * Tensor-parallel collectives as a backend sees them: the create arguments'
+ * tp_comm when tp_size > 1 on the CPU backend (the engine binds them to
+ * lib/dist's bounded MPI communicator, docs/distributed.md; a device backend
+ * gets its NCCL communicator instead). Collective over the stage's TP ranks.
+ *
+ * The all-reduce of a contraction split over the ranks runs in rank order:
+ * chain_recv gives a rank the fp32 running sums of the ranks before it (zeros
+ * on rank 0), it continues them over its share of the contraction,
+ * chain_send passes them on, and the last rank, holding the whole sum,
+ * finishes (rounds) and shares the result. The additions happen in the same
+ * order as in one process, so the result is bit-identical to it.
+ */
+typedef struct dsv4i_tp_ops {
+  int32_t rank, size;
+  /** acc (host f32 [n]) := the running sums of the ranks before this one (rank 0: zeros). */
+  dsv4_status (*chain_recv)(void *ctx, float *acc, size_t n);
+  /** Pass acc (host f32 [n]) to the next rank (the last rank: no-op). */
+  dsv4_status (*chain_send)(void *ctx, const float *acc, size_t n);
+  /** x (host, bytes) := the last rank's x, on every rank. */
+  dsv4_status (*share)(void *ctx, void *x, size_t bytes);
+  void *ctx;
+} dsv4i_tp_ops;
+
 /** Arguments of a backend's create. Everything borrowed for the call, model for the backend's life. */
 typedef struct dsv4i_backend_desc {
   const struct dsv4_model *model; /**< config + checkpoint; must outlive the backend */
@@ -122,8 +146,9 @@ typedef struct dsv4i_backend_desc {
   /* pipeline stage: backbone layers [first_layer, last_layer); {0, 0} = all. The stage
    * with first_layer 0 owns embed; the one ending at n_layers owns head and DSpark. */
   int32_t first_layer, last_layer;
-  /* tensor parallelism: rank of tp_size, communicator (an ncclComm_t or MPI_Comm *, as
-   * void *); tp_size 0 or 1 = none. TP > 1 is refused until the distributed engine. */
+  /* tensor parallelism: rank of tp_size and the communicator, as void *: the CPU backend
+   * takes a const dsv4i_tp_ops * (above), a device backend an ncclComm_t; tp_size 0 or 1 =
+   * none. The CPU splits heads, wo_a groups, expert and shared-expert intermediate dims. */
   int32_t tp_rank, tp_size;
   void *tp_comm;
   void *stream;                   /**< device stream the backend queues on (cudaStream_t);

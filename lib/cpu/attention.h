@@ -56,6 +56,10 @@ typedef struct dsv4i_attn_layer {
   const uint16_t *i_knorm;  /**< bf16 [index_head_dim] (owns keys) */
   int32_t n_freq;           /**< rope_dim / 2 */
   float freqs[DSV4I_ATTN_MAX_FREQ]; /**< this layer's RoPE frequencies (spec §8.3) */
+  /** tensor parallelism: n_heads / o_groups are this rank's share (wq_b rows, sink, wo_a
+   *  rows and wo_b columns sliced to match) and wo_b's output, a partial sum, is
+   *  all-reduced; NULL = whole */
+  const struct dsv4i_tp_ops *tp;
 } dsv4i_attn_layer;
 
 /**

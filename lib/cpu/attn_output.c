@@ -7,6 +7,7 @@
 #include <stdlib.h>
 
 #include "cpu/attn_impl.h"
+#include "cpu/cpu_tp.h"
 
 dsv4_status dsv4i_attn_output(const attn_call *c, uint16_t *o, uint16_t *out) {
   const dsv4i_attn_layer *L = c->L;
@@ -24,7 +25,9 @@ dsv4_status dsv4i_attn_output(const attn_call *c, uint16_t *o, uint16_t *out) {
       st = dsv4i_cpu_linear(&wg, c->n, o + (size_t)g * (size_t)gw, ldo, u + (size_t)g * (size_t)olr,
                             (int64_t)G * olr);
   }
-  if (st == DSV4_OK) st = dsv4i_cpu_linear(&L->wo_b, c->n, u, (int64_t)G * olr, out, L->dim);
+  /* tensor parallelism: this rank's groups are its share of wo_b's input */
+  if (st == DSV4_OK && L->tp) st = dsv4i_cpu_tp_linear(L->tp, &L->wo_b, c->n, u, (int64_t)G * olr, out, L->dim);
+  else if (st == DSV4_OK) st = dsv4i_cpu_linear(&L->wo_b, c->n, u, (int64_t)G * olr, out, L->dim);
   free(u);
   return st;
 }

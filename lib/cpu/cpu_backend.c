@@ -253,11 +253,16 @@ static dsv4_status cpu_create(const dsv4i_backend_desc *d, dsv4i_backend **out) 
                        page_bytes_for(c), (long long)d->max_positions);
   cpu_backend *b = dsv4i_calloc(1, sizeof *b, "cpu backend");
   if (!b) return DSV4_ERR_OUT_OF_MEMORY;
-  dsv4_status s = dsv4i_backend_init(&b->base, &cpu_ops, DSV4_BACKEND_CPU, d, 1);
+  /* any TP size the block shapes allow (cpu_tp.c checks them per layer) */
+  dsv4_status s = dsv4i_backend_init(&b->base, &cpu_ops, DSV4_BACKEND_CPU, d, INT32_MAX);
+  if (!s && b->base.tp_size > 1 && !d->tp_comm)
+    s = dsv4i_error(DSV4_ERR_INVALID_ARG, "cpu backend: tp_size %d without TP collectives",
+                    (int)b->base.tp_size);
   if (s) {
     free(b);
     return s;
   }
+  b->tp = b->base.tp_size > 1 ? (const dsv4i_tp_ops *)d->tp_comm : NULL;
   b->model = d->model;
   b->cfg = c;
   b->n_threads = d->n_threads;

@@ -48,6 +48,7 @@ typedef struct cpu_backend {
   int32_t max_tok, max_out;
   /* weights */
   cpu_block *blocks;          /**< [n_layers] */
+  const dsv4i_tp_ops *tp;     /**< TP collectives when tp_size > 1 (cpu_tp.h), else NULL */
   const uint16_t *embed;      /**< bf16 [vocab][dim] */
   const uint16_t *norm;       /**< bf16 [dim] final norm */
   dsv4i_wview head;           /**< BF16/F32 [vocab][dim] */

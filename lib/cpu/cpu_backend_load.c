@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "cpu/cpu_backend.h"
+#include "cpu/cpu_tp.h"
 
 dsv4_status dsv4i_cpu_weight_data(const cpu_backend *b, int32_t role, int32_t layer,
                                   int32_t dtype, int64_t n, const void **out) {
@@ -109,6 +110,9 @@ dsv4_status dsv4i_cpu_be_load_blocks(cpu_backend *b, const dsv4i_backend_desc *d
   const int32_t n = be->last_layer - be->first_layer;
   for (int32_t L = be->first_layer; !s && L < be->last_layer; L++) {
     s = dsv4i_cpu_load_block(b, L, &b->blocks[L]);
+    /* tensor parallelism: this rank's share of the backbone block (the DSpark stages
+     * on the last stage stay whole: every TP rank drafts the same) */
+    if (!s && be->tp_size > 1) s = dsv4i_cpu_tp_shard(&b->blocks[L], be->tp_rank, be->tp_size, b->tp);
     if (s) dsv4i_error_prefix("cpu backend, layer %d", (int)L);
     if (!s && d->progress && d->progress("weights", L - be->first_layer + 1, n, d->progress_user))
       s = dsv4i_error(DSV4_ABORTED, "cpu backend: aborted by the progress callback");

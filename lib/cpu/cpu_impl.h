@@ -28,6 +28,11 @@
  * xq float [n][w->cols] (e4m3 values), sx float [n][w->cols/32]. No checks. */
 void dsv4i_cpu_qgemm(const dsv4i_wview *w, int64_t n, const float *xq, const float *sx,
                      uint16_t *y, int64_t ldy);
+/* The same GEMM continuing fp32 running sums: acc[t][o] (ldacc) holds the sums of
+ * earlier K columns (another TP rank's share; 0 to start) and gets them extended over
+ * this view's columns, unrounded, in the same order as one GEMM over all of K. */
+void dsv4i_cpu_qgemm_acc(const dsv4i_wview *w, int64_t n, const float *xq, const float *sx,
+                         float *acc, int64_t ldacc);
 
 /* Row-wise act_quant into decoded floats (linear.c), no checks, not threaded. */
 void dsv4i_cpu_act_quant_rows(int64_t n, int32_t k, const uint16_t *x, int64_t ldx, float *xq,

@@ -98,6 +98,14 @@ dsv4_status dsv4i_wview_rows(const dsv4i_wview *w, int32_t row0, int32_t n_rows,
                              dsv4i_wview *out);
 
 /**
+ * View of input columns [col0, col0 + n_cols) (a tensor-parallel split of a
+ * contraction: wo_b, w2). FP8/FP4 slices cover whole 32-column scale blocks.
+ * @return DSV4_OK; DSV4_ERR_INVALID_ARG (out of range, misaligned).
+ */
+dsv4_status dsv4i_wview_cols(const dsv4i_wview *w, int32_t col0, int32_t n_cols,
+                             dsv4i_wview *out);
+
+/**
  * Dequantise a weight to bf16 [rows][cols] (spec §3.2 "Dequantisation"):
  * FP8 W = e4m3 · 2^(S[r/32][c/32] − 127), FP4 W = e2m1 · 2^(S[r][c/32] − 127),
  * computed in fp32 (exact) and rounded to bf16 (exact for every finite
@@ -314,6 +322,9 @@ typedef struct dsv4i_moe {
   const dsv4i_wview *w3;    /**< [n_experts] FP4 [inter][dim] */
   int32_t has_shared;       /**< 1: add the shared expert below */
   dsv4i_wview sw1, sw2, sw3;/**< shared expert, FP8 */
+  const struct dsv4i_tp_ops *tp; /**< tensor parallelism: inter is this rank's share of every
+                             *   expert's intermediate dim and the output a partial sum,
+                             *   all-reduced before its bf16 rounding; NULL = whole */
 } dsv4i_moe;
 
 /**

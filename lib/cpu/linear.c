@@ -167,6 +167,34 @@ dsv4_status dsv4i_wview_rows(const dsv4i_wview *w, int32_t row0, int32_t n_rows,
   return DSV4_OK;
 }
 
+dsv4_status dsv4i_wview_cols(const dsv4i_wview *w, int32_t col0, int32_t n_cols,
+                             dsv4i_wview *out) {
+  if (!out || !dsv4i_wview_valid(w) || col0 < 0 || n_cols <= 0 || col0 > w->cols - n_cols)
+    return dsv4i_error(DSV4_ERR_INVALID_ARG, "wview_cols: columns [%d, +%d) outside the view",
+                       (int)col0, (int)n_cols);
+  dsv4i_wview v = *w;
+  v.cols = n_cols;
+  const uint8_t *b = (const uint8_t *)w->data;
+  switch (w->fmt) {
+  case DSV4I_W_F32:
+    v.data = (const float *)w->data + col0;
+    break;
+  case DSV4I_W_BF16:
+    v.data = (const uint16_t *)w->data + col0;
+    break;
+  case DSV4I_W_FP8:
+  case DSV4I_W_FP4: /* the scale blocks must stay whole: 32-column steps */
+    if (col0 % 32 || n_cols % 32)
+      return dsv4i_error(DSV4_ERR_INVALID_ARG, "wview_cols: a quantised column slice must "
+                         "cover whole 32-column scale blocks (%d, +%d)", (int)col0, (int)n_cols);
+    v.data = b + (w->fmt == DSV4I_W_FP8 ? col0 : col0 / 2);
+    v.scale = w->scale + col0 / 32;
+    break;
+  }
+  *out = v;
+  return DSV4_OK;
+}
+
 /* Decode output rows [o0, o0 + no) × K columns [k0, k0 + nk) of w into
  * wt[k][o] (fp32 values without the weight scale) and, for FP8/FP4, the
  * UE8M0 scale of each output row in sw[o]. Missing rows and columns are 0. */
@@ -298,15 +326,18 @@ static inline void dot_tile4(const float *restrict x0, const float *restrict x1,
   }
 }
 
-/* One output tile of the block-scaled GEMM for nt (<= CHUNK) tokens. */
+/* One output tile of the block-scaled GEMM for nt (<= CHUNK) tokens: into bf16 y, or
+ * (y NULL) continuing the fp32 sums in a[t * lda + o] and leaving them there unrounded. */
 DSV4I_CLONES
 static void qgemm_tile(const dsv4i_wview *w, int fast, int32_t ob, int64_t nt, const float *xq,
-                       const float *sx, uint16_t *y, int64_t ldy) {
+                       const float *sx, uint16_t *y, int64_t ldy, float *a, int64_t lda) {
   const int32_t K = w->cols, nkb = K / TK;
   const int32_t o0 = ob * TO, no = (int32_t)min64(TO, w->rows - o0);
   float acc[CHUNK][TO];
   float wt[TK][TO], sw[TO];
   memset(acc, 0, sizeof(float) * TO * (size_t)nt);
+  if (a)
+    for (int64_t t = 0; t < nt; t++) memcpy(acc[t], a + t * lda + o0, sizeof(float) * (size_t)no);
   for (int32_t kb = 0; kb < nkb; kb++) {
     decode_tile_any(w, fast, o0, no, kb * TK, TK, wt, sw);
     const float *xb = xq + (int64_t)kb * TK;
@@ -328,8 +359,11 @@ static void qgemm_tile(const dsv4i_wview *w, int fast, int32_t ob, int64_t nt, c
       for (int32_t o = 0; o < TO; o++) acc[t][o] += (p[o] * s) * sw[o];
     }
   }
-  for (int64_t t = 0; t < nt; t++)
-    for (int32_t o = 0; o < no; o++) y[t * ldy + o0 + o] = dsv4i_f32_to_bf16(acc[t][o]);
+  if (a)
+    for (int64_t t = 0; t < nt; t++) memcpy(a + t * lda + o0, acc[t], sizeof(float) * (size_t)no);
+  else
+    for (int64_t t = 0; t < nt; t++)
+      for (int32_t o = 0; o < no; o++) y[t * ldy + o0 + o] = dsv4i_f32_to_bf16(acc[t][o]);
 }
 
 /* One output tile of the sequential-k fp32 GEMM; writes fp32 or bf16. */
@@ -371,8 +405,8 @@ static void fgemm_tile(const dsv4i_wview *w, int fast, int32_t ob, int64_t nt, c
   }
 }
 
-void dsv4i_cpu_qgemm(const dsv4i_wview *w, int64_t n, const float *xq, const float *sx,
-                     uint16_t *y, int64_t ldy) {
+static void qgemm_any(const dsv4i_wview *w, int64_t n, const float *xq, const float *sx,
+                      uint16_t *y, int64_t ldy, float *a, int64_t lda) {
   const int32_t K = w->cols, nkb = K / TK, nob = (w->rows + TO - 1) / TO;
   for (int64_t t0 = 0; t0 < n; t0 += CHUNK) {
     const int64_t nt = min64(CHUNK, n - t0);
@@ -381,8 +415,19 @@ void dsv4i_cpu_qgemm(const dsv4i_wview *w, int64_t n, const float *xq, const flo
     const int fast = use_fast_decode(nt);
     DSV4I_OMP(omp parallel for schedule(static) if (par))
     for (int32_t ob = 0; ob < nob; ob++)
-      qgemm_tile(w, fast, ob, nt, xq + t0 * K, sx + t0 * nkb, y + t0 * ldy, ldy);
+      qgemm_tile(w, fast, ob, nt, xq + t0 * K, sx + t0 * nkb, y ? y + t0 * ldy : NULL, ldy,
+                 a ? a + t0 * lda : NULL, lda);
   }
+}
+
+void dsv4i_cpu_qgemm(const dsv4i_wview *w, int64_t n, const float *xq, const float *sx,
+                     uint16_t *y, int64_t ldy) {
+  qgemm_any(w, n, xq, sx, y, ldy, NULL, 0);
+}
+
+void dsv4i_cpu_qgemm_acc(const dsv4i_wview *w, int64_t n, const float *xq, const float *sx,
+                         float *acc, int64_t ldacc) {
+  qgemm_any(w, n, xq, sx, NULL, 0, acc, ldacc);
 }
 
 static void fgemm_any(const dsv4i_wview *w, int64_t n, const float *xf, float *yf, uint16_t *yb,

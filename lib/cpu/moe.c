@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/backend.h" /* dsv4i_tp_ops */
 #include "cpu/cpu_impl.h"
 #include "cpu/engram.h" /* dsv4i_cpu_sum_torch, dsv4i_cpu_expf_vec */
 #include "model/formats.h"
@@ -138,12 +139,12 @@ static int scratch_alloc(moe_scratch *s, int64_t cap, int32_t dim, int32_t inter
   return 1;
 }
 
-/* One SwiGLU expert over ne gathered rows (quantised in xq/sx), weighted
- * by tw (NULL: unweighted), adding its bf16 output into y[tok[r]]. */
-static void run_expert(const dsv4i_moe *m, const dsv4i_wview *w1, const dsv4i_wview *w2,
-                       const dsv4i_wview *w3, int64_t ne, const float *xq, const float *sx,
-                       const int32_t *tok, const float *tw, moe_scratch *s) {
-  const int32_t dim = m->dim, inter = m->inter;
+/* w1, w3 and the SwiGLU activation (weighted by tw, NULL: unweighted) of ne gathered
+ * rows (quantised in xq/sx), act_quant'ed into aq [ne][inter] / sa [ne][inter/32]. */
+static void expert_act(const dsv4i_moe *m, const dsv4i_wview *w1, const dsv4i_wview *w3,
+                       int64_t ne, const float *xq, const float *sx, const float *tw,
+                       moe_scratch *s, float *aq, float *sa) {
+  const int32_t inter = m->inter;
   const float lim = m->swiglu_limit;
   dsv4i_cpu_qgemm(w1, ne, xq, sx, s->g, inter);
   dsv4i_cpu_qgemm(w3, ne, xq, sx, s->u, inter);
@@ -161,16 +162,75 @@ static void run_expert(const dsv4i_moe *m, const dsv4i_wview *w1, const dsv4i_wv
       if (tw) act = tw[r] * act;
       s->a[r * inter + i] = dsv4i_f32_to_bf16(act);
     }
-    dsv4i_cpu_act_quant_rows(1, inter, s->a + r * inter, inter, s->aq + r * inter,
-                             s->sa + r * (inter / 32));
+    dsv4i_cpu_act_quant_rows(1, inter, s->a + r * inter, inter, aq + r * inter,
+                             sa + r * (inter / 32));
   }
-  dsv4i_cpu_qgemm(w2, ne, s->aq, s->sa, s->o, dim);
+}
+
+/* y[tok[r]] += the bf16 expert output rows o[r] (fp32 sums; a token appears once). */
+static void add_rows(int64_t ne, int32_t dim, const uint16_t *o, const int32_t *tok, float *y) {
   DSV4I_OMP(omp parallel for schedule(static) if (ne * dim > 65536))
   for (int64_t r = 0; r < ne; r++) {
-    float *yr = s->y + (int64_t)tok[r] * dim;
-    const uint16_t *orow = s->o + r * dim;
+    float *yr = y + (int64_t)tok[r] * dim;
+    const uint16_t *orow = o + r * dim;
     for (int32_t d = 0; d < dim; d++) yr[d] += dsv4i_bf16_to_f32(orow[d]);
   }
+}
+
+/* One SwiGLU expert over ne gathered rows (quantised in xq/sx), weighted
+ * by tw (NULL: unweighted), adding its bf16 output into y[tok[r]]. */
+static void run_expert(const dsv4i_moe *m, const dsv4i_wview *w1, const dsv4i_wview *w2,
+                       const dsv4i_wview *w3, int64_t ne, const float *xq, const float *sx,
+                       const int32_t *tok, const float *tw, moe_scratch *s) {
+  expert_act(m, w1, w3, ne, xq, sx, tw, s, s->aq, s->sa);
+  dsv4i_cpu_qgemm(w2, ne, s->aq, s->sa, s->o, m->dim);
+  add_rows(ne, m->dim, s->o, tok, s->y);
+}
+
+/* Tensor parallelism: the activations of every expert of a pass on this rank's share of
+ * the intermediate dim, then w2 as one rank-ordered all-reduce (backend.h dsv4i_tp_ops):
+ * each rank continues the previous ranks' fp32 sums over its share, the last rank rounds
+ * each expert's rows and adds them in expert order exactly as run_expert, and shares y. */
+typedef struct moe_tp {
+  float *aq, *sa, *acc;   /* [rows][inter], [rows][inter/32], [rows][dim] */
+  uint16_t *o;            /* [rows][dim] rounded rows (last rank) */
+  int32_t *tok;           /* [rows] token of each row */
+  int64_t *seg;           /* [n_experts + 2] first row of each expert (shared last) */
+} moe_tp;
+
+static void tp_act(const dsv4i_moe *m, moe_tp *t, int64_t *rows, int32_t e, const dsv4i_wview *w1,
+                   const dsv4i_wview *w3, int64_t ne, const float *xq, const float *sx,
+                   const int32_t *tok, const float *tw, moe_scratch *s) {
+  const int64_t r0 = *rows;
+  t->seg[e] = r0;
+  expert_act(m, w1, w3, ne, xq, sx, tw, s, t->aq + r0 * m->inter, t->sa + r0 * (m->inter / 32));
+  memcpy(t->tok + r0, tok, sizeof(int32_t) * (size_t)ne);
+  *rows = r0 + ne;
+}
+
+static dsv4_status tp_finish(const dsv4i_moe *m, moe_tp *t, const int32_t *count, int64_t rows,
+                             int64_t nt, float *y) {
+  const dsv4i_tp_ops *tp = m->tp;
+  const int32_t E = m->n_experts, dim = m->dim, inter = m->inter;
+  const size_t n = (size_t)rows * (size_t)dim;
+  dsv4_status st = tp->chain_recv(tp->ctx, t->acc, n);
+  for (int32_t e = 0; !st && e <= E; e++) { /* experts ascending, then the shared one */
+    const dsv4i_wview *w2 = e < E ? &m->w2[e] : &m->sw2;
+    const int64_t ne = e < E ? count[e] : (m->has_shared ? nt : 0);
+    if (ne)
+      dsv4i_cpu_qgemm_acc(w2, ne, t->aq + t->seg[e] * inter, t->sa + t->seg[e] * (inter / 32),
+                          t->acc + t->seg[e] * dim, dim);
+  }
+  if (!st) st = tp->chain_send(tp->ctx, t->acc, n);
+  if (!st && tp->rank == tp->size - 1) {
+    dsv4i_f32_to_bf16_n(t->acc, n, t->o);
+    for (int32_t e = 0; e <= E; e++) {
+      const int64_t ne = e < E ? count[e] : (m->has_shared ? nt : 0);
+      if (ne) add_rows(ne, dim, t->o + t->seg[e] * dim, t->tok + t->seg[e], y);
+    }
+  }
+  if (!st) st = tp->share(tp->ctx, y, sizeof(float) * (size_t)nt * (size_t)dim);
+  return st;
 }
 
 dsv4_status dsv4i_cpu_moe_experts(const dsv4i_moe *m, int64_t n_tok, const uint16_t *x,
@@ -209,6 +269,25 @@ dsv4_status dsv4i_cpu_moe_experts(const dsv4i_moe *m, int64_t n_tok, const uint1
     return DSV4_ERR_OUT_OF_MEMORY;
   }
   const int32_t nkb = dim / 32;
+  moe_tp tpb = {0};
+  void *tpmem = NULL;
+  if (m->tp) { /* every row of a pass: top_k per token, plus the shared expert's */
+    const size_t R = (size_t)cap * (size_t)(K + 1);
+    tpmem = dsv4i_malloc(R * ((size_t)inter + (size_t)inter / 32 + (size_t)dim) * sizeof(float) +
+                             R * (size_t)dim * sizeof(uint16_t) + R * sizeof(int32_t) +
+                             ((size_t)E + 2) * sizeof(int64_t), "moe: TP rows");
+    if (!tpmem) {
+      free(count);
+      free(s.block);
+      return DSV4_ERR_OUT_OF_MEMORY;
+    }
+    tpb.seg = tpmem;
+    tpb.aq = (float *)(void *)(tpb.seg + E + 2);
+    tpb.sa = tpb.aq + R * (size_t)inter;
+    tpb.acc = tpb.sa + R * (size_t)inter / 32;
+    tpb.tok = (int32_t *)(void *)(tpb.acc + R * (size_t)dim);
+    tpb.o = (uint16_t *)(void *)(tpb.tok + R);
+  }
   for (int64_t t0 = 0; t0 < n_tok; t0 += cap) {
     const int64_t nt = n_tok - t0 < cap ? n_tok - t0 : cap;
     const int32_t *ic = idx + t0 * K;
@@ -218,6 +297,7 @@ dsv4_status dsv4i_cpu_moe_experts(const dsv4i_moe *m, int64_t n_tok, const uint1
     memset(count, 0, sizeof(int32_t) * ((size_t)E + 1));
     for (int64_t i = 0; i < nt * K; i++)
       if (ic[i] >= 0) count[ic[i]]++;
+    int64_t rows = 0; /* TP: rows gathered so far */
     for (int32_t e = 0; e < E; e++) { /* ascending expert id */
       if (!count[e]) continue;
       int64_t ne = 0;
@@ -230,18 +310,22 @@ dsv4_status dsv4i_cpu_moe_experts(const dsv4i_moe *m, int64_t n_tok, const uint1
             memcpy(s.esx + ne * nkb, s.sx + t * nkb, sizeof(float) * (size_t)nkb);
             ne++;
           }
-      run_expert(m, &m->w1[e], &m->w2[e], &m->w3[e], ne, s.eq, s.esx, s.tok, s.tw, &s);
+      if (m->tp) tp_act(m, &tpb, &rows, e, &m->w1[e], &m->w3[e], ne, s.eq, s.esx, s.tok, s.tw, &s);
+      else run_expert(m, &m->w1[e], &m->w2[e], &m->w3[e], ne, s.eq, s.esx, s.tok, s.tw, &s);
     }
     if (m->has_shared) {
       for (int64_t t = 0; t < nt; t++) s.tok[t] = (int32_t)t;
-      run_expert(m, &m->sw1, &m->sw2, &m->sw3, nt, s.xq, s.sx, s.tok, NULL, &s);
+      if (m->tp) tp_act(m, &tpb, &rows, E, &m->sw1, &m->sw3, nt, s.xq, s.sx, s.tok, NULL, &s);
+      else run_expert(m, &m->sw1, &m->sw2, &m->sw3, nt, s.xq, s.sx, s.tok, NULL, &s);
     }
+    if (m->tp && (st = tp_finish(m, &tpb, count, rows, nt, s.y))) break;
     for (int64_t t = 0; t < nt; t++)
       dsv4i_f32_to_bf16_n(s.y + t * dim, (size_t)dim, out + (t0 + t) * ldo);
   }
+  free(tpmem);
   free(count);
   free(s.block);
-  return DSV4_OK;
+  return st;
 }
 
 dsv4_status dsv4i_cpu_moe(const dsv4i_moe *m, int64_t n_tok, const uint16_t *x, int64_t ldx,

@@ -34,7 +34,7 @@ typedef struct dsv4i_dist_info {
   int32_t first_layer, last_layer;
   int32_t has_head;
   void *tp_comm;              /**< the backend's TP collectives (a dsv4i_tp_ops *) */
-  int64_t allreduce_calls, allreduce_bytes; /**< TP all-reduces of this rank */
+  int64_t allreduce_calls;    /**< TP all-reduces this rank took part in */
   int64_t steps;              /**< steps run */
   int64_t payload_msgs, payload_bytes; /**< stage payloads this rank sent */
   int64_t control_msgs;       /**< agreements and broadcasts (not all-reduces) */

@@ -19,6 +19,7 @@
 
 struct dsv4i_dist {
   dsv4i_comm *world, *tp;
+  dsv4i_tp_ops tp_ops;          /* the TP collectives the backend sees (backend.h) */
   dsv4i_dist_topo topo;
   dsv4i_dist_place pl;
   int32_t root;                 /* the last stage's TP rank 0: it broadcasts outputs */
@@ -31,6 +32,7 @@ struct dsv4i_dist {
   uint8_t *share;               /* broadcast buffer */
   size_t share_cap;
   int64_t payload_msgs, payload_bytes, control_msgs;
+  int64_t tp_allreduces;        /* TP all-reduces (one per wo_b, one per MoE pass) */
 };
 
 uint64_t dsv4i_dist_hash(uint64_t h, const void *p, size_t n) {
@@ -38,6 +40,42 @@ uint64_t dsv4i_dist_hash(uint64_t h, const void *p, size_t n) {
   const uint8_t *b = p;
   for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 1099511628211ull;
   return h;
+}
+
+/* The backend's TP collectives (backend.h dsv4i_tp_ops) over the stage's TP
+ * communicator: the rank-ordered chain of running sums and the last rank's share. */
+#define TAG_TP 42
+
+static dsv4_status tp_chain_recv(void *ctx, float *acc, size_t n) {
+  dsv4i_dist *d = ctx;
+  const int32_t r = dsv4i_comm_rank(d->tp);
+  if (r == 0) {
+    memset(acc, 0, n * sizeof *acc);
+    return DSV4_OK;
+  }
+  size_t got = 0;
+  dsv4_status s = dsv4i_comm_recv(d->tp, r - 1, TAG_TP, acc, n * sizeof *acc, &got,
+                                  "receiving a TP rank's partial sums");
+  if (!s && got != n * sizeof *acc)
+    s = dsv4i_error(DSV4_ERR_RANK_MISMATCH, "TP rank %d: %zu bytes of partial sums from TP rank "
+                    "%d, expected %zu (the ranks disagree on the batch)", (int)r, got, (int)r - 1,
+                    n * sizeof *acc);
+  return s;
+}
+
+static dsv4_status tp_chain_send(void *ctx, const float *acc, size_t n) {
+  dsv4i_dist *d = ctx;
+  const int32_t r = dsv4i_comm_rank(d->tp);
+  if (r + 1 == dsv4i_comm_size(d->tp)) return DSV4_OK;
+  return dsv4i_comm_send(d->tp, r + 1, TAG_TP, acc, n * sizeof *acc,
+                         "sending partial sums to the next TP rank");
+}
+
+static dsv4_status tp_share(void *ctx, void *x, size_t bytes) {
+  dsv4i_dist *d = ctx;
+  d->tp_allreduces++;
+  return dsv4i_comm_bcast(d->tp, dsv4i_comm_size(d->tp) - 1, x, bytes,
+                          "sharing the TP all-reduce's result");
 }
 
 /* Hash of a file of the model directory (0 when absent: every rank then agrees on 0). */
@@ -133,6 +171,12 @@ dsv4_status dsv4i_dist_create(struct dsv4_engine *e, dsv4i_dist **out) {
     return s;
   }
   d->root = (d->topo.pp - 1) * d->topo.tp;
+  d->tp_ops.rank = d->pl.tp_rank;
+  d->tp_ops.size = d->topo.tp;
+  d->tp_ops.chain_recv = tp_chain_recv;
+  d->tp_ops.chain_send = tp_chain_send;
+  d->tp_ops.share = tp_share;
+  d->tp_ops.ctx = d;
   d->hc = c->hc_mult;
   d->dim = c->dim;
   d->engram_in = d->pl.stage > 0 && engram_from(c, d->pl.first);
@@ -171,11 +215,8 @@ void dsv4i_dist_get_info(dsv4i_dist *d, dsv4i_dist_info *o) {
   o->first_layer = d->pl.first;
   o->last_layer = d->pl.last;
   o->has_head = d->pl.has_head;
-  o->tp_comm = d->tp;
-  dsv4i_comm_stats st;
-  dsv4i_comm_stats_get(d->tp, &st);
-  o->allreduce_calls = st.allreduce_calls;
-  o->allreduce_bytes = st.allreduce_bytes;
+  o->tp_comm = &d->tp_ops;
+  o->allreduce_calls = d->tp_allreduces;
   o->steps = (int64_t)d->step;
   o->payload_msgs = d->payload_msgs;
   o->payload_bytes = d->payload_bytes;

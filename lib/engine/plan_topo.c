@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "dist/payload.h"
 #include "dist/topology.h"
 #include "engine/plan.h"
 #include "model/config.h"
@@ -596,7 +597,6 @@ dsv4_status dsv4i_plan_compute(const dsv4i_config *cfg, const dsv4i_contract *co
   int64_t draft_w = c.dspark ? cfg->dspark_block_size : 1;
   int64_t n_tok = p.prefill_chunk, out_rows = (int64_t)max_bucket * (verify_w > draft_w ? verify_w : draft_w);
   if ((int64_t)max_bucket * verify_w > n_tok) n_tok = (int64_t)max_bucket * verify_w;
-  int64_t payload_tok = (int64_t)cfg->hc_mult * cfg->dim * 2 + (int64_t)cfg->hc_mult * 4 + 3 * 4;
   for (int32_t s = 0; s < S; s++) {
     int64_t ws = workspace(&a, &c, s, n_tok, out_rows);
     int64_t graphs_per_bucket = 1 + (c.dspark ? 1 : 0) + (c.dspark && s == last ? 1 : 0);
@@ -606,11 +606,17 @@ dsv4_status dsv4i_plan_compute(const dsv4i_config *cfg, const dsv4i_contract *co
     for (int32_t side = 0; side < 2; side++) {
       int32_t b = side == 0 ? s - 1 : s; /* boundary between stage b and b + 1 */
       if (b < 0 || b >= last) continue;
-      int64_t pay = payload_tok;
-      if (c.dspark) /* DSpark taps of target layers on stages <= b travel to the last stage */
-        for (int32_t i = 0; i < cfg->n_dspark_targets; i++)
-          if (c.stage_of[cfg->dspark_targets[i]] <= b) pay += (int64_t)cfg->dim * 2;
-      p2p = add(&a, p2p, mul(&a, 2 * n_tok, pay)); /* double-buffered */
+      /* the engine's stage payload (lib/dist/payload.h) of a step of n_tok tokens; Engram
+       * row ids travel when an Engram layer lies after the boundary. DSpark taps never
+       * cross: every allowed split keeps them on the last stage (dist/topology.h) */
+      int32_t engram_cols = 0;
+      for (int32_t i = 0; i < cfg->n_engram; i++)
+        if (c.stage_of[cfg->engram_layers[i]] > b)
+          engram_cols = cfg->n_engram * (cfg->engram_max_ngram - 1) * cfg->engram_n_heads;
+      const int64_t pay = (int64_t)dsv4i_payload_bytes(
+          (int32_t)n_tok, (int32_t)(out_rows < n_tok ? out_rows : n_tok), cfg->hc_mult, cfg->dim,
+          engram_cols);
+      p2p = add(&a, p2p, mul(&a, 2, pay)); /* double-buffered */
     }
     for (int32_t r = 0; r < tp; r++) {
       dsv4i_topo_gpu *gp = &out->gpu[s * tp + r];
