@@ -978,7 +978,8 @@ DSV4_NODISCARD DSV4_API dsv4_status dsv4_engine_create_from_dir(const char *dir,
                                                  dsv4_engine **out);
 
 /** Release an engine, its sequences and pools (and its model if it owns one). NULL is a no-op.
- *  Handle-exclusive. @since 0.1 */
+ *  Handle-exclusive. Distributed engine: every rank frees its engine (no communication).
+ *  @since 0.1 */
 DSV4_API void dsv4_engine_free(dsv4_engine *engine);
 
 /**
@@ -1058,6 +1059,7 @@ DSV4_NODISCARD DSV4_API dsv4_status dsv4_engine_plan_query(const dsv4_model *mod
  * @return DSV4_OK; DSV4_KV_FULL (positive: max_sequences are live; free one
  *         and retry; no state change); DSV4_ERR_INVALID_ARG (NULL);
  *         DSV4_ERR_OUT_OF_MEMORY. Handle-exclusive. @since 0.1
+ * Distributed engine: made by every rank in the same order (no communication).
  */
 DSV4_NODISCARD DSV4_API dsv4_status dsv4_engine_seq_create(dsv4_engine *engine, int64_t *id);
 
@@ -1073,6 +1075,7 @@ DSV4_NODISCARD DSV4_API dsv4_status dsv4_engine_seq_create(dsv4_engine *engine, 
  *         no state change); DSV4_ERR_UNKNOWN_SEQUENCE (parent unknown or freed);
  *         DSV4_ERR_INVALID_ARG (NULL; parent damaged, see prefill);
  *         DSV4_ERR_OUT_OF_MEMORY. Handle-exclusive. @since 0.1
+ * Distributed engine: made by every rank in the same order (no communication).
  */
 DSV4_NODISCARD DSV4_API dsv4_status dsv4_engine_seq_fork(dsv4_engine *engine, int64_t parent, int64_t *child);
 
@@ -1080,6 +1083,7 @@ DSV4_NODISCARD DSV4_API dsv4_status dsv4_engine_seq_fork(dsv4_engine *engine, in
  * Free a sequence and its cache pages (also a damaged one).
  * @return DSV4_OK; DSV4_ERR_UNKNOWN_SEQUENCE (unknown or already freed; no
  *         state change); DSV4_ERR_INVALID_ARG (engine NULL). Handle-exclusive. @since 0.1
+ * Distributed engine: made by every rank in the same order (no communication).
  */
 DSV4_NODISCARD DSV4_API dsv4_status dsv4_engine_seq_free(dsv4_engine *engine, int64_t id);
 
@@ -1147,6 +1151,9 @@ DSV4_NODISCARD DSV4_API dsv4_status dsv4_sampling_params_init(dsv4_sampling_para
  *   otherwise it is marked damaged (every later call on it but free fails
  *   with DSV4_ERR_INVALID_ARG); other sequences are unaffected.
  * Message in dsv4_last_error(). @since 0.1
+ * Distributed engine: collective (every rank, same arguments); also
+ *   DSV4_ERR_RANK_MISMATCH (ranks given other arguments; nothing changed, every rank)
+ *   and DSV4_ERR_RANK_FAILED (another rank failed or timed out); outputs on every rank.
  */
 DSV4_NODISCARD DSV4_API dsv4_status dsv4_engine_prefill(dsv4_engine *engine, int64_t id, const int32_t *tokens,
                                          int64_t n_tokens, const dsv4_sampling_params *sampling,
@@ -1177,6 +1184,9 @@ DSV4_NODISCARD DSV4_API dsv4_status dsv4_engine_prefill(dsv4_engine *engine, int
  *   batch's sequences are rolled back one position (or marked damaged, as
  *   for prefill). The message names the batch row.
  * @since 0.1
+ * Distributed engine: collective (every rank, same arguments); also
+ *   DSV4_ERR_RANK_MISMATCH (ranks given other arguments; nothing changed, every rank)
+ *   and DSV4_ERR_RANK_FAILED (another rank failed or timed out); outputs on every rank.
  */
 DSV4_NODISCARD DSV4_API dsv4_status dsv4_engine_decode(dsv4_engine *engine, int32_t n_seq, const int64_t *ids,
                                         const int32_t *tokens, const dsv4_sampling_params *sampling,
@@ -1507,6 +1517,9 @@ DSV4_NODISCARD DSV4_API dsv4_status dsv4_plan_config(const char *config_path, co
  *         or no finite value); DSV4_ERR_OUT_OF_MEMORY. Drafting never changes a
  *         sequence's positions or caches.
  * @since 0.1
+ * Distributed engine: collective (every rank, same arguments); also
+ *   DSV4_ERR_RANK_MISMATCH (ranks given other arguments; nothing changed, every rank)
+ *   and DSV4_ERR_RANK_FAILED (another rank failed or timed out); outputs on every rank.
  */
 DSV4_NODISCARD DSV4_API dsv4_status dsv4_engine_draft(dsv4_engine *engine, int32_t n_seq, const int64_t *ids,
                                        const int32_t *anchors,
@@ -1553,6 +1566,9 @@ DSV4_NODISCARD DSV4_API dsv4_status dsv4_engine_draft(dsv4_engine *engine, int32
  *   batch's sequences are rolled back to their previous lengths (or marked
  *   damaged, as for dsv4_engine_prefill()).
  * @since 0.1
+ * Distributed engine: collective (every rank, same arguments); also
+ *   DSV4_ERR_RANK_MISMATCH (ranks given other arguments; nothing changed, every rank)
+ *   and DSV4_ERR_RANK_FAILED (another rank failed or timed out); outputs on every rank.
  */
 DSV4_NODISCARD DSV4_API dsv4_status dsv4_engine_verify(dsv4_engine *engine, int32_t n_seq, const int64_t *ids,
                                         const int32_t *anchors, const int32_t *n_drafts,
