@@ -396,6 +396,9 @@ dsv4_status dsv4i_engine_step(struct dsv4_engine *e, int32_t n_rows, const dsv4i
   const int64_t t0 = dsv4i_now_ns();
   dsv4_status s = dsv4i_engine_live(e);
   if (s) return s;
+  if (e->dist) /* its logits would have to come from the last stage (outputs()) */
+    return dsv4i_error(DSV4_ERR_UNSUPPORTED, "step: the scheduler's mixed step does not run on "
+                       "a distributed engine yet; use prefill / decode");
   if (n_rows < 1 || n_rows > e->plan.max_out_rows || !rows)
     return dsv4i_error(DSV4_ERR_INVALID_ARG, "step: %d rows; the engine takes 1..%d", (int)n_rows,
                        (int)e->plan.max_out_rows);
