@@ -470,9 +470,11 @@ typedef struct dsv4_tensor_info {
 
 /**
  * Fill *info for tensor i (0 .. n_tensors-1, sorted by name with strcmp).
- * struct_size as for dsv4_model_get_info. The table is the config's tensor
- * contract, which a loaded checkpoint matches exactly (spec §4.2); every
- * tensor has a (role, layer, expert) key in the weight table.
+ * struct_size as for dsv4_model_get_info (the 0.1 size ends at name; the
+ * weight-table key, layer .. reserved1, is filled when struct_size covers
+ * it). The table is the config's tensor contract, which a loaded checkpoint
+ * matches exactly (spec §4.2); every tensor has a (role, layer, expert) key
+ * in the weight table.
  * @return DSV4_OK; DSV4_ERR_INVALID_ARG (NULL, i out of range, struct_size too small);
  *         DSV4_ERR_INTERNAL (a tensor without a weight-table entry: a library bug).
  * No state change. Handle-exclusive. @since 0.1

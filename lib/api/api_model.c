@@ -172,7 +172,9 @@ DSV4_API dsv4_status dsv4_model_get_layer(const dsv4_model *model, int32_t layer
 DSV4_API dsv4_status dsv4_model_get_tensor(const dsv4_model *model, int64_t i,
                                            dsv4_tensor_info *info, size_t struct_size) {
   dsv4i_error_clear();
-  dsv4_status s = out_struct(model, info, struct_size, sizeof *info, "dsv4_model_get_tensor");
+  /* the 0.1 size ends at name; the weight-table key is filled when struct_size covers it */
+  dsv4_status s = out_struct(model, info, struct_size, offsetof(dsv4_tensor_info, layer),
+                             "dsv4_model_get_tensor");
   if (s) return s;
   const dsv4i_contract *con = dsv4i_model_contract(model);
   if (i < 0 || (uint64_t)i >= con->n)
@@ -200,6 +202,6 @@ DSV4_API dsv4_status dsv4_model_get_tensor(const dsv4_model *model, int64_t i,
   v.role = dsv4i_weight_role_key(w->role);
   v.is_scale = is_scale;
   memset(info, 0, struct_size);
-  memcpy(info, &v, sizeof v);
+  memcpy(info, &v, min_size(struct_size, sizeof v));
   return DSV4_OK;
 }

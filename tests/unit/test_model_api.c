@@ -241,6 +241,17 @@ static void handle_calls_check_args(void **state) {
   assert_string_equal(dsv4_last_error(), "");
   expect_in(dsv4_model_last_error(m), "struct_size 4");
   assert_string_equal(dsv4_model_last_error(NULL), "");
+  /* a caller compiled against the 0.1 dsv4_tensor_info (it ended at name) gets
+   * exactly its bytes; the weight-table key came later */
+  const size_t t01 = offsetof(dsv4_tensor_info, layer);
+  assert_int_equal(dsv4_model_get_tensor(m, 0, &ti, t01 - 8), DSV4_ERR_INVALID_ARG);
+  memset(&ti, 0x5a, sizeof ti);
+  if (dsv4_model_get_tensor(m, 0, &ti, t01) != DSV4_OK)
+    fail_msg("the 0.1 dsv4_tensor_info size %zu is refused: %s", t01, dsv4_last_error());
+  assert_int_equal(ti.struct_size, t01);
+  assert_non_null(ti.name);
+  assert_int_equal(ti.layer, 0x5a5a5a5a);
+  assert_int_equal(ti.is_scale, 0x5a5a5a5a);
   /* larger output struct: ours filled, the tail zeroed, struct_size = ours */
   unsigned char big[sizeof(dsv4_model_info) + 24];
   memset(big, 0xcc, sizeof big);
