@@ -28,16 +28,19 @@ void dsv4i_kv_comp_encode(const uint16_t *x, int32_t hd, uint8_t *rec) {
   (void)dsv4i_fp4_act_quant_e4m3(x, (size_t)hd, rec, rec + hd / 2);
 }
 
-void dsv4i_kv_comp_decode(const uint8_t *rec, int32_t hd, float *y) {
-  const uint8_t *sc = rec + hd / 2;
-  for (int32_t b = 0; b < hd / 16; b++) {
-    const float s = dsv4i_e4m3_to_f32(sc[b]);
-    for (int32_t i = b * 8; i < b * 8 + 8; i++) {
-      const uint8_t v = rec[i];
-      y[2 * i] = dsv4i_bf16_to_f32(dsv4i_f32_to_bf16(dsv4i_e2m1_to_f32(dsv4i_e2m1_lo(v)) * s));
-      y[2 * i + 1] = dsv4i_bf16_to_f32(dsv4i_f32_to_bf16(dsv4i_e2m1_to_f32(dsv4i_e2m1_hi(v)) * s));
-    }
+/* One scale block of packed e2m1 pairs: y[2i], y[2i+1] from the low and high
+ * nibble of q[i], i < n_bytes, times s, rounded to bf16 like the QDQ form. */
+static inline void fp4_block_decode(const uint8_t *q, int32_t n_bytes, float s, float *y) {
+  for (int32_t i = 0; i < n_bytes; i++) {
+    y[2 * i] = dsv4i_bf16_to_f32(dsv4i_f32_to_bf16(dsv4i_e2m1_to_f32(dsv4i_e2m1_lo(q[i])) * s));
+    y[2 * i + 1] = dsv4i_bf16_to_f32(dsv4i_f32_to_bf16(dsv4i_e2m1_to_f32(dsv4i_e2m1_hi(q[i])) * s));
   }
+}
+
+void dsv4i_kv_comp_decode(const uint8_t *rec, int32_t hd, float *y) {
+  const uint8_t *sc = rec + hd / 2; /* e4m3 scales, blocks of 16 values */
+  for (int32_t b = 0; b < hd / 16; b++)
+    fp4_block_decode(rec + b * 8, 8, dsv4i_e4m3_to_f32(sc[b]), y + b * 16);
 }
 
 void dsv4i_kv_idxk_encode(const uint16_t *x, int32_t ihd, uint8_t *rec) {
@@ -45,13 +48,7 @@ void dsv4i_kv_idxk_encode(const uint16_t *x, int32_t ihd, uint8_t *rec) {
 }
 
 void dsv4i_kv_idxk_decode(const uint8_t *rec, int32_t ihd, float *y) {
-  const uint8_t *sc = rec + ihd / 2;
-  for (int32_t b = 0; b < ihd / 32; b++) {
-    const float s = dsv4i_e8m0_to_f32(sc[b]);
-    for (int32_t i = b * 16; i < b * 16 + 16; i++) {
-      const uint8_t v = rec[i];
-      y[2 * i] = dsv4i_bf16_to_f32(dsv4i_f32_to_bf16(dsv4i_e2m1_to_f32(dsv4i_e2m1_lo(v)) * s));
-      y[2 * i + 1] = dsv4i_bf16_to_f32(dsv4i_f32_to_bf16(dsv4i_e2m1_to_f32(dsv4i_e2m1_hi(v)) * s));
-    }
-  }
+  const uint8_t *sc = rec + ihd / 2; /* ue8m0 scales, blocks of 32 values */
+  for (int32_t b = 0; b < ihd / 32; b++)
+    fp4_block_decode(rec + b * 16, 16, dsv4i_e8m0_to_f32(sc[b]), y + b * 32);
 }

@@ -15,12 +15,16 @@ static dsv4i_seq *lookup(struct dsv4_engine *e, int64_t id) {
   return s->id == id ? s : NULL;
 }
 
+static dsv4_status unknown(int64_t id) {
+  return dsv4i_error(DSV4_ERR_UNKNOWN_SEQUENCE, "sequence %lld does not exist (never created, or freed)",
+                     (long long)id);
+}
+
 dsv4i_seq *dsv4i_seq_find(struct dsv4_engine *e, int64_t id, dsv4_status *st) {
   if ((*st = dsv4i_engine_live(e))) return NULL;
   dsv4i_seq *s = lookup(e, id);
   if (!s) {
-    *st = dsv4i_error(DSV4_ERR_UNKNOWN_SEQUENCE, "sequence %lld does not exist (never created, or freed)",
-                      (long long)id);
+    *st = unknown(id);
     return NULL;
   }
   if (s->damaged) {
@@ -49,8 +53,16 @@ static dsv4_status free_entry(struct dsv4_engine *e, int32_t *idx) {
                                    "free a sequence and retry", (int)e->plan.max_seqs);
 }
 
-static int64_t next_id(struct dsv4_engine *e, int32_t idx) {
-  return (++e->serial << DSV4I_SEQ_IDX_BITS) | idx;
+/* Fill free entry idx with a new id over a cache slot; returns the id. */
+static int64_t take_entry(struct dsv4_engine *e, int32_t idx, int32_t slot, int64_t len,
+                          dsv4i_engram_history *h) {
+  dsv4i_seq *q = &e->seqs[idx];
+  q->id = (++e->serial << DSV4I_SEQ_IDX_BITS) | idx;
+  q->slot = slot;
+  q->damaged = 0;
+  q->len = len;
+  q->hist = h;
+  return q->id;
 }
 
 dsv4_status dsv4i_seq_create(struct dsv4_engine *e, int64_t *id) {
@@ -64,13 +76,7 @@ dsv4_status dsv4i_seq_create(struct dsv4_engine *e, int64_t *id) {
     dsv4i_engram_history_free(h);
     return s;
   }
-  dsv4i_seq *q = &e->seqs[idx];
-  q->id = next_id(e, idx);
-  q->slot = slot;
-  q->damaged = 0;
-  q->len = 0;
-  q->hist = h;
-  *id = q->id;
+  *id = take_entry(e, idx, slot, 0, h);
   return DSV4_OK;
 }
 
@@ -86,13 +92,7 @@ dsv4_status dsv4i_seq_fork(struct dsv4_engine *e, int64_t parent, int64_t *child
     dsv4i_engram_history_free(h);
     return s;
   }
-  dsv4i_seq *q = &e->seqs[idx];
-  q->id = next_id(e, idx);
-  q->slot = slot;
-  q->damaged = 0;
-  q->len = p->len;
-  q->hist = h;
-  *child = q->id;
+  *child = take_entry(e, idx, slot, p->len, h);
   return DSV4_OK;
 }
 
@@ -100,9 +100,7 @@ dsv4_status dsv4i_seq_free(struct dsv4_engine *e, int64_t id) {
   dsv4_status s = dsv4i_engine_live(e);
   if (s) return s;
   dsv4i_seq *q = lookup(e, id);
-  if (!q)
-    return dsv4i_error(DSV4_ERR_UNKNOWN_SEQUENCE, "sequence %lld does not exist (never created, or freed)",
-                       (long long)id);
+  if (!q) return unknown(id);
   dsv4i_kv_slot_close(&e->kv, q->slot);
   dsv4i_engram_history_free(q->hist);
   q->id = 0;

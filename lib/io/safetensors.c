@@ -301,6 +301,19 @@ static dsv4_status check_coverage(const dsv4i_st_file *f) {
   return st;
 }
 
+/* After the bytes are in place (st: how that went): header and coverage checks;
+ * *out = *f on success, f closed on failure. */
+static dsv4_status finish_open(dsv4i_st_file *f, dsv4_status st, dsv4i_st_file *out) {
+  if (st == DSV4_OK) st = parse_header(f);
+  if (st == DSV4_OK) st = check_coverage(f);
+  if (st != DSV4_OK) {
+    dsv4i_st_close(f);
+    return st;
+  }
+  *out = *f;
+  return DSV4_OK;
+}
+
 dsv4_status dsv4i_st_open(const char *path, dsv4i_st_file *out) {
   if (!out) return dsv4i_error(DSV4_ERR_INVALID_ARG, "dsv4i_st_open: out is NULL");
   memset(out, 0, sizeof *out);
@@ -308,15 +321,7 @@ dsv4_status dsv4i_st_open(const char *path, dsv4i_st_file *out) {
   dsv4i_st_file f = {0};
   f.path = dsv4i_strdup(path, "a shard path");
   if (!f.path) return DSV4_ERR_OUT_OF_MEMORY;
-  dsv4_status st = map_file(&f);
-  if (st == DSV4_OK) st = parse_header(&f);
-  if (st == DSV4_OK) st = check_coverage(&f);
-  if (st != DSV4_OK) {
-    dsv4i_st_close(&f);
-    return st;
-  }
-  *out = f;
-  return DSV4_OK;
+  return finish_open(&f, map_file(&f), out);
 }
 
 dsv4_status dsv4i_st_parse(const char *name, const uint8_t *buf, size_t size, dsv4i_st_file *out) {
@@ -330,18 +335,11 @@ dsv4_status dsv4i_st_parse(const char *name, const uint8_t *buf, size_t size, ds
   f.map = buf;
   f.size = size;
   f.borrowed = 1;
-  dsv4_status st = DSV4_OK;
-  if (size < 8)
-    st = dsv4i_error(DSV4_ERR_ST_TRUNCATED,
-                     "%s: file is %zu bytes, too short for the 8-byte header length", name, size);
-  if (st == DSV4_OK) st = parse_header(&f);
-  if (st == DSV4_OK) st = check_coverage(&f);
-  if (st != DSV4_OK) {
-    dsv4i_st_close(&f);
-    return st;
-  }
-  *out = f;
-  return DSV4_OK;
+  const dsv4_status st =
+      size < 8 ? dsv4i_error(DSV4_ERR_ST_TRUNCATED,
+                             "%s: file is %zu bytes, too short for the 8-byte header length", name, size)
+               : DSV4_OK;
+  return finish_open(&f, st, out);
 }
 
 void dsv4i_st_close(dsv4i_st_file *f) {

@@ -107,11 +107,25 @@ int tu_copy_dir(const char *src, const char *dst) {
   return rc;
 }
 
-float tu_bf16_to_f32(uint16_t b) {
-  uint32_t u = (uint32_t)b << 16;
+float tu_bf16_to_f32(uint16_t b) { return tu_f32_of_bits((uint32_t)b << 16); }
+
+float tu_f32_of_bits(uint32_t u) {
   float f;
   memcpy(&f, &u, 4);
   return f;
+}
+
+uint32_t tu_bits_of_f32(float f) {
+  uint32_t u;
+  memcpy(&u, &f, 4);
+  return u;
+}
+
+uint32_t tu_rng32(uint64_t *state) {
+  *state ^= *state >> 12;
+  *state ^= *state << 25;
+  *state ^= *state >> 27;
+  return (uint32_t)((*state * 0x2545F4914F6CDD1Dull) >> 32);
 }
 
 void tu_catalogue(const char *area, const char *name, int status, const char *message) {

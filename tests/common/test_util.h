@@ -44,5 +44,10 @@ void tu_catalogue(const char *area, const char *name, int status, const char *me
 
 /* bf16 bits <-> float for comparing goldens stored as f32 */
 float tu_bf16_to_f32(uint16_t b);
+/* A float from its IEEE-754 bits, and back. */
+float tu_f32_of_bits(uint32_t u);
+uint32_t tu_bits_of_f32(float f);
+/* xorshift64*: the next 32 bits of a deterministic test stream kept in *state (nonzero). */
+uint32_t tu_rng32(uint64_t *state);
 
 #endif

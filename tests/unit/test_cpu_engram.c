@@ -38,16 +38,9 @@
 
 /* ---- helpers ------------------------------------------------------------ */
 
-static float bf2f(uint16_t b) {
-  uint32_t u = (uint32_t)b << 16;
-  float f;
-  memcpy(&f, &u, 4);
-  return f;
-}
 /* golden f32 that holds a bf16 value -> its bits (checked exact) */
 static uint16_t f2bf_exact(float f) {
-  uint32_t u;
-  memcpy(&u, &f, 4);
+  const uint32_t u = tu_bits_of_f32(f);
   assert_int_equal(u & 0xFFFFu, 0);
   return (uint16_t)(u >> 16);
 }
@@ -137,7 +130,7 @@ static errstat compare(const uint16_t *h, const float *want, size_t n) {
   errstat s = {0, 0, 0, 0, n};
   double num = 0, den = 0;
   for (size_t i = 0; i < n; i++) {
-    const double o = bf2f(h[i]), g = want[i], d = fabs(o - g);
+    const double o = tu_bf16_to_f32(h[i]), g = want[i], d = fabs(o - g);
     if (o != g || isnan(o)) s.n_diff++;
     if (d > s.max_abs || isnan(d)) s.max_abs = isnan(d) ? INFINITY : d;
     int ex;
@@ -287,7 +280,7 @@ static void image_positions_unchanged(void **state) {
       n_img++;
       assert_memory_equal(h + t * per_tok, h0 + t * per_tok, per_tok * sizeof *h);
     } else {
-      for (size_t i = t * per_tok; i < (t + 1) * per_tok; i++) assert_true(bf2f(h[i]) == want[i]);
+      for (size_t i = t * per_tok; i < (t + 1) * per_tok; i++) assert_true(tu_bf16_to_f32(h[i]) == want[i]);
     }
   }
   assert_true(n_img > 10);
@@ -382,7 +375,7 @@ static void bad_ids_and_arguments(void **state) {
         const int s = q >> 7, ex = (q >> 3) & 15, m = q & 7;
         double v = ex == 0 ? ldexp(m, -9) : ldexp(8 + m, ex - 10);
         v = ldexp(s ? -v : v, (int)e.table_scale[id * (e.head_dim / 32) + d / 32] - 127);
-        assert_true(bf2f(rows[t * width + (int64_t)c * e.head_dim + d]) == (float)v);
+        assert_true(tu_bf16_to_f32(rows[t * width + (int64_t)c * e.head_dim + d]) == (float)v);
       }
     }
   free(rows);
@@ -451,12 +444,6 @@ static void sum_order(void **state) {
   assert_true(dsv4i_cpu_sum_torch(a, 0) == 0.0f);
 }
 
-static float f_bits(uint32_t u) {
-  float f;
-  memcpy(&f, &u, 4);
-  return f;
-}
-
 static void torch_exp(void **state) {
   (void)state;
   /* (s, torch.sigmoid(s)) as fp32 bits, torch 2.11 CPU, vectorised loop */
@@ -466,7 +453,7 @@ static void torch_exp(void **state) {
       {0xBDBEE8BDu, 0x3EF413A9u}, {0xC0121934u, 0x3DBD8F50u},
   };
   for (size_t i = 0; i < sizeof pinned / sizeof pinned[0]; i++) {
-    const float x = f_bits(pinned[i][0]), want = f_bits(pinned[i][1]);
+    const float x = tu_f32_of_bits(pinned[i][0]), want = tu_f32_of_bits(pinned[i][1]);
     assert_true(1.0f / (1.0f + dsv4i_cpu_expf_vec(0.0f - x)) == want);
     assert_false(1.0f / (1.0f + expf(-x)) == want); /* why the emulation exists */
   }

@@ -39,28 +39,12 @@
 /* ---- helpers -------------------------------------------------------------- */
 
 static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
-static uint32_t rng32(void) {
-  rng_state ^= rng_state >> 12;
-  rng_state ^= rng_state << 25;
-  rng_state ^= rng_state >> 27;
-  return (uint32_t)((rng_state * 0x2545F4914F6CDD1Dull) >> 32);
-}
+static uint32_t rng32(void) { return tu_rng32(&rng_state); }
 static float frand(void) { return (float)((rng32() >> 8) * 0x1p-24) * 2.0f - 1.0f; }
 
-static float f_of(uint32_t u) {
-  float f;
-  memcpy(&f, &u, 4);
-  return f;
-}
-static uint32_t u_of(float f) {
-  uint32_t u;
-  memcpy(&u, &f, 4);
-  return u;
-}
-static float bf2f(uint16_t b) { return f_of((uint32_t)b << 16); }
 /* fp32 -> bf16 RNE (finite values) */
 static uint16_t f2bf(float f) {
-  uint32_t u = u_of(f);
+  uint32_t u = tu_bits_of_f32(f);
   return (uint16_t)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
 }
 /* format definitions, independent of lib/model/formats */
@@ -179,7 +163,7 @@ static void rope_apply_and_inverse(void **state) {
           continue;
         }
         const int i = (d - 16) / 2;
-        const float a = bf2f(x[o - (d % 2)]), b = bf2f(x[o - (d % 2) + 1]);
+        const float a = tu_bf16_to_f32(x[o - (d % 2)]), b = tu_bf16_to_f32(x[o - (d % 2) + 1]);
         const float c = cs[(t * 32 + i) * 2], s = cs[(t * 32 + i) * 2 + 1];
         const float want = d % 2 == 0 ? a * c - b * s : a * s + b * c;
         assert_int_equal(y[o], f2bf(want));
@@ -192,14 +176,14 @@ static void rope_apply_and_inverse(void **state) {
     for (int v = 0; v < nv; v++)
       for (int d = 16; d < dim; d++) {
         const int o = (t * nv + v) * dim + d, i = (d - 16) / 2;
-        const float a = bf2f(y[o - (d % 2)]), b = bf2f(y[o - (d % 2) + 1]);
+        const float a = tu_bf16_to_f32(y[o - (d % 2)]), b = tu_bf16_to_f32(y[o - (d % 2) + 1]);
         const float c = cs[(t * 32 + i) * 2], s = cs[(t * 32 + i) * 2 + 1];
         const float want = d % 2 == 0 ? a * c + b * s : b * c - a * s;
         assert_int_equal(z[o], f2bf(want));
         /* and it undoes the rotation up to bf16 rounding */
         const int e = o - (d % 2);
-        const float mag = fabsf(bf2f(x[e])) + fabsf(bf2f(x[e + 1]));
-        assert_true(fabsf(bf2f(z[o]) - bf2f(x[o])) <= 0x1p-7f * mag + 1e-30f);
+        const float mag = fabsf(tu_bf16_to_f32(x[e])) + fabsf(tu_bf16_to_f32(x[e + 1]));
+        assert_true(fabsf(tu_bf16_to_f32(z[o]) - tu_bf16_to_f32(x[o])) <= 0x1p-7f * mag + 1e-30f);
       }
   /* position 0: the identity */
   for (int v = 0; v < nv; v++)
@@ -321,9 +305,9 @@ static void check_linear_float(int wfmt, int rows, int cols, int n) {
     for (int o = 0; o < rows; o++) {
       float acc = 0.0f;
       for (int k = 0; k < cols; k++)
-        acc = acc + bf2f(x[t * cols + k]) *
-                        (wfmt == DSV4I_W_BF16 ? bf2f(wb[(size_t)o * cols + k]) : wf[(size_t)o * cols + k]);
-      assert_int_equal(u_of(yf[t * rows + o]), u_of(acc));
+        acc = acc + tu_bf16_to_f32(x[t * cols + k]) *
+                        (wfmt == DSV4I_W_BF16 ? tu_bf16_to_f32(wb[(size_t)o * cols + k]) : wf[(size_t)o * cols + k]);
+      assert_int_equal(tu_bits_of_f32(yf[t * rows + o]), tu_bits_of_f32(acc));
       if (wfmt == DSV4I_W_BF16) assert_int_equal(yb[t * rows + o], f2bf(acc));
     }
   free(wb);
@@ -358,16 +342,16 @@ static void avx512_decode_matches_tables(void **state) {
     dsv4i_cpu_decode_tile_avx512(DSV4I_W_FP8, b, LD, wt);
     for (int o = 0; o < 32; o++)
       for (int k = 0; k < 32; k++)
-        assert_int_equal(u_of(wt[k][o]), u_of(dsv4i_e4m3_table[b[o * LD + k]]));
+        assert_int_equal(tu_bits_of_f32(wt[k][o]), tu_bits_of_f32(dsv4i_e4m3_table[b[o * LD + k]]));
     dsv4i_cpu_decode_tile_avx512(DSV4I_W_FP4, b, LD, wt);
     for (int o = 0; o < 32; o++)
       for (int k = 0; k < 32; k++) {
         const uint8_t byte = b[o * LD + k / 2];
-        assert_int_equal(u_of(wt[k][o]), u_of(dsv4i_e2m1_table[k % 2 ? byte >> 4 : byte & 15]));
+        assert_int_equal(tu_bits_of_f32(wt[k][o]), tu_bits_of_f32(dsv4i_e2m1_table[k % 2 ? byte >> 4 : byte & 15]));
       }
     dsv4i_cpu_decode_tile_avx512(DSV4I_W_BF16, h, LD, wt);
     for (int o = 0; o < 32; o++)
-      for (int k = 0; k < 32; k++) assert_int_equal(u_of(wt[k][o]), (uint32_t)h[o * LD + k] << 16);
+      for (int k = 0; k < 32; k++) assert_int_equal(tu_bits_of_f32(wt[k][o]), (uint32_t)h[o * LD + k] << 16);
   }
 #else
   skip();
@@ -398,7 +382,7 @@ static void wview_weight_and_dequant(void **state) {
       float want = e4m3_val(q[(size_t)r * v.cols + c]) *
                    e8m0_val(v.scale[(size_t)(r / 32) * ((v.cols + 31) / 32) + c / 32]);
       assert_int_equal(d[(size_t)r * v.cols + c], f2bf(want));
-      assert_true(bf2f(d[(size_t)r * v.cols + c]) == want); /* exact */
+      assert_true(tu_bf16_to_f32(d[(size_t)r * v.cols + c]) == want); /* exact */
     }
   free(d);
   /* a row slice of an fp8 view must start on a scale block */
@@ -477,10 +461,10 @@ static void router_ties_bias_and_weights(void **state) {
     const float v = z[idx[j]];
     s[j] = sqrtf(v > 20.0f ? v : log1pf(expf(v)));
   }
-  assert_int_equal(u_of(s[1]), u_of(5.0f));
+  assert_int_equal(tu_bits_of_f32(s[1]), tu_bits_of_f32(5.0f));
   /* torch's row sum of 6: ((((s0 + s4) + s5) + s1) + s2) + s3 */
   const float den = (((((s[0] + s[4]) + s[5]) + s[1]) + s[2]) + s[3]) + 1e-20f;
-  for (int j = 0; j < K; j++) assert_int_equal(u_of(w[j]), u_of((s[j] / den) * 1.5f));
+  for (int j = 0; j < K; j++) assert_int_equal(tu_bits_of_f32(w[j]), tu_bits_of_f32((s[j] / den) * 1.5f));
   /* without VL the second row would equal the first */
   assert_int_equal(dsv4i_cpu_router(&m, 2, x, D, NULL, idx, w), DSV4_OK);
   assert_memory_equal(idx + K, want0, sizeof want0);
@@ -535,14 +519,14 @@ static void slow_expert(const dsv4i_moe *m, const dsv4i_wview *w1, const dsv4i_w
   slow_linear_q(w1->fmt, I, D, w1->data, w1->scale, 1, x, D, g, I);
   slow_linear_q(w3->fmt, I, D, w3->data, w3->scale, 1, x, D, u, I);
   for (int i = 0; i < I; i++) {
-    float gv = fminf(bf2f(g[i]), m->swiglu_limit);
-    float uv = fmaxf(fminf(bf2f(u[i]), m->swiglu_limit), -m->swiglu_limit);
+    float gv = fminf(tu_bf16_to_f32(g[i]), m->swiglu_limit);
+    float uv = fmaxf(fminf(tu_bf16_to_f32(u[i]), m->swiglu_limit), -m->swiglu_limit);
     float act = gv / (1.0f + dsv4i_cpu_expf_vec(-gv)) * uv;
     if (weighted) act = wt * act;
     a[i] = f2bf(act);
   }
   slow_linear_q(w2->fmt, D, I, w2->data, w2->scale, 1, a, I, o, D);
-  for (int d = 0; d < D; d++) y[d] += bf2f(o[d]);
+  for (int d = 0; d < D; d++) y[d] += tu_bf16_to_f32(o[d]);
   free(g);
   free(u);
   free(a);
@@ -637,11 +621,11 @@ static void sinkhorn_hand_case_and_properties(void **state) {
   assert_int_equal(dsv4i_cpu_hc_split_sinkhorn(2, hc, mixes, scale, base, 20, 1e-6f, pre, post, comb),
                    DSV4_OK);
   for (int i = 0; i < hc; i++) {
-    assert_int_equal(u_of(pre[i]), u_of(0.5f + 1e-6f));
-    assert_int_equal(u_of(post[i]), u_of(1.0f));
+    assert_int_equal(tu_bits_of_f32(pre[i]), tu_bits_of_f32(0.5f + 1e-6f));
+    assert_int_equal(tu_bits_of_f32(post[i]), tu_bits_of_f32(1.0f));
   }
   for (int i = 0; i < 16; i++) assert_true(fabs(comb[i] - (1.0 - 1e-6) / 4) < 1e-7);
-  for (int i = 1; i < 16; i++) assert_int_equal(u_of(comb[i]), u_of(comb[0]));
+  for (int i = 1; i < 16; i++) assert_int_equal(tu_bits_of_f32(comb[i]), tu_bits_of_f32(comb[0]));
   /* token 1: random -> doubly stochastic up to the eps terms */
   const float *cb = comb + 16;
   for (int i = 0; i < hc; i++) {
@@ -673,11 +657,11 @@ static void sinkhorn_hand_case_and_properties(void **state) {
   }
   for (int j = 0; j < 4; j++) {
     float s = ((C[0][j] + C[1][j]) + C[2][j]) + C[3][j] + 1e-6f;
-    for (int i = 0; i < 4; i++) assert_int_equal(u_of(comb[i * 4 + j]), u_of(C[i][j] / s));
+    for (int i = 0; i < 4; i++) assert_int_equal(tu_bits_of_f32(comb[i * 4 + j]), tu_bits_of_f32(C[i][j] / s));
   }
   for (int i = 0; i < 4; i++) {
-    assert_int_equal(u_of(pre[i]), u_of(1.0f / (1.0f + dsv4i_cpu_expf_vec(-(m2[i] * 0.5f + b2[i]))) + 1e-6f));
-    assert_int_equal(u_of(post[i]), u_of(2.0f * (1.0f / (1.0f + dsv4i_cpu_expf_vec(-(m2[4 + i] * 2.0f + b2[4 + i]))))));
+    assert_int_equal(tu_bits_of_f32(pre[i]), tu_bits_of_f32(1.0f / (1.0f + dsv4i_cpu_expf_vec(-(m2[i] * 0.5f + b2[i]))) + 1e-6f));
+    assert_int_equal(tu_bits_of_f32(post[i]), tu_bits_of_f32(2.0f * (1.0f / (1.0f + dsv4i_cpu_expf_vec(-(m2[4 + i] * 2.0f + b2[4 + i]))))));
   }
 }
 
@@ -697,12 +681,12 @@ static void hc_mixes_hand_case(void **state) {
   fn[7 * N + 5] = 0.1f;
   assert_int_equal(dsv4i_cpu_hc_mixes(2, HC, D, h, fn, 1e-20f, mixes), DSV4_OK);
   for (int m = 0; m < M; m++)
-    if (m != 7) assert_int_equal(u_of(mixes[m]), u_of(16.0f * (float)m));
+    if (m != 7) assert_int_equal(tu_bits_of_f32(mixes[m]), tu_bits_of_f32(16.0f * (float)m));
   /* row 7 also has the 0.1 of token 1: X·fn = 2·(127·7/8 + 0.1f), rounded once */
-  assert_int_equal(u_of(mixes[7]), u_of((float)(2.0 * (127 * 0.875) + 2.0 * (double)0.1f) * 0.5f));
+  assert_int_equal(tu_bits_of_f32(mixes[7]), tu_bits_of_f32((float)(2.0 * (127 * 0.875) + 2.0 * (double)0.1f) * 0.5f));
   const float r = 1.0f / sqrtf(9.0f / 128.0f + 1e-20f);
-  assert_int_equal(u_of(mixes[M + 7]), u_of((3.0f * 0.1f) * r)); /* (X·fn)·r, not X·(fn·r) */
-  assert_int_equal(u_of(mixes[M + 3]), u_of((3.0f * (3.0f / 8.0f)) * r));
+  assert_int_equal(tu_bits_of_f32(mixes[M + 7]), tu_bits_of_f32((3.0f * 0.1f) * r)); /* (X·fn)·r, not X·(fn·r) */
+  assert_int_equal(tu_bits_of_f32(mixes[M + 3]), tu_bits_of_f32((3.0f * (3.0f / 8.0f)) * r));
 }
 
 static void hc_pre_post_and_rmsnorm(void **state) {
@@ -722,7 +706,7 @@ static void hc_pre_post_and_rmsnorm(void **state) {
   for (int t = 0; t < N; t++)
     for (int d = 0; d < D; d++) {
       float s = 0.0f;
-      for (int c = 0; c < HC; c++) s = s + pre[t * HC + c] * bf2f(h[(t * HC + c) * D + d]);
+      for (int c = 0; c < HC; c++) s = s + pre[t * HC + c] * tu_bf16_to_f32(h[(t * HC + c) * D + d]);
       assert_int_equal(y[t * D + d], f2bf(s));
     }
   assert_int_equal(dsv4i_cpu_hc_post(N, HC, D, x, h, post, comb, out), DSV4_OK);
@@ -733,17 +717,17 @@ static void hc_pre_post_and_rmsnorm(void **state) {
     for (int j = 0; j < HC; j++)
       for (int d = 0; d < D; d++) {
         float s = 0.0f;
-        for (int i = 0; i < HC; i++) s = s + comb[(t * HC + i) * HC + j] * bf2f(h[(t * HC + i) * D + d]);
-        float v = post[t * HC + j] * bf2f(x[t * D + d]) + s;
+        for (int i = 0; i < HC; i++) s = s + comb[(t * HC + i) * HC + j] * tu_bf16_to_f32(h[(t * HC + i) * D + d]);
+        float v = post[t * HC + j] * tu_bf16_to_f32(x[t * D + d]) + s;
         assert_int_equal(out[(t * HC + j) * D + d], f2bf(v));
       }
   /* rmsnorm: y = bf16(w · (x · 1/sqrt(mean(x²) + eps))) */
   assert_int_equal(dsv4i_cpu_rmsnorm(N, D, x, D, w, 1e-20f, y, D), DSV4_OK);
   for (int t = 0; t < N; t++) {
     float sq[D];
-    for (int d = 0; d < D; d++) sq[d] = bf2f(x[t * D + d]) * bf2f(x[t * D + d]);
+    for (int d = 0; d < D; d++) sq[d] = tu_bf16_to_f32(x[t * D + d]) * tu_bf16_to_f32(x[t * D + d]);
     const float r = 1.0f / sqrtf(dsv4i_cpu_sum_torch(sq, D) / (float)D + 1e-20f);
-    for (int d = 0; d < D; d++) assert_int_equal(y[t * D + d], f2bf(bf2f(w[d]) * (bf2f(x[t * D + d]) * r)));
+    for (int d = 0; d < D; d++) assert_int_equal(y[t * D + d], f2bf(tu_bf16_to_f32(w[d]) * (tu_bf16_to_f32(x[t * D + d]) * r)));
   }
   /* in place */
   memcpy(out, x, sizeof x);
@@ -770,7 +754,7 @@ static void check_head_fixture(const char *fx) {
   const float *last = bo + ((size_t)(L - 1) * S + (S - 1)) * HC * D;
   for (int i = 0; i < HC * D; i++) {
     h[i] = f2bf(last[i]);
-    assert_true(bf2f(h[i]) == last[i]); /* the goldens are bf16 values */
+    assert_true(tu_bf16_to_f32(h[i]) == last[i]); /* the goldens are bf16 values */
   }
   const float *pre = bp + ((size_t)(L - 1) * S + (S - 1)) * HC;
   dsv4i_wview head;

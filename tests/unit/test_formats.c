@@ -15,23 +15,8 @@
 #include "model/formats.h"
 
 static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
-static uint32_t rng32(void) { /* xorshift64* */
-  rng_state ^= rng_state >> 12;
-  rng_state ^= rng_state << 25;
-  rng_state ^= rng_state >> 27;
-  return (uint32_t)((rng_state * 0x2545F4914F6CDD1Dull) >> 32);
-}
+static uint32_t rng32(void) { return tu_rng32(&rng_state); }
 
-static float f_of(uint32_t u) {
-  float f;
-  memcpy(&f, &u, 4);
-  return f;
-}
-static uint32_t u_of(float f) {
-  uint32_t u;
-  memcpy(&u, &f, 4);
-  return u;
-}
 
 /* ---- reference encoders (definition + search) --------------------------- */
 
@@ -96,19 +81,19 @@ static uint8_t ref_e2m1(double v) {
 
 /* bf16 by search between truncation and the next pattern up (magnitudes) */
 static uint16_t ref_bf16(float f) {
-  uint32_t u = u_of(f);
+  uint32_t u = tu_bits_of_f32(f);
   if (isnan(f)) return (uint16_t)((u >> 16) | 0x40);
   uint16_t t = (uint16_t)(u >> 16);
   if ((u & 0xFFFF) == 0) return t;
   double a = fabs((double)f);
-  double lo = fabs((double)f_of((uint32_t)t << 16));
+  double lo = fabs((double)tu_f32_of_bits((uint32_t)t << 16));
   uint16_t up = (uint16_t)(t + 1); /* magnitude step up; 0x7F80 = inf */
   if ((up & 0x7FFF) == 0x7F80) {
     /* rounding up reaches inf when a >= max + half ulp = 2^128 - 2^119 */
     double lim = ldexp(1.0, 128) - ldexp(1.0, 119);
     return a >= lim ? up : t;
   }
-  double hi = fabs((double)f_of((uint32_t)up << 16));
+  double hi = fabs((double)tu_f32_of_bits((uint32_t)up << 16));
   if (2.0 * a < lo + hi) return t;
   if (2.0 * a > lo + hi) return up;
   return (t & 1) ? up : t;
@@ -126,7 +111,7 @@ static void bf16_roundtrip_all_patterns(void **state) {
   (void)state;
   for (uint32_t b = 0; b < 65536; b++) {
     float f = dsv4i_bf16_to_f32((uint16_t)b);
-    assert_int_equal(u_of(f), b << 16);
+    assert_int_equal(tu_bits_of_f32(f), b << 16);
     uint16_t back = dsv4i_f32_to_bf16(f);
     if ((b & 0x7FFF) > 0x7F80) assert_int_equal(back, b | 0x40); /* NaN: quieted */
     else assert_int_equal(back, b);
@@ -162,10 +147,10 @@ static void bf16_rne_corner_cases(void **state) {
     {0xFF80FFFFu, 0xFFC0},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-    uint16_t got = dsv4i_f32_to_bf16(f_of(cases[i].f));
+    uint16_t got = dsv4i_f32_to_bf16(tu_f32_of_bits(cases[i].f));
     if (got != cases[i].want)
       fail_msg("f32 0x%08x -> bf16 0x%04x, want 0x%04x", cases[i].f, got, cases[i].want);
-    assert_int_equal(ref_bf16(f_of(cases[i].f)), cases[i].want); /* the reference agrees */
+    assert_int_equal(ref_bf16(tu_f32_of_bits(cases[i].f)), cases[i].want); /* the reference agrees */
   }
 }
 
@@ -175,24 +160,24 @@ static void bf16_rne_matches_reference(void **state) {
   static const uint32_t lows[] = {0x0000, 0x0001, 0x7FFF, 0x8000, 0x8001, 0xFFFF};
   for (uint32_t b = 0; b < 65536; b++)
     for (size_t k = 0; k < sizeof lows / sizeof lows[0]; k++) {
-      float f = f_of(b << 16 | lows[k]);
+      float f = tu_f32_of_bits(b << 16 | lows[k]);
       if (dsv4i_f32_to_bf16(f) != ref_bf16(f))
-        fail_msg("0x%08x: got 0x%04x want 0x%04x", u_of(f), dsv4i_f32_to_bf16(f), ref_bf16(f));
+        fail_msg("0x%08x: got 0x%04x want 0x%04x", tu_bits_of_f32(f), dsv4i_f32_to_bf16(f), ref_bf16(f));
     }
   for (int i = 0; i < (1 << 20); i++) {
-    float f = f_of(rng32());
+    float f = tu_f32_of_bits(rng32());
     if (dsv4i_f32_to_bf16(f) != ref_bf16(f))
-      fail_msg("0x%08x: got 0x%04x want 0x%04x", u_of(f), dsv4i_f32_to_bf16(f), ref_bf16(f));
+      fail_msg("0x%08x: got 0x%04x want 0x%04x", tu_bits_of_f32(f), dsv4i_f32_to_bf16(f), ref_bf16(f));
   }
   /* bulk forms */
-  float src[5] = {1.0f, f_of(0x3F818000u), -0.0f, f_of(0x7F800001u), 3.0e38f};
+  float src[5] = {1.0f, tu_f32_of_bits(0x3F818000u), -0.0f, tu_f32_of_bits(0x7F800001u), 3.0e38f};
   uint16_t h[5];
   float back[5];
   dsv4i_f32_to_bf16_n(src, 5, h);
   dsv4i_bf16_to_f32_n(h, 5, back);
   for (int i = 0; i < 5; i++) {
     assert_int_equal(h[i], dsv4i_f32_to_bf16(src[i]));
-    assert_int_equal(u_of(back[i]), (uint32_t)h[i] << 16);
+    assert_int_equal(tu_bits_of_f32(back[i]), (uint32_t)h[i] << 16);
   }
 }
 
@@ -229,7 +214,7 @@ static void e4m3_encode_decode_roundtrip(void **state) {
 static void e4m3_encode_all_bf16_matches_reference(void **state) {
   (void)state;
   for (uint32_t b = 0; b < 65536; b++) {
-    float f = f_of(b << 16);
+    float f = tu_f32_of_bits(b << 16);
     uint8_t got = dsv4i_f32_to_e4m3(f), want = ref_e4m3((double)f);
     if (got != want) fail_msg("bf16 0x%04x (%a): got 0x%02x want 0x%02x", b, (double)f, got, want);
   }
@@ -249,7 +234,7 @@ static void e4m3_encode_fp32_ties_and_random(void **state) {
     assert_true((double)mf == mids[i]); /* midpoints are fp32 values */
     for (int d = -3; d <= 3; d++)
       for (int s = 0; s < 2; s++) {
-        float f = f_of((u_of(mf) + (uint32_t)d) | (s ? 0x80000000u : 0));
+        float f = tu_f32_of_bits((tu_bits_of_f32(mf) + (uint32_t)d) | (s ? 0x80000000u : 0));
         uint8_t got = dsv4i_f32_to_e4m3(f), want = ref_e4m3((double)f);
         if (got != want) fail_msg("%a: got 0x%02x want 0x%02x", (double)f, got, want);
       }
@@ -260,10 +245,10 @@ static void e4m3_encode_fp32_ties_and_random(void **state) {
   assert_int_equal(dsv4i_f32_to_e4m3(3.4e38f), 0x7E);
   assert_int_equal(dsv4i_f32_to_e4m3(NAN), 0x7F);
   assert_int_equal(dsv4i_f32_to_e4m3(-NAN), 0xFF);
-  assert_int_equal(dsv4i_f32_to_e4m3(f_of(0x7F800001u)), 0x7F);
+  assert_int_equal(dsv4i_f32_to_e4m3(tu_f32_of_bits(0x7F800001u)), 0x7F);
   assert_int_equal(dsv4i_f32_to_e4m3(-0.0f), 0x80);
   assert_int_equal(dsv4i_f32_to_e4m3(-1e-30f), 0x80);
-  assert_int_equal(dsv4i_f32_to_e4m3(f_of(0x80000001u)), 0x80); /* -min subnormal */
+  assert_int_equal(dsv4i_f32_to_e4m3(tu_f32_of_bits(0x80000001u)), 0x80); /* -min subnormal */
   assert_int_equal(dsv4i_f32_to_e4m3(0x1p-10f), 0x00);           /* tie 0 | 2^-9: even 0 */
   assert_int_equal(dsv4i_f32_to_e4m3(0x1.8p-9f), 0x02);          /* tie 1 | 2 -> 2 */
   assert_int_equal(dsv4i_f32_to_e4m3(0x1.ep-7f), 0x08);          /* tie 7/512 | 8/512 -> 0x08 */
@@ -273,14 +258,14 @@ static void e4m3_encode_fp32_ties_and_random(void **state) {
   assert_int_equal(dsv4i_f32_to_e4m3(432.0f), 0x7E);             /* tie 416 | 448 -> 448 */
   /* random fp32 patterns, all exponents */
   for (int i = 0; i < (1 << 20); i++) {
-    float f = f_of(rng32());
+    float f = tu_f32_of_bits(rng32());
     uint8_t got = dsv4i_f32_to_e4m3(f), want = ref_e4m3((double)f);
-    if (got != want) fail_msg("0x%08x: got 0x%02x want 0x%02x", u_of(f), got, want);
+    if (got != want) fail_msg("0x%08x: got 0x%02x want 0x%02x", tu_bits_of_f32(f), got, want);
   }
   /* random fp32 in the E4M3 range, where all the rounding happens */
   for (int i = 0; i < (1 << 20); i++) {
     uint32_t u = (rng32() & 0x807FFFFFu) | ((uint32_t)(110 + rng32() % 28) << 23);
-    float f = f_of(u);
+    float f = tu_f32_of_bits(u);
     uint8_t got = dsv4i_f32_to_e4m3(f), want = ref_e4m3((double)f);
     if (got != want) fail_msg("0x%08x: got 0x%02x want 0x%02x", u, got, want);
   }
@@ -301,14 +286,14 @@ static void e8m0_encode_decode(void **state) {
   assert_int_equal(dsv4i_e8m0_from_exp(INT32_MIN), DSV4I_E8M0_NAN);
   /* ceil(log2 t) from the bits (spec §8.1) */
   assert_int_equal(dsv4i_ceil_log2_bits(1.0f), 0);
-  assert_int_equal(dsv4i_ceil_log2_bits(f_of(0x3F800001u)), 1);
+  assert_int_equal(dsv4i_ceil_log2_bits(tu_f32_of_bits(0x3F800001u)), 1);
   assert_int_equal(dsv4i_ceil_log2_bits(0.75f), 0);
   assert_int_equal(dsv4i_ceil_log2_bits(0x1p-22f), -22);
   assert_int_equal(dsv4i_ceil_log2_bits(1e-4f / 448.0f), -22);
   assert_int_equal(dsv4i_ceil_log2_bits(0x1p-126f), -126);
   assert_int_equal(dsv4i_ceil_log2_bits(3.0e38f), 128);
   for (int i = 0; i < 100000; i++) {
-    float t = fabsf(f_of(rng32()));
+    float t = fabsf(tu_f32_of_bits(rng32()));
     if (!isnormal(t)) continue;
     assert_int_equal(dsv4i_ceil_log2_bits(t), (int)ceil(log2((double)t)));
   }
@@ -324,7 +309,7 @@ static void e2m1_decode_and_pack(void **state) {
     assert_true(fabsf(v) == mag[c & 7]);
     assert_int_equal(!!signbit(v), c >> 3); /* 8 is -0 */
     assert_int_equal(dsv4i_f32_to_e2m1(v), c);
-    assert_int_equal(u_of(dsv4i_e2m1_to_f32((uint8_t)(c | 0xF0))), u_of(v)); /* high bits ignored */
+    assert_int_equal(tu_bits_of_f32(dsv4i_e2m1_to_f32((uint8_t)(c | 0xF0))), tu_bits_of_f32(v)); /* high bits ignored */
   }
   for (int lo = 0; lo < 16; lo++)
     for (int hi = 0; hi < 16; hi++) {
@@ -364,7 +349,7 @@ static void e2m1_tie_table(void **state) {
       float v = s ? -ties[i].v : ties[i].v;
       float got = dsv4i_e2m1_to_f32(dsv4i_f32_to_e2m1(v));
       float want = s ? -ties[i].want : ties[i].want;
-      if (u_of(got) != u_of(want)) fail_msg("e2m1(%g) = %g, want %g", v, got, want);
+      if (tu_bits_of_f32(got) != tu_bits_of_f32(want)) fail_msg("e2m1(%g) = %g, want %g", v, got, want);
     }
   assert_int_equal(dsv4i_f32_to_e2m1(6.5f), 7);
   assert_int_equal(dsv4i_f32_to_e2m1(1e30f), 7);
@@ -380,13 +365,13 @@ static void e2m1_tie_table(void **state) {
 static void e2m1_encode_matches_reference(void **state) {
   (void)state;
   for (uint32_t b = 0; b < 65536; b++) {
-    float f = f_of(b << 16);
+    float f = tu_f32_of_bits(b << 16);
     uint8_t got = dsv4i_f32_to_e2m1(f), want = ref_e2m1((double)f);
     if (got != want) fail_msg("bf16 0x%04x (%a): got %d want %d", b, (double)f, got, want);
   }
   for (int i = 0; i < (1 << 20); i++) {
     uint32_t u = (rng32() & 0x807FFFFFu) | ((uint32_t)(120 + rng32() % 12) << 23);
-    float f = f_of(u);
+    float f = tu_f32_of_bits(u);
     uint8_t got = dsv4i_f32_to_e2m1(f), want = ref_e2m1((double)f);
     if (got != want) fail_msg("0x%08x: got %d want %d", u, got, want);
   }

@@ -22,6 +22,13 @@ static void plan_ok(const dsv4i_config *c, const dsv4i_topo_params *p, dsv4i_top
   if (st != DSV4_OK) fail_msg("plan: status %d: %s", (int)st, dsv4i_error_message());
 }
 
+/* The release config, the default topology and its plan. */
+static void release_default_plan(dsv4i_config *c, dsv4i_topo_params *p, dsv4i_topo_plan *pl) {
+  tu_load_release_config(c);
+  dsv4i_topo_params_default(p);
+  plan_ok(c, p, pl);
+}
+
 /* Every stage's ranks sum back to the tensors the stage holds; the stages' owned
  * bytes sum to the contract, component by component. */
 static void check_split_sums(const dsv4i_topo_plan *pl) {
@@ -59,11 +66,9 @@ static void check_split_sums(const dsv4i_topo_plan *pl) {
 static void release_components(void **state) {
   (void)state;
   dsv4i_config c;
-  tu_load_release_config(&c);
   dsv4i_topo_params p;
-  dsv4i_topo_params_default(&p);
   dsv4i_topo_plan pl;
-  plan_ok(&c, &p, &pl);
+  release_default_plan(&c, &p, &pl);
   assert_int_equal(pl.n_tensors, 96085);
   assert_int_equal(pl.contract_bytes, INT64_C(510286023000));
   static const struct { int comp; int64_t bytes; } want[] = {
@@ -128,11 +133,9 @@ static void split_sums_topologies(void **state) {
 static void kv_closed_form(void **state) {
   (void)state;
   dsv4i_config c;
-  tu_load_release_config(&c);
   dsv4i_topo_params p;
-  dsv4i_topo_params_default(&p);
   dsv4i_topo_plan pl;
-  plan_ok(&c, &p, &pl);
+  release_default_plan(&c, &p, &pl);
   assert_int_equal(pl.window_record, 528);
   assert_int_equal(pl.compressed_record, 288);
   assert_int_equal(pl.index_key_record, 68);

@@ -20,24 +20,9 @@
 #include "model/formats.h"
 
 static uint64_t rng_state = 0x243F6A8885A308D3ull;
-static uint32_t rng32(void) { /* xorshift64* */
-  rng_state ^= rng_state >> 12;
-  rng_state ^= rng_state << 25;
-  rng_state ^= rng_state >> 27;
-  return (uint32_t)((rng_state * 0x2545F4914F6CDD1Dull) >> 32);
-}
+static uint32_t rng32(void) { return tu_rng32(&rng_state); }
 
-static float f_of(uint32_t u) {
-  float f;
-  memcpy(&f, &u, 4);
-  return f;
-}
-static uint32_t u_of(float f) {
-  uint32_t u;
-  memcpy(&u, &f, 4);
-  return u;
-}
-static double bf(uint16_t b) { return (double)f_of((uint32_t)b << 16); }
+static double bf(uint16_t b) { return (double)tu_f32_of_bits((uint32_t)b << 16); }
 
 /* ---- slow reference ------------------------------------------------------- */
 
@@ -103,8 +88,8 @@ static uint16_t ref_to_bf16(double v) {
   if (fabs(v) >= 0x1p128) return signbit(v) ? 0xFF80 : 0x7F80;
   float f = (float)v;
   assert_true((double)f == v);
-  assert_int_equal(u_of(f) & 0xFFFF, 0); /* exact in bf16 */
-  return (uint16_t)(u_of(f) >> 16);
+  assert_int_equal(tu_bits_of_f32(f) & 0xFFFF, 0); /* exact in bf16 */
+  return (uint16_t)(tu_bits_of_f32(f) >> 16);
 }
 static double block_amax(const uint16_t *x, int bs) {
   double m = 0;
@@ -238,7 +223,7 @@ static void cmp_bytes(const char *what, const uint8_t *got, const int32_t *want,
 /* bf16 output vs an F32 golden tensor holding bf16 values: bits must match */
 static void cmp_qdq(const char *what, const uint16_t *got, const float *want, size_t n) {
   for (size_t i = 0; i < n; i++) {
-    uint32_t w = u_of(want[i]);
+    uint32_t w = tu_bits_of_f32(want[i]);
     if (((uint32_t)got[i] << 16) != w)
       fail_msg("%s[%zu]: got bf16 0x%04x want f32 0x%08x", what, i, got[i], w);
   }
@@ -267,7 +252,7 @@ static void check_golden(const char *fixture) {
   uint8_t *q = malloc(n), *sc = malloc(n / 16), *pk = malloc(n / 2);
   assert_true(x && y && q && sc && pk);
   for (size_t i = 0; i < n; i++) {
-    uint32_t u = u_of(xf[i]);
+    uint32_t u = tu_bits_of_f32(xf[i]);
     assert_int_equal(u & 0xFFFF, 0); /* bf16 values */
     x[i] = (uint16_t)(u >> 16);
   }
@@ -339,7 +324,7 @@ static uint16_t rand_bf16(int scale_exp) {
   if (e > 127) e = 127;
   if (e < -133) e = -133;
   double v = ldexp(1.0 + (rng32() & 0x7F) / 128.0, e); /* below 2^-126: subnormal */
-  uint16_t b = (uint16_t)(u_of((float)v) >> 16);
+  uint16_t b = (uint16_t)(tu_bits_of_f32((float)v) >> 16);
   return (uint16_t)(b | ((r & 1) << 15));
 }
 
@@ -382,7 +367,7 @@ static void every_bf16_as_block_max(void **state) {
     for (int j = 1; j < 32; j++) {
       /* scale the others below |b| so b is (one of) the maximum */
       double o = bf(others[j - 1]) * fabs(bf((uint16_t)b)) / 448.0;
-      blk[j] = (uint16_t)(u_of((float)o) >> 16);
+      blk[j] = (uint16_t)(tu_bits_of_f32((float)o) >> 16);
     }
     /* move the maximum around */
     size_t pos = b % 32;
@@ -406,21 +391,21 @@ static void constructed_ties_match_reference(void **state) {
   size_t i = 0;
   /* act_quant: amax 448·2^k makes s = 2^k; ties of E4M3 are the midpoints */
   for (int k = -20; k < 100 && i < N; k += 7) {
-    x[i++] = (uint16_t)(u_of(ldexpf(448.0f, k)) >> 16);
+    x[i++] = (uint16_t)(tu_bits_of_f32(ldexpf(448.0f, k)) >> 16);
     for (int j = 1; j < 32; j++) {
       double mid = (e4m3_v[(j * 3) % 126] + e4m3_v[(j * 3) % 126 + 1]) / 2;
       float v = (float)ldexp(mid, k) * ((j & 1) ? -1.0f : 1.0f);
-      x[i++] = (uint16_t)(u_of(v) >> 16); /* midpoints have <= 5 bits: exact */
+      x[i++] = (uint16_t)(tu_bits_of_f32(v) >> 16); /* midpoints have <= 5 bits: exact */
     }
   }
   /* fp4: amax 6·2^k makes s = 2^k (UE8M0) and s = 2^k (E4M3 when in range) */
   static const double e2m1_ties[] = {0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0};
   for (int k = -9; k < 8 && i + 32 <= N; k++) {
     for (int h = 0; h < 2; h++) {
-      x[i++] = (uint16_t)(u_of(ldexpf(6.0f, k)) >> 16);
+      x[i++] = (uint16_t)(tu_bits_of_f32(ldexpf(6.0f, k)) >> 16);
       for (int j = 1; j < 16; j++) {
         double v = ldexp(e2m1_ties[j % 7], k) * ((j & 2) ? -1 : 1);
-        x[i++] = (uint16_t)(u_of((float)v) >> 16);
+        x[i++] = (uint16_t)(tu_bits_of_f32((float)v) >> 16);
       }
     }
   }
@@ -430,7 +415,7 @@ static void constructed_ties_match_reference(void **state) {
     double mid = (e4m3_v[t] + e4m3_v[t + 1]) / 2;
     double a = 6.0 * mid;
     if (a < 6.0 * 0x1p-9 || a > 2688.0) continue;
-    x[i++] = (uint16_t)(u_of((float)a) >> 16);
+    x[i++] = (uint16_t)(tu_bits_of_f32((float)a) >> 16);
     for (int j = 1; j < 16; j++) x[i++] = rand_bf16((int)floor(log2(a)) - 1);
   }
   while (i < N) x[i++] = 0;
@@ -455,13 +440,13 @@ static void scale_floors(void **state) {
   assert_int_equal(s[1], 0x01);
   /* amax 3e-5: the reference floors amax (1e-4) before /448 -> 2^-22; the
    * vLLM/FlashInfer reading max(amax/448, 1e-4) would give 2^-13 (byte 114) */
-  x[3] = (uint16_t)(u_of(3e-5f) >> 16);
+  x[3] = (uint16_t)(tu_bits_of_f32(3e-5f) >> 16);
   assert_int_equal(dsv4i_act_quant(x, 32, q, s), DSV4_OK);
   assert_int_equal(s[0], 105);
   assert_int_equal(q[3], dsv4i_f32_to_e4m3(bf(x[3]) * 0x1p22f)); /* 3e-5·2^22 ≈ 125.8 -> 128 */
   assert_int_equal(q[3], 0x70);
   /* amax 0.04 (above the floor): t = 0.04/448 ≈ 2^-13.45 -> 2^-13 */
-  x[3] = (uint16_t)(u_of(0.04f) >> 16);
+  x[3] = (uint16_t)(tu_bits_of_f32(0.04f) >> 16);
   assert_int_equal(dsv4i_act_quant(x, 32, q, s), DSV4_OK);
   assert_int_equal(s[0], 114);
 }
@@ -470,7 +455,7 @@ static void non_finite_blocks(void **state) {
   (void)state;
   uint16_t x[64], y[64];
   uint8_t q[64], s[4], pk[32];
-  for (int i = 0; i < 64; i++) x[i] = (uint16_t)(u_of((float)(i - 20)) >> 16);
+  for (int i = 0; i < 64; i++) x[i] = (uint16_t)(tu_bits_of_f32((float)(i - 20)) >> 16);
   x[5] = 0x7F80;  /* +inf in block 0 (and in the first E4M3 block) */
   x[40] = 0xFFC1; /* NaN in block 1 (third E4M3 block) */
   assert_int_equal(dsv4i_act_quant(x, 64, q, s), DSV4_OK);
