@@ -33,6 +33,17 @@ def int_array(values, name, ctype=c_int32):
     return (ctype * max(len(vals), 1))(*vals)
 
 
+def path_arg(value, name):
+    """A file-system path (str, bytes or os.PathLike) as bytes for the library;
+    TypeError otherwise (None would become the path "None")."""
+    if not isinstance(value, (str, bytes, os.PathLike)):
+        raise TypeError(f"{name}: expected a path (str, bytes or os.PathLike), "
+                        f"got {type(value).__name__}"
+                        + (" (dsv4.default_model() finds no model: set DSV4_MODEL)"
+                           if value is None else ""))
+    return os.fsencode(value)
+
+
 def set_fields(struct, **values):
     """struct.name = value for each keyword, integers checked against the field's type."""
     types = dict(f[:2] for f in type(struct)._fields_)

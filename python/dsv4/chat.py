@@ -31,7 +31,7 @@ def _params(mode, parse_special, keep_reasoning, bos, reasoning_effort):
     p.flags = ((_ffi.CHAT_F_PARSE_SPECIAL if parse_special else 0) |
                (_ffi.CHAT_F_KEEP_REASONING if keep_reasoning else 0) |
                (0 if bos else _ffi.CHAT_F_NO_BOS))
-    p.reasoning_effort = int(reasoning_effort)
+    _ffi.set_fields(p, reasoning_effort=reasoning_effort)
     return p
 
 
@@ -127,6 +127,8 @@ class ChatParser(Handle):
     @exclusive
     def push(self, text):
         """Feed output text (str or UTF-8 bytes); returns the ChatEvents it completes."""
+        if not isinstance(text, (str, bytes, bytearray, memoryview)):
+            raise TypeError(f"text: expected str or bytes, got {type(text).__name__}")
         data = text.encode() if isinstance(text, str) else bytes(text)
         check(_lib.dsv4_chat_parser_push(self._live(), data, len(data), self._fn, None),
               "dsv4_chat_parser_push", _lib.dsv4_last_error)

@@ -87,7 +87,7 @@ class Engine(Handle):
                   "dsv4_engine_create", _lib.dsv4_last_error)
             self._ptr = out.value
         else:
-            check(_lib.dsv4_engine_create_from_dir(str(model).encode(), ctypes.byref(p),
+            check(_lib.dsv4_engine_create_from_dir(_ffi.path_arg(model, "model"), ctypes.byref(p),
                                                    ctypes.byref(out)),
                   "dsv4_engine_create_from_dir", _lib.dsv4_last_error)
             self._ptr = out.value

@@ -31,7 +31,7 @@ class Model(Handle):
         if config_only:
             params.flags |= _ffi.MODEL_F_CONFIG_ONLY
         out = ctypes.c_void_p()
-        check(_lib.dsv4_model_load(str(path).encode(), ctypes.byref(params), ctypes.byref(out)),
+        check(_lib.dsv4_model_load(_ffi.path_arg(path, "path"), ctypes.byref(params), ctypes.byref(out)),
               "dsv4_model_load", _lib.dsv4_last_error)
         self._ptr, self._owned = out.value, True
 

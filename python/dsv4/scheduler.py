@@ -279,6 +279,8 @@ class Scheduler(Handle):
         submit()'s keywords. Returns a ChatRequest."""
         if self.tokenizer is None:
             raise ValueError("chat() needs the scheduler's tokenizer")
+        if sampling.get("poll"):
+            raise ValueError("chat() parses the streamed text: poll=True carries none")
         ids = _chat.encode(self.tokenizer, conversation, tools=tools, mode=mode,
                            reasoning_effort=reasoning_effort, parse_special=parse_special)
         return ChatRequest(self.submit(ids, **sampling), mode)

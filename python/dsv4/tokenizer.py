@@ -20,7 +20,7 @@ class Tokenizer(Handle):
 
     def __init__(self, path):
         out = ctypes.c_void_p()
-        check(_lib.dsv4_tokenizer_load(str(path).encode(), ctypes.byref(out)),
+        check(_lib.dsv4_tokenizer_load(_ffi.path_arg(path, "path"), ctypes.byref(out)),
               "dsv4_tokenizer_load", _lib.dsv4_last_error)
         self._ptr = out.value
 

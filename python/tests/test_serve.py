@@ -312,6 +312,24 @@ class SchedulerOnTheDefaultModel(unittest.TestCase):
         with self.assertRaises(OverflowError):
             self.eng.decode([2 ** 64], [1])
 
+    def test_chat_and_path_arguments_are_checked(self):
+        with self.assertRaises(OverflowError):
+            chat.render([{"role": "user", "content": "x"}], mode="thinking",
+                         reasoning_effort=2 ** 32 + 50)
+        with chat.ChatParser() as p:
+            with self.assertRaises(TypeError):
+                p.push(5)                       # bytes(5) would be five NULs
+            self.assertEqual("".join(e.text for e in p.push("hi") + p.finish()
+                                     if e.kind == "content"), "hi")
+        with dsv4.Scheduler(self.eng, self.tok) as s:
+            with self.assertRaises(ValueError):
+                s.chat([{"role": "user", "content": "x"}], poll=True)
+            self.assertEqual(s.stats.submitted, 0)
+        for make in (dsv4.Engine, dsv4.Tokenizer, dsv4.Model):
+            with self.subTest(make.__name__), self.assertRaises(TypeError) as cm:
+                make(None)
+            self.assertIn("DSV4_MODEL", str(cm.exception))
+
     def test_chat_turn_equals_the_engine_on_the_same_ids(self):
         msgs = [{"role": "user", "content": PROMPT}]
         ids = chat.encode(self.tok, msgs)
