@@ -1,8 +1,9 @@
 /*
  * HTTP side of dsv4-server on libmicrohttpd (one thread per connection):
  * routes, request bodies with a size limit, JSON and SSE responses, and
- * cancellation when a streaming client goes away (the response's free
- * callback runs when the connection closes).
+ * cancellation when a client goes away: streaming, the response's free
+ * callback runs when the connection closes; non-streaming, the waiting
+ * connection thread looks at the socket once a second.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -11,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <time.h>
 
 #include "srv.h"
@@ -175,6 +177,18 @@ static void stream_free(void *cls) {
 
 /* ---- generation ------------------------------------------------------------ */
 
+/* The client closed its end (or reset it) while a non-streaming response is
+ * pending: nothing is read from a connection after its body, so a readable
+ * socket with no bytes is the peer's FIN. Bytes waiting (a pipelined request)
+ * or no data yet mean it is still there. */
+static int peer_closed(struct MHD_Connection *c) {
+  const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+  if (!ci) return 0;
+  char b;
+  const ssize_t n = recv(ci->connect_fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+  return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+}
+
 static enum MHD_Result generate(srv *s, struct MHD_Connection *c, const srv_body *k, int chat) {
   json_t *root = NULL, *err = NULL;
   srv_req r;
@@ -230,10 +244,28 @@ static enum MHD_Result generate(srv *s, struct MHD_Connection *c, const srv_body
   }
   pthread_mutex_lock(&s->jobs);
   int fin = 0;
+  int64_t checked = now_ns();
   for (;;) {
     pump(s, j, &fin);
     if (fin && !j->n_text && !j->n_lp) break;
-    if (!j->n_text && !j->n_lp) pthread_cond_wait(&j->cond, &s->jobs);
+    if (j->n_text || j->n_lp) continue;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_sec += 1;
+    (void)pthread_cond_timedwait(&j->cond, &s->jobs, &ts);
+    /* tokens keep waking this thread: look at the socket once a second whatever woke it */
+    if (j->finished || now_ns() - checked < 1000000000) continue;
+    checked = now_ns();
+    if (!peer_closed(c)) continue;
+    /* the client left: cancel, free the slot, send nothing */
+    pthread_mutex_unlock(&s->jobs);
+    srv_lock(s);
+    j->gone = 1;
+    srv_cancel(s, j); /* a no-op when the request finished meanwhile */
+    s->active--;
+    srv_unlock(s);
+    job_free(j);
+    return MHD_NO;
   }
   pthread_mutex_unlock(&s->jobs);
   srv_lock(s);

@@ -72,20 +72,46 @@ static int num(const json_t *root, const char *key, double lo, double hi, double
   return 0;
 }
 
+/* An integer field (OpenAI refuses 2.5 where an integer is due; 3.0 is 3)
+ * into *out when present; 0 ok, else the 400 status. */
+static int integer(const json_t *root, const char *key, int64_t lo, int64_t hi, int64_t *out,
+                   json_t **err) {
+  const json_t *v = json_object_get(root, key);
+  if (!v || json_is_null(v)) return 0;
+  int64_t x;
+  if (json_is_integer(v)) {
+    x = (int64_t)json_integer_value(v);
+  } else if (json_is_real(v) && json_real_value(v) == floor(json_real_value(v)) &&
+             fabs(json_real_value(v)) < 9.2e18) {
+    x = (int64_t)json_real_value(v);
+  } else if (json_is_number(v)) {
+    return bad(err, key, "Invalid type for '%s': expected an integer, but got a decimal number instead",
+               key);
+  } else {
+    return bad(err, key, "Invalid type for '%s': expected an integer", key);
+  }
+  if (x < lo || x > hi)
+    return bad(err, key, "'%s' is %lld, outside [%lld, %lld]", key, (long long)x, (long long)lo,
+               (long long)hi);
+  *out = x;
+  return 0;
+}
+
 static int sampling(srv *s, const json_t *root, srv_req *r, json_t **err) {
   dsv4_request_params *p = &r->p;
-  double t = 1.0, top_p = 1.0, top_k = 0, min_p = 0, pres = 0, freq = 0, rep = 1, mt = -1, seed = 0;
+  double t = 1.0, top_p = 1.0, min_p = 0, pres = 0, freq = 0, rep = 1;
+  int64_t top_k = 0, mt = -1, seed = 0;
   int e = 0;
   if (!e) e = num(root, "temperature", 0, 100, &t, err);
   if (!e) e = num(root, "top_p", 1e-9, 1, &top_p, err);
-  if (!e) e = num(root, "top_k", -1, 1e9, &top_k, err);
+  if (!e) e = integer(root, "top_k", -1, 1000000000, &top_k, err);
   if (!e) e = num(root, "min_p", 0, 1, &min_p, err);
   if (!e) e = num(root, "presence_penalty", -2, 2, &pres, err);
   if (!e) e = num(root, "frequency_penalty", -2, 2, &freq, err);
   if (!e) e = num(root, "repetition_penalty", 1e-6, 100, &rep, err);
-  if (!e) e = num(root, "seed", -9.2e18, 9.2e18, &seed, err);
-  if (!e) e = num(root, "max_tokens", 1, 1e9, &mt, err);
-  if (!e) e = num(root, "max_completion_tokens", 1, 1e9, &mt, err);
+  if (!e) e = integer(root, "seed", INT64_MIN, INT64_MAX, &seed, err);
+  if (!e) e = integer(root, "max_tokens", 1, 1000000000, &mt, err);
+  if (!e) e = integer(root, "max_completion_tokens", 1, 1000000000, &mt, err);
   if (e) return e;
   const json_t *n = json_object_get(root, "n");
   if (n && !json_is_null(n) && !(json_is_integer(n) && json_integer_value(n) == 1))
@@ -121,8 +147,8 @@ static int sampling(srv *s, const json_t *root, srv_req *r, json_t **err) {
   p->presence_penalty = (float)pres;
   p->frequency_penalty = (float)freq;
   p->repetition_penalty = (float)rep;
-  p->seed = (uint64_t)(int64_t)seed;
-  p->max_tokens = mt > 0 ? (int32_t)(mt > 1e9 ? 1e9 : mt) : (r->chat ? s->o.max_tokens_default : 16);
+  p->seed = (uint64_t)seed;
+  p->max_tokens = mt > 0 ? (int32_t)mt : (r->chat ? s->o.max_tokens_default : 16);
   if (json_is_true(json_object_get(root, "ignore_eos"))) p->flags |= DSV4_REQUEST_F_IGNORE_EOS;
   const json_t *stop = json_object_get(root, "stop");
   if (json_is_string(stop)) {
@@ -196,12 +222,25 @@ static int chat_prompt(srv *s, const json_t *root, srv_req *r, json_t **err) {
   }
   cp.mode = thinking ? DSV4_CHAT_MODE_THINKING : DSV4_CHAT_MODE_CHAT;
   r->thinking = thinking;
+  const json_t *tools = json_object_get(root, "tools");
+  if (json_is_null(tools)) tools = NULL;
+  if (tools && !json_is_array(tools)) return bad(err, "tools", "'tools' must be an array of tools");
+  for (size_t i = 0; tools && i < json_array_size(tools); i++)
+    if (!json_is_object(json_array_get(tools, i)))
+      return bad(err, "tools", "'tools[%zu]' must be an object", i);
+  /* "none" drops the tools, "auto" lets the model choose; forcing a call
+   * ("required", or a named function) needs constrained decoding, which the
+   * server does not do: refused rather than silently ignored. */
+  const json_t *choice = json_object_get(root, "tool_choice");
+  const char *cs = json_is_string(choice) ? json_string_value(choice) : NULL;
+  if ((cs && !strcmp(cs, "required")) || json_is_object(choice))
+    return bad(err, "tool_choice", "unsupported 'tool_choice': forcing a tool call is not supported; "
+               "use \"auto\" or \"none\"");
+  if (choice && !json_is_null(choice) && !(cs && (!strcmp(cs, "auto") || !strcmp(cs, "none"))))
+    return bad(err, "tool_choice", "'tool_choice' must be \"auto\" or \"none\"");
   json_t *conv = json_object();
   json_object_set(conv, "messages", (json_t *)msgs);
-  const json_t *tools = json_object_get(root, "tools");
-  const json_t *choice = json_object_get(root, "tool_choice");
-  if (tools && !(json_is_string(choice) && !strcmp(json_string_value(choice), "none")))
-    json_object_set(conv, "tools", (json_t *)tools);
+  if (tools && !(cs && !strcmp(cs, "none"))) json_object_set(conv, "tools", (json_t *)tools);
   char *text = json_dumps(conv, JSON_COMPACT);
   json_decref(conv);
   if (!text) return bad(err, NULL, "out of memory");

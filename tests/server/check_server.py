@@ -10,6 +10,7 @@ it) and --prefix-cache 2. GREEDY_TEXT_FILE holds dsv4-generate's output for the 
 import concurrent.futures as cf
 import http.client
 import json
+import socket
 import sys
 import time
 import urllib.parse
@@ -211,6 +212,55 @@ def disconnect():
     raise AssertionError(f"the request was not cancelled: {h}")
 
 
+def disconnect_non_streaming():
+    """A non-streaming client that hangs up while its request runs: the server notices the
+    closed socket within about a second, cancels the request and frees its slot."""
+    before = health()["cancelled"]
+    body = json.dumps({"prompt": PROMPT, "max_tokens": 100000, "ignore_eos": True}).encode()
+    s = socket.create_connection((URL.hostname, URL.port), timeout=60)
+    s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+              b"Content-Length: %d\r\n\r\n" % len(body) + body)
+    for _ in range(50):
+        if health()["running"] == 1:
+            break
+        time.sleep(0.1)
+    else:
+        raise AssertionError(f"the request did not start: {health()}")
+    s.close()  # the client goes away before the answer
+    for _ in range(50):
+        h = health()
+        if h["cancelled"] > before and h["running"] == 0:
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"the request was not cancelled: {h}")
+
+
+def bad_params():
+    """Integer parameters refuse decimals, each error names its parameter (as OpenAI does);
+    a forced tool call is refused as unsupported."""
+    user = [{"role": "user", "content": "x"}]
+    cases = [({"max_tokens": 2.5}, "max_tokens"), ({"max_completion_tokens": 2.5}, "max_completion_tokens"),
+             ({"seed": 1.5}, "seed"), ({"top_k": 2.5}, "top_k"), ({"max_tokens": "8"}, "max_tokens"),
+             ({"tools": 5}, "tools"), ({"tools": [5]}, "tools"), ({"tool_choice": 5}, "tool_choice"),
+             ({"tools": TOOLS, "tool_choice": "required"}, "tool_choice"),
+             ({"tools": TOOLS, "tool_choice": {"type": "function", "function": {"name": "get_weather"}}},
+              "tool_choice")]
+    for extra, param in cases:
+        st, data = raw("POST", "/v1/chat/completions", json.dumps(dict(extra, messages=user)))
+        err = json.loads(data)["error"]
+        assert st == 400 and err["param"] == param and err["message"], (extra, st, data)
+        if param == "tool_choice" and extra["tool_choice"] != 5:
+            assert "unsupported" in err["message"], err
+    st, data = raw("POST", "/v1/completions", json.dumps({"prompt": "x", "seed": 0.5}))
+    assert st == 400 and json.loads(data)["error"]["param"] == "seed", (st, data)
+    # integral values written as decimals are integers; "auto" is accepted
+    r = client.chat.completions.create(model=MODEL, messages=user, max_tokens=2, tools=TOOLS,
+                                       tool_choice="auto", extra_body={"seed": 7.0})
+    assert 1 <= r.usage.completion_tokens <= 2, r.usage
+    st, data = raw("POST", "/v1/completions", json.dumps({"prompt": "x", "max_tokens": 2.0}))
+    assert st == 200 and 1 <= json.loads(data)["usage"]["completion_tokens"] <= 2, (st, data)
+
+
 def bad_requests():
     cases = [(b"{not json", 400), (b"[1, 2]", 400), (b'{"messages": []}', 400),
              (b'{"messages": [{"role": "user", "content": "x"}], "temperature": "hot"}', 400),
@@ -258,7 +308,10 @@ for name, fn in [("health", health), ("models", models), ("chat", chat_plain),
                  ("tool call round trip", tool_round_trip),
                  ("greedy == dsv4-generate", greedy_equals_generate), ("logprobs", logprobs),
                  ("6 concurrent clients == alone", concurrent), ("queue full -> 429", queue_full),
-                 ("client disconnect cancels", disconnect), ("prefix reuse", prefix_reuse), ("malformed/oversized -> 4xx", bad_requests),
+                 ("client disconnect cancels", disconnect),
+                 ("non-streaming client disconnect cancels", disconnect_non_streaming),
+                 ("prefix reuse", prefix_reuse), ("malformed/oversized -> 4xx", bad_requests),
+                 ("bad parameters -> 400 naming them", bad_params),
                  ("still serving", still_serving)]:
     check(name, fn)
 print("all server checks passed")
