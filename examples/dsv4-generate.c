@@ -67,9 +67,8 @@ static void usage(FILE *f) {
           "                without at --temp 0; the same distribution otherwise)\n"
           "  --draft N     drafts verified per round, 1..block size (default: the block\n"
           "                size); 0: per round from the confidence logits\n"
-          "  --backend B   cpu, cuda or auto (default auto: the library's choice; this\n"
-          "                version runs auto on the CPU and refuses cuda until the CUDA\n"
-          "                backend is complete)\n"
+          "  --backend B   cpu, cuda or auto (default auto: the GPU when the library has\n"
+          "                its CUDA kernels and device D is usable, else the CPU)\n"
           "  --device D    CUDA device ordinal (default 0)\n"
           "  --version     print the tool's and the library's version\n"
           "Exit status: 0 done, 1 the model failed to load or run, 2 bad usage.\n");
@@ -228,6 +227,10 @@ static int fail(const char *what, dsv4_status s, const char *msg) {
 
 static void summary(const dsv4_engine *e, size_t n_prompt, long n_gen) {
   dsv4_engine_timings t;
+  dsv4_engine_info info;
+  if (dsv4_engine_get_info(e, &info, sizeof info) == DSV4_OK)
+    fprintf(stderr, "dsv4-generate: backend: %s\n",
+            info.backend == DSV4_BACKEND_CUDA ? "cuda" : "cpu");
   if (dsv4_engine_get_timings(e, &t, sizeof t)) return;
   const double pf = (double)t.prefill_ns * 1e-9, dc = (double)t.decode_ns * 1e-9;
   fprintf(stderr, "dsv4-generate: prompt tokens: %zu, generated tokens: %ld\n", n_prompt, n_gen);

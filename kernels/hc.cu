@@ -104,6 +104,19 @@ dsv4_k_hc_pre_bf16(int n_tok, int hc, int dim, const uint16_t *h, const float *p
   y[(long long)t * dim + d] = dsv4i_f32_to_bf16(s);
 }
 
+/* DSpark tap (spec §5.6 item 4; the CPU backend's tap): y[t][d] =
+ * bf16( (Σ_c h[t][c][d], fp32 from +0 in copy order) / hc ), written at
+ * y + t·ldy (the taps buffer's row of this tap). Grid (ceil(dim/256), n_tok). */
+extern "C" __global__ void __launch_bounds__(256)
+dsv4_k_hc_tap_bf16(int n_tok, int hc, int dim, const uint16_t *h, uint16_t *y, long long ldy) {
+  const int t = blockIdx.y, d = blockIdx.x * blockDim.x + threadIdx.x;
+  if (t >= n_tok || d >= dim) return;
+  const uint16_t *hr = h + (long long)t * hc * dim;
+  float s = 0.0f;
+  for (int c = 0; c < hc; c++) s += dsv4i_bf16_to_f32(hr[(long long)c * dim + d]);
+  y[(long long)t * ldy + d] = dsv4i_f32_to_bf16(s / (float)hc);
+}
+
 /* hc_post: out[t][j][d] = bf16( post[t][j]·x[t][d] + Σ_i comb[t][i][j]·res[t][i][d] )
  * (sum over i in order from +0, then the post term). out may be res: each
  * thread reads its column of res before writing it. Grid (ceil(dim/256), n_tok). */

@@ -97,7 +97,9 @@ dsv4_k_argmax_f32(int n_rows, int vocab, const float *logits, long long ld, int3
 }
 
 /* Sampling with per-row temperature, seed and counter (device arrays, so a
- * captured graph replays with new values). temperature <= 0: greedy. */
+ * captured graph replays with new values). temperature <= 0: greedy. A row
+ * no token can be drawn from gives out = -1 - i: i the first NaN / +inf,
+ * or vocab when every value is -inf (the CPU's -1 and its message's index). */
 extern "C" __global__ void __launch_bounds__(THREADS)
 dsv4_k_sample_f32(int n_rows, int vocab, const float *logits, long long ld,
                   const float *temperature, const unsigned long long *seed,
@@ -105,6 +107,26 @@ dsv4_k_sample_f32(int n_rows, int vocab, const float *logits, long long ld,
   const int row = blockIdx.x;
   if (row >= n_rows) return;
   const float *l = logits + row * ld;
+  /* a row with a NaN or +inf, or without a finite value, has no token
+   * (dsv4i_cpu_not_drawable): out = -1 - (the first such index, or vocab) */
+  {
+    __shared__ int first_bad;
+    if (threadIdx.x == 0) first_bad = vocab;
+    __syncthreads();
+    int bad = vocab, fin = 0;
+    for (int i = threadIdx.x; i < vocab; i += THREADS) {
+      const float v = l[i];
+      if ((isnan(v) || v == INFINITY) && i < bad) bad = i;
+      fin |= !isnan(v) && v != -INFINITY;
+    }
+    if (bad < vocab) atomicMin(&first_bad, bad);
+    fin = __syncthreads_or(fin);
+    bad = first_bad;
+    if (bad < vocab || !fin) {
+      if (threadIdx.x == 0) out[row] = -1 - bad;
+      return;
+    }
+  }
   const float temp = temperature[row];
   if (!(temp > 0.0f)) {
     const int r = row_argmax(l, vocab);
@@ -146,4 +168,120 @@ dsv4_k_sample_f32(int n_rows, int vocab, const float *logits, long long ld,
   int tok = b.i;
   if (tok < 0) tok = row_argmax(l, vocab);
   if (threadIdx.x == 0) out[row] = tok;
+}
+
+/* ---- sampled verification's accept rule (model/accept.h) ------------------- */
+
+__device__ double block_sum_d(double s) {
+  __shared__ double part[THREADS / 32];
+  for (int off = 16; off > 0; off >>= 1) s += __shfl_down_sync(0xFFFFFFFFu, s, off);
+  const int w = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  __syncthreads();
+  if (lane == 0) part[w] = s;
+  __syncthreads();
+  if (w == 0) {
+    s = lane < THREADS / 32 ? part[lane] : 0.0;
+    for (int off = 16; off > 0; off >>= 1) s += __shfl_down_sync(0xFFFFFFFFu, s, off);
+    if (lane == 0) part[0] = s;
+  }
+  __syncthreads();
+  return part[0];
+}
+
+__device__ double block_max_d(double m) {
+  __shared__ double part[THREADS / 32];
+  for (int off = 16; off > 0; off >>= 1) m = fmax(m, __shfl_down_sync(0xFFFFFFFFu, m, off));
+  const int w = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  __syncthreads();
+  if (lane == 0) part[w] = m;
+  __syncthreads();
+  if (w == 0) {
+    m = lane < THREADS / 32 ? part[lane] : -INFINITY;
+    for (int off = 16; off > 0; off >>= 1) m = fmax(m, __shfl_down_sync(0xFFFFFFFFu, m, off));
+    if (lane == 0) part[0] = m;
+  }
+  __syncthreads();
+  return part[0];
+}
+
+/* (value, index) maximum: larger wins, the lower index on ties (the host loop's first) */
+__device__ void block_best_d(double &v, int &i) {
+  __shared__ double sv[THREADS / 32];
+  __shared__ int si[THREADS / 32];
+  for (int off = 16; off > 0; off >>= 1) {
+    const double v2 = __shfl_down_sync(0xFFFFFFFFu, v, off);
+    const int i2 = __shfl_down_sync(0xFFFFFFFFu, i, off);
+    if (i2 >= 0 && (i < 0 || v2 > v || (v2 == v && i2 < i))) v = v2, i = i2;
+  }
+  const int w = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  __syncthreads();
+  if (lane == 0) sv[w] = v, si[w] = i;
+  __syncthreads();
+  if (w == 0) {
+    v = lane < THREADS / 32 ? sv[lane] : 0.0;
+    i = lane < THREADS / 32 ? si[lane] : -1;
+    for (int off = 16; off > 0; off >>= 1) {
+      const double v2 = __shfl_down_sync(0xFFFFFFFFu, v, off);
+      const int i2 = __shfl_down_sync(0xFFFFFFFFu, i, off);
+      if (i2 >= 0 && (i < 0 || v2 > v || (v2 == v && i2 < i))) v = v2, i = i2;
+    }
+    if (lane == 0) sv[0] = v, si[0] = i;
+  }
+  __syncthreads();
+  v = sv[0];
+  i = si[0];
+}
+
+/* max and Σ exp((l - max) / t) of l[0..V) in double (the host's softmax, summed as a tree) */
+__device__ void softmax_stats(const float *l, int V, double t, double &mx, double &sum) {
+  double m = -INFINITY;
+  for (int v = threadIdx.x; v < V; v += THREADS) m = fmax(m, (double)l[v]);
+  mx = block_max_d(m);
+  double s = 0.0;
+  for (int v = threadIdx.x; v < V; v += THREADS) s += exp(((double)l[v] - mx) / t);
+  sum = block_sum_d(s);
+}
+
+/* The rule of dsv4i_accept_row on one row, one block: p = softmax(logits / T), q =
+ * softmax(q / Tq) or one-hot at d (q NULL, d >= V or q(d) == 0); accept when
+ * u·q(d) < p(d); else the exponential race over max(0, p - q) (over p when that is
+ * empty). Doubles throughout; sums are trees, so a decision can differ from the host's
+ * only when its two sides agree to ~1e-15. out int32 [2]: accepted, token. */
+extern "C" __global__ void __launch_bounds__(THREADS)
+dsv4_k_accept_f32(int V, const float *logits, const float *q, float T, float Tq, int d,
+                  unsigned long long seed, long long pos, unsigned long long tag_accept,
+                  unsigned long long tag_resid, int32_t *out) {
+  const double tp = T > 1e-5f ? (double)T : 1e-5, tq = Tq > 1e-5f ? (double)Tq : 1e-5;
+  double mp, sp, mq = 0.0, sq = 1.0;
+  softmax_stats(logits, V, tp, mp, sp);
+  int soft_q = q && d < V;
+  double qd = 1.0;
+  if (soft_q) {
+    softmax_stats(q, V, tq, mq, sq);
+    qd = exp(((double)q[d] - mq) / tq) / sq;
+    if (!(qd > 0.0)) soft_q = 0, qd = 1.0; /* not a draw of that q: a fixed token */
+  }
+  const double pd = d < V ? exp(((double)logits[d] - mp) / tp) / sp : 0.0;
+  if (dsv4i_accept_uniform_at(seed, tag_accept, pos, 0) * qd < pd) {
+    if (threadIdx.x == 0) out[0] = 1, out[1] = d;
+    return;
+  }
+  for (int pass = 0; pass < 2; pass++) { /* the residual, then p itself */
+    double best = 0.0;
+    int bi = -1;
+    for (int v = threadIdx.x; v < V; v += THREADS) {
+      const double p = exp(((double)logits[v] - mp) / tp) / sp;
+      const double qv = soft_q ? exp(((double)q[v] - mq) / tq) / sq : (v == d ? 1.0 : 0.0);
+      const double w = pass ? p : (p > qv ? p - qv : 0.0);
+      if (!(w > 0.0)) continue;
+      const double r = w / -log(dsv4i_accept_uniform_at(seed, tag_resid, pos, v));
+      if (bi < 0 || r > best) best = r, bi = v;
+    }
+    block_best_d(best, bi);
+    if (bi >= 0) {
+      if (threadIdx.x == 0) out[0] = 0, out[1] = bi;
+      return;
+    }
+  }
+  if (threadIdx.x == 0) out[0] = 0, out[1] = -1;
 }

@@ -886,8 +886,9 @@ typedef int32_t (*dsv4_progress_fn)(const char *stage, int64_t done, int64_t tot
 typedef struct dsv4_engine_params {
   uint32_t struct_size;      /**< sizeof(dsv4_engine_params), set by the init call */
   uint32_t flags;            /**< DSV4_ENGINE_F_* bits; default 0 */
-  int32_t backend;           /**< DSV4_BACKEND_*; default AUTO (= CPU in this version;
-                              *   CUDA is refused with DSV4_ERR_UNSUPPORTED for now) */
+  int32_t backend;           /**< DSV4_BACKEND_*; default AUTO: CUDA when the library has
+                              *   its kernels and dsv4_backend_probe(CUDA, device) answers
+                              *   DSV4_OK, else the CPU */
   int32_t device;            /**< CUDA device ordinal; default 0; ignored by the CPU */
   int32_t max_sequences;     /**< live sequences at once, forks included; default 8; 1..65535 */
   int32_t n_threads;         /**< CPU worker threads, 0..1024; default 0 = one per core */
@@ -954,9 +955,12 @@ DSV4_NODISCARD DSV4_API dsv4_status dsv4_engine_params_init(dsv4_engine_params *
  *         DSV4_ERR_RANK_FAILED (distributed: another rank failed creating, its
  *         status and message given, or did not answer within dist_timeout_ms);
  *         DSV4_ERR_PARAMS_SIZE;
- *         DSV4_ERR_UNSUPPORTED (backend CUDA: not implemented yet; a stage split
- *         where shared attention state would cross, or a tp_size the weight
- *         table's split rules refuse; a library built without MPI given mpi_comm);
+ *         DSV4_ERR_UNSUPPORTED (backend CUDA in a build without nvcc, or a
+ *         model shape its kernels do not take: the message names op and shape;
+ *         a stage split where shared attention state would cross, or a tp_size
+ *         the weight table's split rules refuse; a library built without MPI
+ *         given mpi_comm);
+ *         DSV4_ERR_NO_DEVICE / DSV4_ERR_DEVICE (backend CUDA: no usable device);
  *         DSV4_ERR_DOES_NOT_FIT (the KV budget cannot hold the sequence slots
  *         plus one sequence at max_context, or the plan exceeds this machine's
  *         memory; the message gives the figures); DSV4_ERR_TOKENIZER and the
@@ -1042,7 +1046,7 @@ DSV4_NODISCARD DSV4_API dsv4_status dsv4_engine_get_info(const dsv4_engine *engi
  * @param info    [out] caller-owned, struct_size bytes.
  * @param struct_size sizeof(dsv4_engine_info) as the caller compiled it (at least the 0.1 size).
  * @return DSV4_OK; DSV4_ERR_INVALID_ARG (NULL, struct_size too small, a parameter out of
- *         range); DSV4_ERR_PARAMS_SIZE; DSV4_ERR_UNSUPPORTED (backend CUDA);
+ *         range); DSV4_ERR_PARAMS_SIZE; DSV4_ERR_UNSUPPORTED (backend CUDA in a build without nvcc);
  *         DSV4_ERR_DOES_NOT_FIT (the request does not fit the KV budget or this machine;
  *         the message gives the figures). No state change; *info untouched on failure.
  * Thread-safe with respect to the model (reads only). @since 0.1

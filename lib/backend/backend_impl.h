@@ -30,5 +30,7 @@ dsv4_status dsv4i_backend_init(dsv4i_backend *be, const dsv4i_backend_ops *ops, 
 
 /** lib/cpu/cpu_backend.c */
 extern const dsv4i_backend_entry dsv4i_cpu_backend_entry;
+/** lib/gpu/gpu_backend.c (builds with nvcc only) */
+extern const dsv4i_backend_entry dsv4i_cuda_backend_entry;
 
 #endif /* DSV4I_BACKEND_IMPL_H */

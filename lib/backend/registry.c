@@ -7,6 +7,9 @@
 
 static const dsv4i_backend_entry *const registry[] = {
   &dsv4i_cpu_backend_entry,
+#if DSV4_HAVE_CUDA
+  &dsv4i_cuda_backend_entry,
+#endif
 };
 
 static const dsv4i_backend_entry *find(int32_t kind) {
@@ -18,8 +21,8 @@ static const dsv4i_backend_entry *find(int32_t kind) {
 static dsv4_status missing(int32_t kind) {
   if (kind == DSV4_BACKEND_CUDA)
     return dsv4i_error(DSV4_ERR_UNSUPPORTED,
-                       "backend cuda: the CUDA engine backend is not implemented yet in this "
-                       "build; use DSV4_BACKEND_CPU (or DSV4_BACKEND_AUTO)");
+                       "backend cuda: this library was built without nvcc, so it has no CUDA "
+                       "kernels; use DSV4_BACKEND_CPU (or DSV4_BACKEND_AUTO)");
   return dsv4i_error(DSV4_ERR_INVALID_ARG, "backend %d is not a backend kind", (int)kind);
 }
 

@@ -25,10 +25,12 @@ dsv4_status dsv4i_gpu_ops_init(const dsv4i_kreg *kr, dsv4i_gpu_ops *o) {
   PICK(hc_sinkhorn, HC_SINKHORN, F32, ANY);
   PICK(hc_pre, HC_PRE, BF16, ANY);
   PICK(hc_post, HC_POST, BF16, ANY);
+  PICK(hc_tap, HC_TAP, BF16, ANY);
   PICK(act_quant, ACT_QUANT, E4M3_UE8M0, ANY);
   PICK(rope, ROPE, BF16, ANY);
   PICK(argmax, ARGMAX, F32, ANY);
   PICK(sample, SAMPLE, F32, ANY);
+  PICK(accept, ACCEPT, F32, ANY);
   PICK(router, ROUTER, F32, ANY);
   PICK(moe_up, MOE_UP, E2M1_UE8M0, DECODE);
   PICK(moe_down, MOE_DOWN, E2M1_UE8M0, DECODE);
@@ -124,6 +126,16 @@ dsv4_status dsv4i_gpu_hc_post(const dsv4i_gpu_ops *o, dsv4i_custream s, int32_t 
   int n = n_tok, c = hc, d = dim;
   void *p[] = {&n, &c, &d, &x, &res, &post, &comb, &out};
   return launch(o, o->hc_post, cdiv(dim, 256), (uint32_t)n_tok, s, p);
+}
+
+dsv4_status dsv4i_gpu_hc_tap(const dsv4i_gpu_ops *o, dsv4i_custream s, int32_t n_tok, int32_t hc,
+                             int32_t dim, dsv4i_cuptr h, dsv4i_cuptr y, int64_t ldy) {
+  if (n_tok < 0 || hc <= 0 || dim <= 0 || ldy < dim || n_tok > 65535) return bad("hc_tap", "sizes");
+  if (n_tok == 0) return DSV4_OK;
+  int n = n_tok, c = hc, d = dim;
+  long long ly = ldy;
+  void *p[] = {&n, &c, &d, &h, &y, &ly};
+  return launch(o, o->hc_tap, cdiv(dim, 256), (uint32_t)n_tok, s, p);
 }
 
 dsv4_status dsv4i_gpu_act_quant(const dsv4i_gpu_ops *o, dsv4i_custream s, int32_t n_tok,
@@ -252,6 +264,18 @@ dsv4_status dsv4i_gpu_sample(const dsv4i_gpu_ops *o, dsv4i_custream s, int32_t n
   long long l = ld;
   void *p[] = {&n, &v, &logits, &l, &temperature, &seed, &counter, &out};
   return launch(o, o->sample, (uint32_t)n_rows, 1, s, p);
+}
+
+dsv4_status dsv4i_gpu_accept(const dsv4i_gpu_ops *o, dsv4i_custream s, int32_t V,
+                             dsv4i_cuptr logits, dsv4i_cuptr q, float T, float Tq, int32_t d,
+                             uint64_t seed, int64_t pos, uint64_t tag_accept, uint64_t tag_resid,
+                             dsv4i_cuptr out) {
+  if (V <= 0 || d < 0 || !logits || !out) return bad("accept", "sizes");
+  int v = V, dd = d;
+  unsigned long long sd = seed, ta = tag_accept, tr = tag_resid;
+  long long ps = pos;
+  void *p[] = {&v, &logits, &q, &T, &Tq, &dd, &sd, &ps, &ta, &tr, &out};
+  return launch(o, o->accept, 1, 1, s, p);
 }
 
 dsv4_status dsv4i_gpu_router(const dsv4i_gpu_ops *o, dsv4i_custream s, int32_t n_tok,

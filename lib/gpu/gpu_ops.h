@@ -22,8 +22,8 @@
 /** The kernels an engine launches, selected once at engine creation. */
 typedef struct dsv4i_gpu_ops {
   const dsv4i_kreg *kr;
-  dsv4i_kernel_id rmsnorm, embed_hc, hc_mixes, hc_sinkhorn, hc_pre, hc_post, act_quant, rope,
-      argmax, sample, router, moe_up, moe_down, engram_gather, engram_update, dequant, moe_up_warp, moe_down_warp;
+  dsv4i_kernel_id rmsnorm, embed_hc, hc_mixes, hc_sinkhorn, hc_pre, hc_post, hc_tap, act_quant, rope,
+      argmax, sample, accept, router, moe_up, moe_down, engram_gather, engram_update, dequant, moe_up_warp, moe_down_warp;
   dsv4i_kernel_id linear[DSV4I_KFMT_COUNT_];        /**< by weight format, bf16 out */
   dsv4i_kernel_id linear_warp[DSV4I_KFMT_COUNT_];   /**< fp8 / fp4, one warp per row */
   /** fp8 / fp4 linears with at most this many rows use linear_warp, and
@@ -87,6 +87,11 @@ dsv4_status dsv4i_gpu_hc_post(const dsv4i_gpu_ops *o, dsv4i_custream s, int32_t 
                               int32_t hc, int32_t dim, dsv4i_cuptr x, dsv4i_cuptr res,
                               dsv4i_cuptr post, dsv4i_cuptr comb, dsv4i_cuptr out);
 
+/** DSpark tap (the CPU backend's tap, bit for bit): y bf16 rows at y + t·ldy =
+ * bf16(Σ_c h[t][c] / hc), h bf16 [n][hc][dim]. */
+dsv4_status dsv4i_gpu_hc_tap(const dsv4i_gpu_ops *o, dsv4i_custream s, int32_t n_tok, int32_t hc,
+                             int32_t dim, dsv4i_cuptr h, dsv4i_cuptr y, int64_t ldy);
+
 /** act_quant decoded for the linears, dsv4i_cpu_act_quant bit for bit:
  * x bf16 [n][ldx] -> xq f32 [n][k], sx f32 [n][k/32]; k % 32 == 0. */
 dsv4_status dsv4i_gpu_act_quant(const dsv4i_gpu_ops *o, dsv4i_custream s, int32_t n_tok,
@@ -133,10 +138,22 @@ dsv4_status dsv4i_gpu_argmax(const dsv4i_gpu_ops *o, dsv4i_custream s, int32_t n
                              int32_t vocab, dsv4i_cuptr logits, int64_t ld, dsv4i_cuptr out);
 
 /** Sampling per row (kernels/sample.cu says how it can differ from
- * dsv4i_cpu_sample): temperature f32 [n], seed u64 [n], counter u64 [n]. */
+ * dsv4i_cpu_sample): temperature f32 [n], seed u64 [n], counter u64 [n].
+ * Only ids < vocab are read and drawn (ld may be larger). A row with a NaN or
+ * +inf among them, or without a finite value, gets out = -1 - i (i: the first
+ * NaN / +inf, or vocab when all are -inf), where the CPU's sample gives -1. */
 dsv4_status dsv4i_gpu_sample(const dsv4i_gpu_ops *o, dsv4i_custream s, int32_t n_rows,
                              int32_t vocab, dsv4i_cuptr logits, int64_t ld, dsv4i_cuptr temperature,
                              dsv4i_cuptr seed, dsv4i_cuptr counter, dsv4i_cuptr out);
+
+/** Sampled verification's accept rule on one row (dsv4i_accept_row, model/accept.h;
+ * kernels/sample.cu says where it can differ: double sums as trees). logits f32 [V]
+ * (V: the ids that may be drawn), q f32 [V] the draft's logits or 0 (one-hot at d);
+ * out int32 [2] = accepted, token. tags: DSV4I_TAG_ACCEPT / DSV4I_TAG_RESID. */
+dsv4_status dsv4i_gpu_accept(const dsv4i_gpu_ops *o, dsv4i_custream s, int32_t V,
+                             dsv4i_cuptr logits, dsv4i_cuptr q, float T, float Tq, int32_t d,
+                             uint64_t seed, int64_t pos, uint64_t tag_accept, uint64_t tag_resid,
+                             dsv4i_cuptr out);
 
 /** Router selection after the gate GEMM (dsv4i_cpu_router's per-token part;
  * kernels/router.cu says how it can differ): z f32 [n][ldz]; bias, bias_vl

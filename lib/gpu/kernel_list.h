@@ -27,12 +27,14 @@
   X(HC_SINKHORN, "hc_sinkhorn")                                                                  \
   X(HC_PRE, "hc_pre")                                                                            \
   X(HC_POST, "hc_post")                                                                          \
+  X(HC_TAP, "hc_tap")                                                                            \
   X(ACT_QUANT, "act_quant")                                                                      \
   X(LINEAR, "linear")                                                                            \
   X(LINEAR_F32OUT, "linear_f32out")                                                              \
   X(ROPE, "rope")                                                                                \
   X(ARGMAX, "argmax")                                                                            \
   X(SAMPLE, "sample")                                                                            \
+  X(ACCEPT, "accept")                                                                            \
   X(ROUTER, "router")                                                                            \
   X(MOE_UP, "moe_up")                                                                            \
   X(MOE_DOWN, "moe_down")                                                                        \
@@ -60,6 +62,7 @@
   X(HC_SINKHORN_F32, HC_SINKHORN, F32, ANY, 80, hc, dsv4_k_hc_sinkhorn_f32, 128)                  \
   X(HC_PRE_BF16, HC_PRE, BF16, ANY, 80, hc, dsv4_k_hc_pre_bf16, 256)                              \
   X(HC_POST_BF16, HC_POST, BF16, ANY, 80, hc, dsv4_k_hc_post_bf16, 256)                           \
+  X(HC_TAP_BF16, HC_TAP, BF16, ANY, 80, hc, dsv4_k_hc_tap_bf16, 256)                              \
   X(ACT_QUANT_E4M3, ACT_QUANT, E4M3_UE8M0, ANY, 80, linear, dsv4_k_act_quant_e4m3, 256)           \
   X(LINEAR_E4M3, LINEAR, E4M3_UE8M0, DECODE, 80, linear, dsv4_k_linear_e4m3_ue8m0, 128)           \
   X(LINEAR_E2M1, LINEAR, E2M1_UE8M0, DECODE, 80, linear, dsv4_k_linear_e2m1_ue8m0, 128)           \
@@ -71,6 +74,7 @@
   X(ROPE_BF16, ROPE, BF16, ANY, 80, rope, dsv4_k_rope_bf16, 256)                                  \
   X(ARGMAX_F32, ARGMAX, F32, ANY, 80, sample, dsv4_k_argmax_f32, 1024)                            \
   X(SAMPLE_F32, SAMPLE, F32, ANY, 80, sample, dsv4_k_sample_f32, 1024)                            \
+  X(ACCEPT_F32, ACCEPT, F32, ANY, 80, sample, dsv4_k_accept_f32, 1024)                            \
   X(ROUTER_F32, ROUTER, F32, ANY, 80, router, dsv4_k_router_topk_f32, 128)                       \
   X(MOE_UP, MOE_UP, E2M1_UE8M0, DECODE, 80, moe, dsv4_k_moe_up, 128)                              \
   X(MOE_DOWN, MOE_DOWN, E2M1_UE8M0, DECODE, 80, moe, dsv4_k_moe_down, 128)                       \

@@ -6,17 +6,10 @@
 #include <string.h>
 
 #include "model/accept.h"
-
-static uint64_t mix64(uint64_t z) { /* SplitMix64 */
-  z += UINT64_C(0x9E3779B97F4A7C15);
-  z = (z ^ (z >> 30)) * UINT64_C(0xBF58476D1CE4E5B9);
-  z = (z ^ (z >> 27)) * UINT64_C(0x94D049BB133111EB);
-  return z ^ (z >> 31);
-}
+#include "model/ref_math.h"
 
 double dsv4i_accept_uniform(uint64_t seed, uint64_t tag, int64_t pos, int64_t i) {
-  const uint64_t r = mix64(mix64(mix64(seed ^ tag) ^ (uint64_t)pos) ^ (uint64_t)i);
-  return ((double)(r >> 11) + 0.5) * 0x1p-53;
+  return dsv4i_accept_uniform_at(seed, tag, pos, i); /* shared with the device */
 }
 
 /* p = softmax(logits / T) in double (max-subtracted). */

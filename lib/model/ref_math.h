@@ -123,4 +123,14 @@ DSV4I_HD float dsv4i_sample_noise_at(uint64_t seed, uint64_t counter, int64_t i)
   return (float)-log(u);
 }
 
+/**
+ * Uniform in (0, 1) with 53 bits for sampled verification's accept rule
+ * (model/accept.h): r = mix(mix(mix(seed ^ tag) ^ pos) ^ i), (top 53 bits of
+ * r + 0.5) · 2^-53. Host (lib/model/accept.c) and device (kernels/sample.cu).
+ */
+DSV4I_HD double dsv4i_accept_uniform_at(uint64_t seed, uint64_t tag, int64_t pos, int64_t i) {
+  const uint64_t r = dsv4i_mix64(dsv4i_mix64(dsv4i_mix64(seed ^ tag) ^ (uint64_t)pos) ^ (uint64_t)i);
+  return ((double)(r >> 11) + 0.5) * 0x1p-53;
+}
+
 #endif /* DSV4I_REF_MATH_H */

@@ -374,6 +374,27 @@ static void sample_equals_cpu(void **state) {
   }
   printf("# sample: %d of %d draws equal the CPU's\n", same, rows);
   assert_int_equal(same, rows);
+  /* rows with no token: a NaN at 5 (and +inf later), +inf at 7, all -inf; both
+   * temperatures: out = -1 - the first bad index, or -1 - vocab */
+  const int bad_vocab = 4096;
+  for (int r = 0; r < 6; r++) {
+    float *row = l + (size_t)r * bad_vocab;
+    for (int i = 0; i < bad_vocab; i++) row[i] = r % 3 == 2 ? -INFINITY : (float)(i % 13);
+    if (r % 3 == 0) row[5] = NAN, row[900] = INFINITY;
+    if (r % 3 == 1) row[7] = INFINITY, row[3000] = NAN;
+    temp[r] = r < 3 ? 0.0f : 0.5f;
+  }
+  dsv4i_cuptr dl2 = gt_up(&G, l, 4 * (size_t)6 * bad_vocab), dt2 = gt_up(&G, temp, sizeof temp);
+  gt_check(dsv4i_gpu_sample(&O, G.stream, 6, bad_vocab, dl2, bad_vocab, dt2, dsd, dc, dout));
+  gt_down(&G, got, dout, sizeof got);
+  for (int r = 0; r < 6; r++) {
+    const int64_t want = dsv4i_cpu_not_drawable(l + (size_t)r * bad_vocab, bad_vocab);
+    assert_true(want >= 0);
+    assert_int_equal(got[r], -1 - (int32_t)want);
+  }
+  assert_int_equal(got[0], -6);
+  assert_int_equal(got[1], -8);
+  assert_int_equal(got[2], -1 - bad_vocab);
   free(l);
 }
 

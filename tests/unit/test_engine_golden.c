@@ -14,6 +14,8 @@
  *   only the prefill logits of a and b are targets (the decode goldens carry
  *   the reference's stale-index-key defect). Tolerance LOGITS_TOL_A below.
  * Every comparison prints its maximum absolute difference.
+ * Built twice: here for the CPU backend, and in the gpu suite with
+ * DSV4_TEST_CUDA (exit 77 without a usable GPU).
  */
 #include <math.h>
 #include <stdio.h>
@@ -24,6 +26,12 @@
 
 #include "dsv4/dsv4.h"
 #include "io/safetensors.h"
+
+#ifdef DSV4_TEST_CUDA
+#define DSV4_TEST_BACKEND DSV4_BACKEND_CUDA
+#else
+#define DSV4_TEST_BACKEND DSV4_BACKEND_CPU
+#endif
 
 #define E2E_TOL 0.829f
 /* tiny-v41-a prefill logits. (a), 11 tokens inside the window: the engine
@@ -64,6 +72,7 @@ static void open_gold(gold *g, const char *fixture, int32_t chunk) {
   ep.max_sequences = 2;
   ep.max_context = 256;
   ep.prefill_chunk = chunk;
+  ep.backend = DSV4_TEST_BACKEND;
   dsv4_status s = dsv4_engine_create_from_dir(dir, &ep, &g->e);
   if (s) fail_msg("engine: %s: %s", dsv4_status_string(s), dsv4_last_error());
   dsv4_model_info mi;
@@ -204,6 +213,10 @@ static void e2e_c(void **st) {
 }
 
 int tu_run_suite(void) {
+  if (DSV4_TEST_BACKEND != DSV4_BACKEND_CPU && dsv4_backend_probe(DSV4_TEST_BACKEND, 0) != DSV4_OK) {
+    printf("skip: backend %d is not usable here: %s\n", (int)DSV4_TEST_BACKEND, dsv4_last_error());
+    return 77;
+  }
   const struct CMUnitTest tests[] = {
     cmocka_unit_test(e2e_a),
     cmocka_unit_test(e2e_b),

@@ -29,6 +29,9 @@
  *
  * Unit test (internal library): it reads the golden tensors and the draft
  * head's base logits through lib internals; everything else is public API.
+ * Built again in the gpu suite with DSV4_TEST_CUDA:
+ * there every test but golden_e2e (which reads the CPU backend's internals)
+ * runs on the CUDA backend; exit 77 without a usable GPU.
  * Engines run one thread: these steps are small, and OpenMP barriers on a
  * busy 2-core CI cost more than they save.
  */
@@ -76,6 +79,12 @@ static const void *golden(fx *f, const char *name, int32_t dtype, int64_t n) {
   return f->copy[f->n_copy++] = c;
 }
 
+#ifdef DSV4_TEST_CUDA
+#define DSV4_TEST_BACKEND DSV4_BACKEND_CUDA
+#else
+#define DSV4_TEST_BACKEND DSV4_BACKEND_CPU
+#endif
+
 static void open_fx(fx *f, const char *name, int32_t max_seqs, int32_t chunk) {
   memset(f, 0, sizeof *f);
   f->name = name;
@@ -89,6 +98,7 @@ static void open_fx(fx *f, const char *name, int32_t max_seqs, int32_t chunk) {
   ep.max_context = 256;
   ep.prefill_chunk = chunk;
   ep.n_threads = 1;
+  ep.backend = DSV4_TEST_BACKEND;
   dsv4_status s = dsv4_engine_create_from_dir(dir, &ep, &f->e);
   if (s) fail_msg("engine: %s: %s", dsv4_status_string(s), dsv4_last_error());
   dsv4_model_info mi;
@@ -930,6 +940,7 @@ static void golden_e2e(void **state) {
 }
 
 int tu_run_suite(void) {
+#ifndef DSV4_TEST_CUDA
   const struct CMUnitTest tests[] = {
     cmocka_unit_test(golden_e2e),
     cmocka_unit_test(greedy_equal_e2e),
@@ -938,5 +949,19 @@ int tu_run_suite(void) {
     cmocka_unit_test(distribution),
     cmocka_unit_test(api_errors),
   };
+#else
+  if (dsv4_backend_probe(DSV4_TEST_BACKEND, 0) != DSV4_OK) {
+    printf("skip: backend %d is not usable here: %s\n", (int)DSV4_TEST_BACKEND, dsv4_last_error());
+    return 77;
+  }
+  (void)golden_e2e;
+  const struct CMUnitTest tests[] = {
+    cmocka_unit_test(greedy_equal_e2e),
+    cmocka_unit_test(greedy_equal_chaotic),
+    cmocka_unit_test(shuffled_batch),
+    cmocka_unit_test(distribution),
+    cmocka_unit_test(api_errors),
+  };
+#endif
   return cmocka_run_group_tests_name("spec", tests, NULL, NULL);
 }

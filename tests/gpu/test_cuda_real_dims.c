@@ -1,0 +1,129 @@
+/*
+ * A release-dimension checkpoint on the GPU (exit 77 unless
+ * DSV4_REAL_DIMS_MODEL names one, e.g. from
+ * `dsv4-gen-checkpoint --real-dims --layers 2 --engram-rows 65536`, and a
+ * GPU is usable): the CUDA engine's greedy tokens equal the CPU engine's for
+ * 16 steps after a prefill, and the device memory the CUDA engine takes
+ * (the driver's free memory before and after creation) is within 2% of its
+ * plan: the KV pool, workspace and prepared weights of the engine's memory
+ * plan plus the checkpoint bytes of the tensors the backend holds on the
+ * device (every tensor but the Engram tables, which stay in host memory, the
+ * confidence projection, read on the host, and wo_a, whose bf16 copy the plan
+ * counts).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "test_util.h"
+
+#include "dsv4/dsv4.h"
+#include "engine/engine.h"
+#include "gpu/gpu_backend.h"
+#include "model/model.h"
+
+enum { STEPS = 16 };
+
+static void greedy(dsv4_engine *e, const int32_t *in, int64_t n, int32_t *tok, float *lg, int32_t V) {
+  int64_t seq;
+  assert_int_equal(dsv4_engine_seq_create(e, &seq), DSV4_OK);
+  dsv4_status s = dsv4_engine_prefill(e, seq, in, n, NULL, lg, &tok[0]);
+  if (s) fail_msg("prefill: %s", dsv4_last_error());
+  for (int k = 0; k < STEPS; k++) {
+    s = dsv4_engine_decode(e, 1, &seq, &tok[k], NULL, lg + (size_t)(k + 1) * V, &tok[k + 1]);
+    if (s) fail_msg("decode %d: %s", k, dsv4_last_error());
+  }
+  assert_int_equal(dsv4_engine_seq_free(e, seq), DSV4_OK);
+}
+
+/* Checkpoint bytes of the tensors the CUDA backend keeps on the device. */
+static int64_t device_weight_bytes(const dsv4_model *m) {
+  const dsv4i_weights *wt = dsv4i_model_weights(m);
+  int64_t n = 0;
+  for (size_t i = 0; i < wt->n; i++) {
+    const dsv4i_weight *w = &wt->w[i];
+    if (w->role == DSV4I_W_ENGRAM_EMBED || w->role == DSV4I_W_ATTN_WO_A || w->role == DSV4I_W_VISION ||
+        w->role == DSV4I_W_DSPARK_CONF_PROJ || w->role == DSV4I_W_GATE_BIAS_VL)
+      continue;
+    n += (int64_t)w->nbytes + (int64_t)w->scale_nbytes;
+  }
+  return n;
+}
+
+static void real_dims_gpu_equals_cpu(void **st) {
+  (void)st;
+  const char *dir = getenv("DSV4_REAL_DIMS_MODEL");
+  dsv4_model *m = NULL;
+  assert_int_equal(dsv4_model_load(dir, NULL, &m), DSV4_OK);
+  dsv4_model_info mi;
+  assert_int_equal(dsv4_model_get_info(m, &mi, sizeof mi), DSV4_OK);
+  const int32_t V = mi.vocab_size;
+  int32_t in[12];
+  for (int i = 0; i < 12; i++) in[i] = (int32_t)((i * 97 + 13) % 700) + 3; /* tokenizer ids */
+  dsv4_engine_params ep;
+  assert_int_equal(dsv4_engine_params_init(&ep, sizeof ep), DSV4_OK);
+  ep.max_sequences = 2;
+  ep.max_context = 1024;
+  ep.prefill_chunk = 16;
+  int32_t tok[2][STEPS + 1];
+  float *lg[2];
+  for (int b = 0; b < 2; b++) {
+    lg[b] = malloc(sizeof(float) * (size_t)V * (STEPS + 1));
+    assert_non_null(lg[b]);
+    ep.backend = b ? DSV4_BACKEND_CUDA : DSV4_BACKEND_CPU;
+    size_t f0 = 0, f1 = 0, total = 0;
+    dsv4_engine *e = NULL;
+    if (b) { /* device memory before and after creation, through the driver */
+      dsv4i_gpu probe;
+      assert_int_equal(dsv4i_gpu_open(0, &probe), DSV4_OK);
+      assert_int_equal(probe.dev.cu->MemGetInfo(&f0, &total), DSV4I_CUDA_SUCCESS);
+      if (dsv4_engine_create(m, &ep, &e)) fail_msg("cuda engine: %s", dsv4_last_error());
+      assert_int_equal(dsv4i_gpu_enter(&probe), DSV4_OK);
+      assert_int_equal(probe.dev.cu->MemGetInfo(&f1, &total), DSV4I_CUDA_SUCCESS);
+      const dsv4i_plan *p = &e->plan;
+      const int64_t wdev = device_weight_bytes(m);
+      const int64_t plan = p->pool_bytes + p->act_bytes + p->extra_weight_bytes + wdev;
+      const int64_t used = (int64_t)(f0 - f1);
+      const gpu_backend *gb = (const gpu_backend *)e->be;
+      printf("real dims: device memory taken by the engine %lld B (pool %zu B); plan %lld B = KV "
+             "pool %lld + workspace %lld + prepared weights %lld + device-resident checkpoint "
+             "tensors %lld; ratio %.4f\n", (long long)used, gb->g.pool.size, (long long)plan,
+             (long long)p->pool_bytes, (long long)p->act_bytes, (long long)p->extra_weight_bytes,
+             (long long)wdev, (double)used / (double)plan);
+      assert_true((double)used <= 1.02 * (double)plan && (double)used >= 0.98 * (double)plan);
+      dsv4i_gpu_close(&probe);
+    } else if (dsv4_engine_create(m, &ep, &e)) {
+      fail_msg("cpu engine: %s", dsv4_last_error());
+    }
+    greedy(e, in, 12, tok[b], lg[b], V);
+    dsv4_engine_free(e);
+  }
+  float dmax = 0.0f;
+  for (size_t i = 0; i < (size_t)V * (STEPS + 1); i++) {
+    const float d = lg[0][i] > lg[1][i] ? lg[0][i] - lg[1][i] : lg[1][i] - lg[0][i];
+    if (!(d <= dmax)) dmax = d;
+  }
+  printf("real dims: cpu tokens");
+  for (int k = 0; k <= STEPS; k++) printf(" %d", (int)tok[0][k]);
+  printf("\nreal dims: gpu tokens");
+  for (int k = 0; k <= STEPS; k++) printf(" %d", (int)tok[1][k]);
+  printf("\nreal dims: logits max |gpu - cpu| %.6g over prefill + %d steps\n", (double)dmax, STEPS);
+  assert_memory_equal(tok[0], tok[1], sizeof tok[0]);
+  free(lg[0]);
+  free(lg[1]);
+  dsv4_model_free(m);
+}
+
+int tu_run_suite(void) {
+  const char *dir = getenv("DSV4_REAL_DIMS_MODEL");
+  if (!dir || !*dir) {
+    printf("skip: DSV4_REAL_DIMS_MODEL does not name a real-dims checkpoint\n");
+    return 77;
+  }
+  if (dsv4_backend_probe(DSV4_BACKEND_CUDA, 0) != DSV4_OK) {
+    printf("skip: no usable CUDA device: %s\n", dsv4_last_error());
+    return 77;
+  }
+  const struct CMUnitTest tests[] = {cmocka_unit_test(real_dims_gpu_equals_cpu)};
+  return cmocka_run_group_tests_name("cuda_real_dims", tests, NULL, NULL);
+}
