@@ -48,6 +48,29 @@ __device__ __forceinline__ void strides(int fmt, int rows, int cols, long long *
   *sld = fmt == W_E2M1 ? cols / 32 : (cols + 31) / 32;
 }
 
+/* Token t's slots in the order the down projection sums them: routed slots by
+ * ascending expert id (skipped ids < 0 left out), then the shared slot. order[q] =
+ * the slot, eid[q] = its expert; returns how many. (One thread.) */
+__device__ int slot_order(int t, int top_k, int has_shared, int n_experts, const int32_t *idx,
+                          int *order, int *eid) {
+  int n = 0;
+  for (int j = 0; j < top_k; j++) {
+    const int e = idx[t * top_k + j];
+    if (e < 0) continue;
+    int p = n;
+    while (p > 0 && eid[p - 1] > e) {
+      eid[p] = eid[p - 1];
+      order[p] = order[p - 1];
+      p--;
+    }
+    eid[p] = e;
+    order[p] = j;
+    n++;
+  }
+  if (has_shared) eid[n] = n_experts, order[n] = top_k, n++;
+  return n;
+}
+
 /* Grid (ceil(inter/128), n_tok · n_slots), 128 threads. xq f32 [n][dim], sx
  * f32 [n][dim/32]; idx int32 [n][top_k], weight f32 [n][top_k];
  * w1, w3, s1, s3: device pointer tables [E + 1]; a bf16 [n][n_slots][inter]
@@ -115,24 +138,7 @@ dsv4_k_moe_down(int n_tok, int top_k, int has_shared, int n_experts, int dim, in
   const int t = blockIdx.y;
   if (t >= n_tok) return;
   const int n_slots = top_k + (has_shared ? 1 : 0);
-  if (threadIdx.x == 0) { /* the token's slots by ascending expert id, shared last */
-    int n = 0;
-    for (int j = 0; j < top_k; j++) {
-      const int e = idx[t * top_k + j];
-      if (e < 0) continue;
-      int p = n;
-      while (p > 0 && eid[p - 1] > e) {
-        eid[p] = eid[p - 1];
-        order[p] = order[p - 1];
-        p--;
-      }
-      eid[p] = e;
-      order[p] = j;
-      n++;
-    }
-    if (has_shared) eid[n] = n_experts, order[n] = top_k, n++;
-    n_order = n;
-  }
+  if (threadIdx.x == 0) n_order = slot_order(t, top_k, has_shared, n_experts, idx, order, eid);
   __syncthreads();
   const int d = blockIdx.x * ROWS + threadIdx.x;
   const int nkb = inter / 32;
@@ -249,24 +255,7 @@ dsv4_k_moe_down_warp(int n_tok, int top_k, int has_shared, int n_experts, int di
   const int t = blockIdx.y;
   if (t >= n_tok) return;
   const int n_slots = top_k + (has_shared ? 1 : 0);
-  if (threadIdx.x == 0) { /* the token's slots by ascending expert id, shared last */
-    int n = 0;
-    for (int j = 0; j < top_k; j++) {
-      const int e = idx[t * top_k + j];
-      if (e < 0) continue;
-      int p = n;
-      while (p > 0 && eid[p - 1] > e) {
-        eid[p] = eid[p - 1];
-        order[p] = order[p - 1];
-        p--;
-      }
-      eid[p] = e;
-      order[p] = j;
-      n++;
-    }
-    if (has_shared) eid[n] = n_experts, order[n] = top_k, n++;
-    n_order = n;
-  }
+  if (threadIdx.x == 0) n_order = slot_order(t, top_k, has_shared, n_experts, idx, order, eid);
   __syncthreads();
   const int d = blockIdx.x * 8 + (threadIdx.x >> 5);
   if (d >= dim) return; /* warp-uniform; no barriers below */

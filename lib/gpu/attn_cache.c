@@ -57,28 +57,33 @@ dsv4_status dsv4i_gpu_attn_window_store(const dsv4i_gpu_attn_kernels *k, dsv4i_c
   return launch_threads(k, k->window_store, (int64_t)n * hd, stream, params); /* a warp per 32 */
 }
 
+/* The records of the tokens completing a group (compressed KV, index keys): one launch
+ * of `id` with `lanes` threads per record of `width` values. */
+static dsv4_status group_store(const dsv4i_gpu_attn_kernels *k, dsv4i_kernel_id id,
+                               const char *what, dsv4i_custream stream, const dsv4i_gpu_kvtab *tab,
+                               dsv4i_cuptr tok, int32_t n, int32_t width, int32_t ratio,
+                               int32_t values_per_lane, dsv4i_cuptr rows) {
+  dsv4_status st = check_dims(what, n, width, 128);
+  if (st == DSV4_OK && ratio < 1) st = dsv4i_error(DSV4_ERR_INVALID_ARG, "%s: ratio %d", what, (int)ratio);
+  if (st != DSV4_OK) return st;
+  dsv4i_gpu_kvtab c = *tab;
+  int n_arg = n, w_arg = width, r_arg = ratio;
+  void *params[] = {&c, &tok, &n_arg, &w_arg, &r_arg, &rows};
+  return launch_threads(k, id, (int64_t)n * (width / values_per_lane), stream, params);
+}
+
 dsv4_status dsv4i_gpu_attn_comp_store(const dsv4i_gpu_attn_kernels *k, dsv4i_custream stream,
                                       const dsv4i_gpu_kvtab *comp, dsv4i_cuptr tok, int32_t n,
                                       int32_t hd, int32_t ratio, dsv4i_cuptr lat) {
-  dsv4_status st = check_dims("compressed KV store", n, hd, 128);
-  if (st == DSV4_OK && ratio < 1) st = dsv4i_error(DSV4_ERR_INVALID_ARG, "compressed KV store: ratio %d", (int)ratio);
-  if (st != DSV4_OK) return st;
-  dsv4i_gpu_kvtab c = *comp;
-  int n_arg = n, hd_arg = hd, r_arg = ratio;
-  void *params[] = {&c, &tok, &n_arg, &hd_arg, &r_arg, &lat};
-  return launch_threads(k, k->comp_store, (int64_t)n * (hd / 16), stream, params);
+  return group_store(k, k->comp_store, "compressed KV store", stream, comp, tok, n, hd, ratio, 16,
+                     lat);
 }
 
 dsv4_status dsv4i_gpu_attn_idxk_store(const dsv4i_gpu_attn_kernels *k, dsv4i_custream stream,
                                       const dsv4i_gpu_kvtab *idxk, dsv4i_cuptr tok, int32_t n,
                                       int32_t ihd, int32_t ratio, dsv4i_cuptr key) {
-  dsv4_status st = check_dims("index key store", n, ihd, 128);
-  if (st == DSV4_OK && ratio < 1) st = dsv4i_error(DSV4_ERR_INVALID_ARG, "index key store: ratio %d", (int)ratio);
-  if (st != DSV4_OK) return st;
-  dsv4i_gpu_kvtab c = *idxk;
-  int n_arg = n, hd_arg = ihd, r_arg = ratio;
-  void *params[] = {&c, &tok, &n_arg, &hd_arg, &r_arg, &key};
-  return launch_threads(k, k->idxk_store, (int64_t)n * (ihd / 32), stream, params);
+  return group_store(k, k->idxk_store, "index key store", stream, idxk, tok, n, ihd, ratio, 32,
+                     key);
 }
 
 dsv4_status dsv4i_gpu_attn_compress(const dsv4i_gpu_attn_kernels *k, dsv4i_custream stream,

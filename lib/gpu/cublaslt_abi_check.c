@@ -2,12 +2,11 @@
  * Configure-time check (lib/gpu/meson.build), not part of the library:
  * compiles only if lib/gpu/cublaslt.h agrees with the toolkit's <cublasLt.h>.
  */
-#define DSV4I_CUDA_DRIVER_FROM_CUDA_H 1
+#include "gpu/abi_check.h"
 #include "gpu/cublaslt.h"
 
 #include <cublasLt.h>
 
-#define CHECK_EQ(ours, theirs) _Static_assert((ours) == (theirs), #ours " != " #theirs);
 CHECK_EQ(DSV4I_LT_STATUS_SUCCESS, CUBLAS_STATUS_SUCCESS)
 CHECK_EQ(DSV4I_LT_COMPUTE_32F, CUBLAS_COMPUTE_32F)
 CHECK_EQ(DSV4I_LT_R_32F, CUDA_R_32F)

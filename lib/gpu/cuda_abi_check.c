@@ -5,7 +5,7 @@
  * for type with PFN_cu<name>_v<version>, constants by value, and the sizes
  * of the types the normal build declares itself.
  */
-#define DSV4I_CUDA_DRIVER_FROM_CUDA_H 1
+#include "gpu/abi_check.h"
 #include "gpu/cuda_driver.h"
 
 #include <cudaTypedefs.h>
@@ -15,7 +15,6 @@
                  "cu" #name ": signature differs from PFN_cu" #name "_v" #ver);
 DSV4I_CU_FUNCS(CHECK_PFN)
 
-#define CHECK_EQ(ours, theirs) _Static_assert((ours) == (theirs), #ours " != " #theirs);
 CHECK_EQ(DSV4I_CUDA_SUCCESS, CUDA_SUCCESS)
 CHECK_EQ(DSV4I_CUDA_ERROR_OUT_OF_MEMORY, CUDA_ERROR_OUT_OF_MEMORY)
 CHECK_EQ(DSV4I_CUDA_ERROR_NOT_INITIALIZED, CUDA_ERROR_NOT_INITIALIZED)
