@@ -887,8 +887,8 @@ typedef struct dsv4_engine_params {
   uint32_t struct_size;      /**< sizeof(dsv4_engine_params), set by the init call */
   uint32_t flags;            /**< DSV4_ENGINE_F_* bits; default 0 */
   int32_t backend;           /**< DSV4_BACKEND_*; default AUTO: CUDA when the library has
-                              *   its kernels and dsv4_backend_probe(CUDA, device) answers
-                              *   DSV4_OK, else the CPU */
+                              *   its kernels, dsv4_backend_probe(CUDA, device) answers
+                              *   DSV4_OK and tp_size = pp_size = 1, else the CPU */
   int32_t device;            /**< CUDA device ordinal; default 0; ignored by the CPU */
   int32_t max_sequences;     /**< live sequences at once, forks included; default 8; 1..65535 */
   int32_t n_threads;         /**< CPU worker threads, 0..1024; default 0 = one per core */
