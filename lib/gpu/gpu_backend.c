@@ -258,8 +258,11 @@ static dsv4_status buf_write(dsv4i_backend *be, dsv4i_bbuf bb, size_t off, size_
   dsv4_status st = dsv4i_gpu_enter(&b->g);
   if (!st) st = dsv4i_gpu_sync(&b->g);
   if (st || !bytes) return st;
-  const dsv4i_cures r = b->g.dev.cu->MemcpyHtoD((dsv4i_cuptr)(uintptr_t)bb.impl + off, src, bytes);
-  return r == DSV4I_CUDA_SUCCESS ? DSV4_OK : dsv4i_gpu_fail(&b->g, r, "cuMemcpyHtoD(buf_write)");
+  /* stream-ordered (see gpu_weights.c put); a pageable src is staged before the return */
+  const dsv4i_cures r = b->g.dev.cu->MemcpyHtoDAsync((dsv4i_cuptr)(uintptr_t)bb.impl + off, src,
+                                                     bytes, b->g.stream);
+  return r == DSV4I_CUDA_SUCCESS ? DSV4_OK
+                                 : dsv4i_gpu_fail(&b->g, r, "cuMemcpyHtoDAsync(buf_write)");
 }
 
 static dsv4_status sync_(dsv4i_backend *be) {

@@ -30,8 +30,12 @@ static dsv4_status put(loader *ld, const void *src, size_t n, const char *what, 
   dsv4i_gpu *g = &ld->b->g;
   dsv4_status st = dsv4i_gpu_pool_take(&g->pool, n ? n : 1, what, out);
   if (st || !n) return st;
-  const dsv4i_cures r = g->dev.cu->MemcpyHtoD(*out, src, n);
-  return r == DSV4I_CUDA_SUCCESS ? DSV4_OK : dsv4i_gpu_fail(g, r, "cuMemcpyHtoD(%s)", what);
+  /* On the engine's stream: a plain cuMemcpyHtoD from pageable (mapped) memory may return
+   * before its DMA lands, and the legacy stream it uses does not order the non-blocking
+   * engine stream, so the first kernels could read weights still in flight. The pageable
+   * source is staged before the call returns. */
+  const dsv4i_cures r = g->dev.cu->MemcpyHtoDAsync(*out, src, n, g->stream);
+  return r == DSV4I_CUDA_SUCCESS ? DSV4_OK : dsv4i_gpu_fail(g, r, "cuMemcpyHtoDAsync(%s)", what);
 }
 
 static dsv4_status get(loader *ld, int32_t role, int32_t layer, int32_t expert, int32_t dtype,
