@@ -39,3 +39,22 @@ def read_safetensors(path):
         out[name] = np.frombuffer(data[8 + n + a:8 + n + b], dtype=dtypes[t["dtype"]]).reshape(
             t["shape"])
     return out
+
+
+class DefaultModelCase(unittest.TestCase):
+    """A test class sharing one engine (4 sequences, context 128, 1 thread) and the
+    tokenizer of the default model: cls.path, cls.tok, cls.eng."""
+
+    @classmethod
+    def setUpClass(cls):
+        import dsv4
+        cls.path = dsv4.default_model()
+        if cls.path is None:
+            raise AssertionError("no default model (build it: ninja -C build)")
+        cls.tok = dsv4.Tokenizer(cls.path)
+        cls.eng = dsv4.Engine(cls.path, max_sequences=4, max_context=128, n_threads=1)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.eng.close()
+        cls.tok.close()

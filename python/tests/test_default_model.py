@@ -6,26 +6,14 @@ import subprocess
 import unittest
 
 import numpy as np
-from common import BUILD, SOURCE
+from common import BUILD, SOURCE, DefaultModelCase
 
 import dsv4
 
 PROMPT = "Every evening the old lamplighter"
 
 
-class DefaultModel(unittest.TestCase):
-    @classmethod
-    def setUpClass(cls):
-        cls.path = dsv4.default_model()
-        if cls.path is None:
-            raise AssertionError("no default model (build it: ninja -C build)")
-        cls.tok = dsv4.Tokenizer(cls.path)
-        cls.eng = dsv4.Engine(cls.path, max_sequences=4, max_context=128, n_threads=1)
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.eng.close()
-        cls.tok.close()
+class DefaultModel(DefaultModelCase):
 
     def test_readme_generation(self):
         text = "".join(t.text for t in self.eng.generate(PROMPT, self.tok, max_tokens=64))

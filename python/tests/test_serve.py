@@ -10,7 +10,7 @@ import threading
 import unittest
 
 import numpy as np
-from common import SOURCE
+from common import SOURCE, DefaultModelCase
 
 import dsv4
 from dsv4 import chat
@@ -96,20 +96,11 @@ class ChatFormat(unittest.TestCase):
             p.push("x")
 
 
-class SchedulerOnTheDefaultModel(unittest.TestCase):
+class SchedulerOnTheDefaultModel(DefaultModelCase):
     @classmethod
     def setUpClass(cls):
-        cls.path = dsv4.default_model()
-        if cls.path is None:
-            raise AssertionError("no default model (build it: ninja -C build)")
-        cls.tok = dsv4.Tokenizer(cls.path)
-        cls.eng = dsv4.Engine(cls.path, max_sequences=4, max_context=128, n_threads=1)
+        super().setUpClass()
         cls.ids = [cls.tok.bos] + cls.tok.encode(PROMPT)
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.eng.close()
-        cls.tok.close()
 
     def alone(self, prompt, n):
         return [t.id for t in self.eng.generate(prompt, max_tokens=n, stop_at_eos=False)]
