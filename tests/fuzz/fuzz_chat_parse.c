@@ -110,12 +110,14 @@ static const char *find(const char *s, size_t n, const char *m, size_t from) {
 
 /* text == t[0, q), or (thinking) t[0, q) less its first think-end marker */
 static int is_input_prefix(const rec *r, int thinking, const char *t, size_t q) {
+  /* r->text is NULL when nothing was reported: no memcmp or offset on it then */
   if (r->n_text == q && (!q || !memcmp(r->text, t, q))) return 1;
   if (!thinking) return 0;
   const char *m = find(t, q, DSV4I_CHAT_THINK_END, 0);
   if (!m) return 0;
   const size_t a = (size_t)(m - t), k = strlen(DSV4I_CHAT_THINK_END);
-  return r->n_text == q - k && !memcmp(r->text, t, a) && !memcmp(r->text + a, m + k, q - a - k);
+  if (r->n_text != q - k) return 0;
+  return !r->n_text || (!memcmp(r->text, t, a) && !memcmp(r->text + a, m + k, q - a - k));
 }
 
 static void nothing_lost(const rec *r, int thinking, const char *t, size_t n) {
