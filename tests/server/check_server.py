@@ -197,8 +197,13 @@ def disconnect():
         headers={"Content-Type": "application/json"})
     r = c.getresponse()
     assert r.status == 200
-    try:
+    try:  # SSE comments (": keep-alive") and blank lines may come before the first event
         line = r.readline()
+        for _ in range(20):
+            if line.startswith(b"data: "):
+                break
+            assert line.startswith(b":") or line.strip() == b"", line
+            line = r.readline()
     except TimeoutError:
         raise AssertionError(f"no stream data: {health()}")
     assert line.startswith(b"data: "), line

@@ -209,9 +209,9 @@ static void test_parser_malformed(void **state) {
   assert_string_equal(a.content, bad); /* nothing lost */
   assert_int_equal(json_array_size(a.calls), 0);
   json_decref(a.calls);
-  const char *cut = "Hi\n\n<\xef\xbd\x9c" "DSML\xef\xbd\x9c calls>\n<\xef\xbd\x9c" "DSML\xef\xbd\x9c invoke";
-  parse_pieces(DSV4_CHAT_MODE_CHAT, cut, NULL, 0, &a);
-  assert_string_equal(a.content, cut);
+  const char *open_call = "Hi\n\n<\xef\xbd\x9c" "DSML\xef\xbd\x9c calls>\n<\xef\xbd\x9c" "DSML\xef\xbd\x9c invoke";
+  parse_pieces(DSV4_CHAT_MODE_CHAT, open_call, NULL, 0, &a);
+  assert_string_equal(a.content, open_call);
   json_decref(a.calls);
   /* a well-formed block whose text is not UTF-8 (a cut character, 0xEF 0xBD): its call could
    * not be JSON, so the block is content (the tool-call fuzzer found the call's text unparsable) */
