@@ -1,6 +1,7 @@
 /* The KV cache layout (kv_layout.h). */
 #include <string.h>
 
+#include "backend/backend.h"
 #include "backend/kv_layout.h"
 
 dsv4_status dsv4i_kv_layout_init(const dsv4i_config *cfg, int32_t spare, size_t page_bytes,
@@ -83,4 +84,22 @@ int64_t dsv4i_kv_pages_for(const dsv4i_kv_layout *lay, int32_t kind, int64_t n_p
   int64_t sum = 0;
   for (int32_t l = 0; l < lay->n_layers; l++) sum += dsv4i_kv_table_pages(lay, kind, l, n_pos);
   return sum;
+}
+
+dsv4_status dsv4i_kv_format_init(const dsv4i_config *cfg, size_t page_bytes,
+                                 int64_t max_positions, dsv4i_cache_format *f,
+                                 dsv4i_kv_layout *lay) {
+  memset(f, 0, sizeof *f);
+  dsv4_status s = dsv4i_kv_layout_init(cfg, 0, page_bytes, max_positions, lay);
+  if (s) return s;
+  f->page_bytes = (int64_t)lay->page_bytes;
+  for (int32_t k = 0; k < DSV4I_KV_KINDS; k++) {
+    f->seq_pages += dsv4i_kv_pages_for(lay, k, max_positions);
+    if (k == DSV4I_KV_WINDOW || k == DSV4I_KV_CSTATE) f->ring_pages += dsv4i_kv_pages_for(lay, k, 1);
+  }
+  for (int32_t L = 0; L < lay->n_layers; L++)
+    if (lay->ratio[L] > 0)
+      f->bytes_per_pos += (lay->rec_bytes[DSV4I_KV_COMP] +
+                           (lay->has_idxk[L] ? lay->rec_bytes[DSV4I_KV_IDXK] : 0)) / lay->ratio[L];
+  return DSV4_OK;
 }

@@ -66,6 +66,21 @@ typedef struct dsv4i_kv_layout {
 dsv4_status dsv4i_kv_layout_init(const dsv4i_config *cfg, int32_t spare, size_t page_bytes,
                                  int64_t max_positions, dsv4i_kv_layout *out);
 
+struct dsv4i_cache_format; /* backend/backend.h */
+
+/**
+ * The pool part of a backend's storage format: derive the layout of cfg for
+ * pages of page_bytes (dsv4i_kv_layout_init, default spare) into *lay, zero *f
+ * and fill its page_bytes, seq_pages (every kind at max_positions), ring_pages
+ * (WINDOW and CSTATE, held from the first position) and bytes_per_pos (COMP and
+ * IDXK records per position). The backend fills the rest (slot, weight and
+ * workspace bytes).
+ * @return DSV4_OK; DSV4_ERR_INVALID_ARG as dsv4i_kv_layout_init.
+ */
+dsv4_status dsv4i_kv_format_init(const dsv4i_config *cfg, size_t page_bytes,
+                                 int64_t max_positions, struct dsv4i_cache_format *f,
+                                 dsv4i_kv_layout *lay);
+
 /** Pages table (kind, layer) needs at n positions (rings: in full once used). */
 int64_t dsv4i_kv_table_pages(const dsv4i_kv_layout *lay, int32_t kind, int32_t layer, int64_t n);
 

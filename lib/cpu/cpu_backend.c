@@ -23,19 +23,9 @@ static size_t page_bytes_for(const dsv4i_config *c) {
 
 static dsv4_status cpu_format(const struct dsv4i_config *c, int64_t max_positions,
                                      dsv4i_cache_format *f) {
-  memset(f, 0, sizeof *f);
   dsv4i_kv_layout lay;
-  dsv4_status s = dsv4i_kv_layout_init(c, 0, page_bytes_for(c), max_positions, &lay);
+  dsv4_status s = dsv4i_kv_format_init(c, page_bytes_for(c), max_positions, f, &lay);
   if (s) return s;
-  f->page_bytes = (int64_t)lay.page_bytes;
-  for (int32_t k = 0; k < DSV4I_KV_KINDS; k++) {
-    f->seq_pages += dsv4i_kv_pages_for(&lay, k, max_positions);
-    if (k == DSV4I_KV_WINDOW || k == DSV4I_KV_CSTATE) f->ring_pages += dsv4i_kv_pages_for(&lay, k, 1);
-  }
-  for (int32_t L = 0; L < lay.n_layers; L++)
-    if (lay.ratio[L] > 0)
-      f->bytes_per_pos += (lay.rec_bytes[DSV4I_KV_COMP] +
-                           (lay.has_idxk[L] ? lay.rec_bytes[DSV4I_KV_IDXK] : 0)) / lay.ratio[L];
   /* per live sequence: the copied page row and its view */
   f->slot_bytes = (int64_t)lay.ld * (int64_t)sizeof(int32_t) + (int64_t)sizeof(dsv4i_kv_view) + 1;
   /* wo_a dequantised to bf16 per attention layer (spec §3.3) */

@@ -179,19 +179,9 @@ static size_t ws_bytes(const dsv4i_config *c, int32_t T, int32_t R, int64_t max_
 
 static dsv4_status cuda_format(const struct dsv4i_config *c, int64_t max_positions,
                                dsv4i_cache_format *f) {
-  memset(f, 0, sizeof *f);
   dsv4i_kv_layout lay;
-  dsv4_status s = dsv4i_kv_layout_init(c, 0, dsv4i_gkv_page_bytes(c), max_positions, &lay);
+  dsv4_status s = dsv4i_kv_format_init(c, dsv4i_gkv_page_bytes(c), max_positions, f, &lay);
   if (s) return s;
-  f->page_bytes = (int64_t)lay.page_bytes;
-  for (int32_t k = 0; k < DSV4I_KV_KINDS; k++) {
-    f->seq_pages += dsv4i_kv_pages_for(&lay, k, max_positions);
-    if (k == DSV4I_KV_WINDOW || k == DSV4I_KV_CSTATE) f->ring_pages += dsv4i_kv_pages_for(&lay, k, 1);
-  }
-  for (int32_t L = 0; L < lay.n_layers; L++)
-    if (lay.ratio[L] > 0)
-      f->bytes_per_pos += (lay.rec_bytes[DSV4I_KV_COMP] +
-                           (lay.has_idxk[L] ? lay.rec_bytes[DSV4I_KV_IDXK] : 0)) / lay.ratio[L];
   /* per live sequence: its page row in the pinned staging and in the device table */
   f->slot_bytes = 2 * (int64_t)lay.ld * (int64_t)sizeof(int32_t);
   /* wo_a dequantised to bf16 per attention layer (spec §3.3), next to the checkpoint bytes */
