@@ -13,6 +13,10 @@ and one table over all of them, declared in lib/gpu/ptx.h:
     const dsv4i_ptx_module dsv4i_ptx_modules[];
     const size_t dsv4i_ptx_module_count;
 
+--prefix P names the arrays P_<name> and the table P_modules / P_module_count
+instead (default dsv4i_ptx): a tool that embeds its own modules next to the
+library's (bench/roofline) takes another prefix.
+
 Each input must be PTX for compute_80 (`.target sm_80`) and hold no NUL byte.
 """
 
@@ -41,9 +45,13 @@ def c_bytes(data):
 def main():
     ap = argparse.ArgumentParser(description="embed PTX files as C byte arrays")
     ap.add_argument("-o", "--output", required=True, help="C file to write")
+    ap.add_argument("--prefix", default="dsv4i_ptx", help="C name prefix (default dsv4i_ptx)")
     ap.add_argument("ptx", nargs="+", help="PTX files; the module name is the file's stem")
     args = ap.parse_args()
 
+    pre = args.prefix
+    if not _NAME.match(pre):
+        fail("--prefix %r is not a C identifier" % pre)
     modules = []
     seen = set()
     for path in args.ptx:
@@ -72,18 +80,20 @@ def main():
     out.append("")
     for name, src, data in modules:
         out.append("/* %s: %d bytes of PTX */" % (src, len(data)))
-        out.append("extern const unsigned char dsv4i_ptx_%s[];" % name)
-        out.append("extern const size_t dsv4i_ptx_%s_size;" % name)
-        out.append("const unsigned char dsv4i_ptx_%s[%d] = {" % (name, len(data) + 1))
+        out.append("extern const unsigned char %s_%s[];" % (pre, name))
+        out.append("extern const size_t %s_%s_size;" % (pre, name))
+        out.append("const unsigned char %s_%s[%d] = {" % (pre, name, len(data) + 1))
         out.append(c_bytes(data))
         out.append("};")
-        out.append("const size_t dsv4i_ptx_%s_size = %d;" % (name, len(data)))
+        out.append("const size_t %s_%s_size = %d;" % (pre, name, len(data)))
         out.append("")
-    out.append("const dsv4i_ptx_module dsv4i_ptx_modules[] = {")
+    out.append("extern const dsv4i_ptx_module %s_modules[];" % pre)
+    out.append("extern const size_t %s_module_count;" % pre)
+    out.append("const dsv4i_ptx_module %s_modules[] = {" % pre)
     for name, _, data in modules:
-        out.append('  {"%s", dsv4i_ptx_%s, %d},' % (name, name, len(data)))
+        out.append('  {"%s", %s_%s, %d},' % (name, pre, name, len(data)))
     out.append("};")
-    out.append("const size_t dsv4i_ptx_module_count = %d;" % len(modules))
+    out.append("const size_t %s_module_count = %d;" % (pre, len(modules)))
     text = "\n".join(out) + "\n"
 
     tmp = args.output + ".tmp"

@@ -224,8 +224,10 @@ dsv4_status dsv4i_kreg_launch_grid(const dsv4i_kreg *kr, dsv4i_kernel_id id, uin
                                    uint32_t grid_y, uint32_t grid_z, uint32_t shared_bytes,
                                    dsv4i_custream stream, void **params) {
   const dsv4i_kernel_desc *k = &k_table[id];
+  if (kr->hook) kr->hook(kr->hook_user, id, stream, 0);
   dsv4i_cures r = kr->dev->cu->LaunchKernel(kr->fn[id], grid_x, grid_y, grid_z, k->block, 1, 1,
                                             shared_bytes, stream, params, NULL);
+  if (kr->hook && r == DSV4I_CUDA_SUCCESS) kr->hook(kr->hook_user, id, stream, 1);
   if (r != DSV4I_CUDA_SUCCESS)
     return dsv4i_cu_fail(kr->dev->cu, r, "cuLaunchKernel(%s, grid %u x %u x %u, %u threads)",
                          k->entry, (unsigned)grid_x, (unsigned)grid_y, (unsigned)grid_z,

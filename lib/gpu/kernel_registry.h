@@ -89,6 +89,11 @@ typedef struct dsv4i_kreg {
   double jit_ms;                /**< wall time of all cuModuleLoadDataEx calls, ms */
   float jit_driver_ms;          /**< JIT time the driver reports (CU_JIT_WALL_TIME), summed, ms */
   size_t ptx_bytes;             /**< PTX text loaded, bytes */
+  /** Launch hook for benchmarks (NULL in the engine): called on the launch's
+   * stream right before (after = 0) and right after (after = 1) every
+   * launch, e.g. to record CUDA events per kernel (bench/roofline). */
+  void (*hook)(void *user, dsv4i_kernel_id id, dsv4i_custream stream, int after);
+  void *hook_user;
 } dsv4i_kreg;
 
 /**

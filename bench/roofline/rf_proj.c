@@ -1,0 +1,92 @@
+/*
+ * dsv4-roofline: the fp8 projections (act_quant + dsv4i_gpu_linear_q, what
+ * the engine runs for each) and the bf16 head (fp32 logits) at 1, 4, 8, 16
+ * tokens; stock beside each: the same matrix dequantised to bf16 and one
+ * cuBLASLt GEMM (bf16 in, fp32 out). Shapes from the release config.
+ */
+#include <stdlib.h>
+
+#include "rf.h"
+
+enum { MAX_COPIES = 32 };
+
+typedef struct proj_case {
+  dsv4i_gpu_weight w[MAX_COPIES];
+  dsv4i_cuptr wb[MAX_COPIES]; /* stock: bf16 [rows][cols] */
+  int copies, copies_b, n;
+  dsv4i_cuptr x, xq, sx, y, yf;
+} proj_case;
+
+static dsv4_status rec_ours(rf *r, void *u, int i, dsv4i_custream s) {
+  proj_case *c = u;
+  const dsv4i_gpu_weight *w = &c->w[i % c->copies];
+  if (w->fmt != DSV4I_KFMT_E4M3_UE8M0)
+    return dsv4i_gpu_linear(&r->o, s, w, c->n, c->x, w->cols, c->yf, w->rows, 1);
+  dsv4_status st = dsv4i_gpu_act_quant(&r->o, s, c->n, w->cols, c->x, w->cols, c->xq, c->sx);
+  return st ? st : dsv4i_gpu_linear_q(&r->o, s, w, c->n, c->xq, c->sx, c->y, w->rows);
+}
+
+static dsv4_status rec_stock(rf *r, void *u, int i, dsv4i_custream s) {
+  proj_case *c = u;
+  const dsv4i_gpu_weight *w = &c->w[0];
+  return rf_gemm(r, s, c->n, w->rows, w->cols, c->x, w->cols, c->wb[i % c->copies_b], w->cols,
+                 c->yf, w->rows);
+}
+
+static void one(rf *r, const char *name, int rows, int cols, int fp8) {
+  const size_t mark = dsv4i_gpu_pool_mark(&r->g.pool);
+  proj_case *c = calloc(1, sizeof *c);
+  const size_t wb = fp8 ? (size_t)rows * cols : (size_t)rows * cols * 2;
+  const size_t sb = fp8 ? (size_t)((rows + 31) / 32) * ((cols + 31) / 32) : 0;
+  c->copies = rf_copies(r, (double)(wb + sb), MAX_COPIES);
+  for (int k = 0; k < c->copies; k++)
+    c->w[k] = (dsv4i_gpu_weight){fp8 ? DSV4I_KFMT_E4M3_UE8M0 : DSV4I_KFMT_BF16, rows, cols, cols,
+                                 fp8 ? (cols + 31) / 32 : 0,
+                                 rf_rand(r, wb, fp8 ? 0x3F3F3F3Fu : 0x3F7F3F7Fu, 0),
+                                 fp8 ? rf_rand(r, sb, 0, 0x7F7F7F7Fu) : 0};
+  const size_t bf = (size_t)rows * cols * 2;
+  c->copies_b = rf_copies(r, (double)bf, MAX_COPIES);
+  const int stock = r->lt.handle != NULL;
+  if (stock)
+    for (int k = 0; k < c->copies_b; k++)
+      c->wb[k] = fp8 || k >= c->copies ? rf_rand(r, bf, 0x3F7F3F7Fu, 0) : c->w[k].data;
+  const int ns[] = {1, 4, 8, 16};
+  for (int q = 0; q < 4; q++) {
+    const size_t m2 = dsv4i_gpu_pool_mark(&r->g.pool);
+    const int n = ns[q];
+    c->n = n;
+    c->x = rf_rand(r, (size_t)n * cols * 2, 0x3F7F3F7Fu, 0);
+    c->xq = rf_take(r, (size_t)n * cols * 4), c->sx = rf_take(r, (size_t)n * (cols / 32) * 4);
+    c->y = rf_take(r, (size_t)n * rows * 2), c->yf = rf_take(r, (size_t)n * rows * 4);
+    const int calls = c->copies < 8 ? 8 : c->copies;
+    const double us = rf_time(r, rec_ours, c, calls);
+    const double st = stock ? rf_time(r, rec_stock, c, c->copies_b < 8 ? 8 : c->copies_b) : -1;
+    /* bytes: the weight and its scales, x in, y out (bf16; the head's fp32) */
+    rf_row(r, name, n, us, (double)(wb + sb) + 2.0 * n * cols + (fp8 ? 2.0 : 4.0) * n * rows, st);
+    dsv4i_gpu_pool_reset(&r->g.pool, m2);
+  }
+  free(c);
+  dsv4i_gpu_pool_reset(&r->g.pool, mark);
+}
+
+void rf_proj(rf *r) {
+  const dsv4i_config *c = &r->cfg;
+  rf_table_head("fp8 projections (act_quant + linear_q) and the bf16 head (stock: bf16 weight, "
+                "one cuBLASLt GEMM)");
+  char name[64];
+#define P(label, R, K)                                                  \
+  snprintf(name, sizeof name, "%s %dx%d", label, (int)(R), (int)(K));  \
+  one(r, name, (R), (K), 1)
+  P("wq_a", c->q_lora_rank, c->dim);
+  P("wq_b", c->n_heads * c->head_dim, c->q_lora_rank);
+  P("wkv", c->head_dim, c->dim);
+  P("wo_b", c->dim, c->o_groups * c->o_lora_rank);
+  P("indexer wq_b", c->index_n_heads * c->index_head_dim, c->q_lora_rank);
+  P("engram wkv", (c->hc_mult + 1) * c->dim,
+    (c->engram_max_ngram - 1) * c->engram_n_heads * c->engram_head_dim);
+  P("main_proj", c->dim, c->n_dspark_targets * c->dim);
+  P("shared w1 (one projection)", c->moe_inter_dim * c->n_shared_experts, c->dim);
+#undef P
+  snprintf(name, sizeof name, "head bf16 %dx%d -> f32", (int)c->vocab_size, (int)c->dim);
+  one(r, name, c->vocab_size, c->dim, 0);
+}
