@@ -85,7 +85,7 @@ void rf_proj(rf *r) {
   P("engram wkv", (c->hc_mult + 1) * c->dim,
     (c->engram_max_ngram - 1) * c->engram_n_heads * c->engram_head_dim);
   P("main_proj", c->dim, c->n_dspark_targets * c->dim);
-  P("shared w1 (one projection)", c->moe_inter_dim * c->n_shared_experts, c->dim);
+  P("shared w1", c->moe_inter_dim * c->n_shared_experts, c->dim);
 #undef P
   snprintf(name, sizeof name, "head bf16 %dx%d -> f32", (int)c->vocab_size, (int)c->dim);
   one(r, name, c->vocab_size, c->dim, 0);
