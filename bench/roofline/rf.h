@@ -47,6 +47,7 @@ typedef struct rf {
   double copy_gbs, read_gbs;   /**< measured, GB/s (copy: read + write) */
   double empty_us;             /**< one empty kernel under graph replay */
   unsigned int seed;
+  int failures;                /**< cases that failed (their messages printed); exit 1 */
 } rf;
 
 /** Record call i of a case on stream s (launches only). */
@@ -69,11 +70,12 @@ void rf_launch(rf *r, dsv4i_cufn f, unsigned gx, unsigned gy, unsigned block, vo
                dsv4i_custream s);
 /** Microseconds per call: calls 0 .. n-1 run once eagerly (warm-up, and
  *  cuBLASLt's first-call set-up outside a capture), then are captured into one
- *  graph that is replayed until at least 20 ms (3 replays at least). */
+ *  graph that is replayed until at least 20 ms (3 replays at least). A call
+ *  that returns an error: the message is printed, failures counted, -1. */
 double rf_time(rf *r, rf_rec f, void *u, int n);
 /** Bytes floor in µs: bytes / copy bandwidth. */
 double rf_floor_us(const rf *r, double bytes);
-/** One row of the kernel table; stock_us < 0: no baseline. */
+/** One row of the kernel table; us < 0: the case failed; stock_us < 0: no baseline. */
 void rf_row(const rf *r, const char *op, int n, double us, double bytes, double stock_us);
 void rf_table_head(const char *title);
 /** y[n][rows] f32 = x[n][k] bf16 · W[rows][k]ᵀ bf16 by cuBLASLt on the shared workspace. */

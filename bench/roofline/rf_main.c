@@ -149,5 +149,7 @@ int main(int argc, char **argv) {
   dsv4i_lt_close(&r.lt);
   r.g.dev.cu->ModuleUnload(r.mod);
   dsv4i_gpu_close(&r.g);
-  return model ? rf_layer(&r, model, device, prompt) : 0;
+  const int layer_rc = model ? rf_layer(&r, model, device, prompt) : 0;
+  if (r.failures) fprintf(stderr, "dsv4-roofline: %d cases failed (messages above)\n", r.failures);
+  return r.failures ? 1 : layer_rc;
 }

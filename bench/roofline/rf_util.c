@@ -59,19 +59,30 @@ static double events_ms(rf *r) {
   return ms;
 }
 
+/* A case that failed: its message, counted; the table goes on with the next case. */
+static double case_failed(rf *r, dsv4_status st, const char *where) {
+  printf("  (%s failed: %s: %s)\n", where, dsv4_status_string(st), dsv4i_error_message());
+  r->failures++;
+  (void)dsv4i_gpu_sync(&r->g);
+  return -1;
+}
+
 double rf_time(rf *r, rf_rec f, void *u, int n) {
   const dsv4i_cu *cu = r->g.dev.cu;
   const dsv4i_custream s = r->g.stream;
-  for (int i = 0; i < n; i++) rf_check(f(r, u, i, s), "eager warm-up");
-  rf_check(dsv4i_gpu_sync(&r->g), "warm-up");
-  rf_check_cu(r, cu->StreamBeginCapture(s, DSV4I_CU_STREAM_CAPTURE_MODE_THREAD_LOCAL),
-              "cuStreamBeginCapture");
   dsv4_status st = DSV4_OK;
   for (int i = 0; i < n && !st; i++) st = f(r, u, i, s);
+  if (!st) st = dsv4i_gpu_sync(&r->g);
+  if (st) return case_failed(r, st, "eager warm-up");
+  rf_check_cu(r, cu->StreamBeginCapture(s, DSV4I_CU_STREAM_CAPTURE_MODE_THREAD_LOCAL),
+              "cuStreamBeginCapture");
+  for (int i = 0; i < n && !st; i++) st = f(r, u, i, s);
   dsv4i_cugraph graph = NULL;
-  dsv4i_cures res = cu->StreamEndCapture(s, &graph);
-  rf_check(st, "capture");
-  rf_check_cu(r, res, "cuStreamEndCapture");
+  const dsv4i_cures res = cu->StreamEndCapture(s, &graph); /* always leave capture mode */
+  if (st || res != DSV4I_CUDA_SUCCESS) {
+    if (graph) cu->GraphDestroy(graph);
+    return case_failed(r, st ? st : dsv4i_gpu_fail(&r->g, res, "cuStreamEndCapture"), "capture");
+  }
   dsv4i_cugraphexec exec = NULL;
   rf_check_cu(r, cu->GraphInstantiateWithFlags(&exec, graph, 0), "cuGraphInstantiate");
   cu->GraphDestroy(graph);
@@ -99,6 +110,10 @@ void rf_table_head(const char *title) {
 
 void rf_row(const rf *r, const char *op, int n, double us, double bytes, double stock_us) {
   const double fl = rf_floor_us(r, bytes);
+  if (us < 0) {
+    printf("%-34s %3d %10s %10.3f %9.2f   (failed, above)\n", op, n, "-", bytes / 1e6, fl);
+    return;
+  }
   printf("%-34s %3d %10.2f %10.3f %9.2f %7.2f %7.2f", op, n, us, bytes / 1e6, fl, us / fl,
          us / (fl + r->empty_us));
   if (stock_us >= 0)
