@@ -2,9 +2,11 @@
  * dsv4-roofline: the layer table. A real-dimension checkpoint (the
  * generator's, `dsv4-gen-checkpoint --real-dims --layers N`) on the CUDA
  * engine: `prompt` tokens prefilled in each of 8 sequences, then decode
- * steps at batch 1, 4, 8:
- *   - the step with graphs on (the engine's default), wall time per
- *     dsv4_engine_decode call over 8 steps after 2 warm-up steps;
+ * steps at batch 1, 4, 8, then DSpark verify steps of the same sequences
+ * (anchor + B proposals each: the verify width):
+ *   - the step as the engine runs it by default (graphs on), wall time per
+ *     dsv4_engine_decode / dsv4_engine_verify call over 8 steps after 2
+ *     warm-up steps;
  *   - one step op by op (graphs off) with a CUDA event pair around every
  *     kernel launch (the registry's launch hook), summed per kernel;
  *   - the step's bytes floor: every device weight the step reads at its
@@ -112,98 +114,133 @@ static void die_engine(dsv4_status st, const char *what) {
   exit(st == DSV4_ERR_NO_DEVICE || st == DSV4_ERR_UNSUPPORTED ? 77 : 1);
 }
 
-static void decode(dsv4_engine *e, int n, const int64_t *ids, int32_t *tok, int32_t *next) {
-  die_engine(dsv4_engine_decode(e, n, ids, tok, NULL, NULL, next), "decode");
-  memcpy(tok, next, sizeof(int32_t) * (size_t)n);
+/* The engine and its sequences during the layer table. */
+typedef struct run {
+  dsv4_engine *e;
+  gpu_backend *gb;
+  int B;                       /* DSpark draft block (verify width B + 1), 0 without stages */
+  int64_t ids[N_SEQ], len[N_SEQ];
+  int32_t tok[N_SEQ], next[N_SEQ], drafts[N_SEQ * 16], n_drafts[N_SEQ], acc[N_SEQ];
+} run;
+
+/* One step of n sequences: a decode step, or a verify of B proposals each (the anchor
+ * repeated: the work of a verify does not depend on what is accepted). */
+static dsv4_status step(run *u, int n, int verify) {
+  dsv4_status st;
+  if (verify) {
+    for (int i = 0; i < n; i++) {
+      u->n_drafts[i] = u->B;
+      for (int k = 0; k < u->B; k++) u->drafts[i * u->B + k] = u->tok[i];
+    }
+    st = dsv4_engine_verify(u->e, n, u->ids, u->tok, u->n_drafts, u->drafts, NULL, u->acc, u->next);
+  } else {
+    st = dsv4_engine_decode(u->e, n, u->ids, u->tok, NULL, NULL, u->next);
+  }
+  if (st == DSV4_OK)
+    for (int i = 0; i < n; i++) u->tok[i] = u->next[i], u->len[i] += 1 + (verify ? u->acc[i] : 0);
+  return st;
+}
+
+/* Rows of the table for n sequences: graphs on, then one step op by op. */
+static void measure(rf *r, const dsv4_model *m, run *u, prof *p, int n, int verify) {
+  const dsv4i_config *c = dsv4i_model_config(m);
+  const int rows = verify ? n * (u->B + 1) : n;
+  for (int k = 0; k < 2; k++) die_engine(step(u, n, verify), "warm-up step"); /* graph captured */
+  const double t1 = now_ms();
+  for (int k = 0; k < 8; k++) die_engine(step(u, n, verify), "step");
+  const double graph_ms = (now_ms() - t1) / 8;
+  /* one step op by op, an event pair around each kernel */
+  const int64_t ctx = u->len[0];
+  const int32_t was = dsv4i_gpu_backend_set_eager(u->e->be, 1);
+  p->n = p->n_router = p->over = 0;
+  u->gb->g.kr.hook = hook, u->gb->g.kr.hook_user = p;
+  const double t2 = now_ms();
+  const dsv4_status st = step(u, n, verify);
+  const double eager_ms = now_ms() - t2;
+  u->gb->g.kr.hook = NULL, u->gb->g.kr.hook_user = NULL;
+  dsv4i_gpu_backend_set_eager(u->e->be, was);
+  die_engine(st, "step (per-op)");
+  die_engine(dsv4i_gpu_enter(&u->gb->g), "context");
+  die_engine(dsv4i_gpu_sync(&u->gb->g), "sync");
+  /* per kernel: launches and summed time */
+  double ms_of[DSV4I_K_COUNT] = {0}, sum = 0;
+  int cnt[DSV4I_K_COUNT] = {0};
+  for (int k = 0; k < p->n; k++) {
+    float ms = 0;
+    u->gb->g.dev.cu->EventElapsedTime(&ms, p->ev[2 * k], p->ev[2 * k + 1]);
+    ms_of[p->id[k]] += ms, cnt[p->id[k]]++, sum += ms;
+  }
+  const double bytes = step_bytes(m, c, rows, ctx, p);
+  const double floor_ms = bytes / (r->copy_gbs * 1e6);
+  if (verify)
+    printf("\nverify, %d sequences x %d rows (anchor + %d proposals) at length %lld:", n,
+           u->B + 1, u->B, (long long)ctx);
+  else
+    printf("\ndecode, batch %d at length %lld:", n, (long long)ctx);
+  printf(" step %.3f ms (graphs on, wall, mean of 8);\n  op by op %.3f ms wall, %.3f ms in %d "
+         "kernels\n", graph_ms, eager_ms, sum, p->n);
+  printf("  bytes floor %.1f MB = %.3f ms; ratio step / floor %.2f; kernels / floor %.2f\n",
+         bytes / 1e6, floor_ms, graph_ms / floor_ms, sum / floor_ms);
+  if (p->over) printf("  (more than %d launches: the rest not timed)\n", MAX_LAUNCH);
+  printf("  distinct routed experts per layer:");
+  for (int L = 0; L < p->n_router; L++) printf(" %d", p->distinct[L]);
+  printf("\n  %-36s %8s %10s %7s %10s\n", "kernel (op, format)", "launches", "ms/step", "share",
+         "us/launch");
+  for (int k = 0; k < DSV4I_K_COUNT; k++) {
+    if (!cnt[k]) continue;
+    const dsv4i_kernel_desc *d = dsv4i_kernel_desc_get((dsv4i_kernel_id)k);
+    char name[64];
+    snprintf(name, sizeof name, "%s %s%s", dsv4i_kop_name(d->op), dsv4i_kfmt_name(d->fmt),
+             d->shape == DSV4I_KSHAPE_DECODE_WARP ? " warp" : "");
+    printf("  %-36s %8d %10.4f %6.1f%% %10.2f\n", name, cnt[k], ms_of[k], 100.0 * ms_of[k] / sum,
+           1e3 * ms_of[k] / cnt[k]);
+  }
+  fflush(stdout);
 }
 
 int rf_layer(rf *r, const char *dir, int device, int prompt) {
   dsv4_model *m = NULL;
   die_engine(dsv4_model_load(dir, NULL, &m), "model");
   const dsv4i_config *c = dsv4i_model_config(m);
+  run *u = calloc(1, sizeof *u);
+  u->B = c->n_mtp_layers > 0 && c->dspark_block_size <= 16 ? c->dspark_block_size : 0;
   dsv4_engine_params ep;
   die_engine(dsv4_engine_params_init(&ep, sizeof ep), "params");
   ep.backend = DSV4_BACKEND_CUDA;
   ep.device = device;
   ep.max_sequences = N_SEQ;
-  ep.max_context = prompt + 64;
-  dsv4_engine *e = NULL;
+  ep.max_context = prompt + 64 + 11 * 3 * (u->B + 1); /* decode and verify steps */
   const double t0 = now_ms();
-  die_engine(dsv4_engine_create(m, &ep, &e), "engine");
+  die_engine(dsv4_engine_create(m, &ep, &u->e), "engine");
   printf("\nlayer table: %s, %d layers + head, hidden %d, CUDA engine created in %.1f s\n", dir,
          (int)c->n_layers, (int)c->dim, (now_ms() - t0) / 1e3);
-  gpu_backend *gb = (gpu_backend *)e->be;
-  die_engine(dsv4i_gpu_enter(&gb->g), "context"); /* the engine's context on this thread */
+  u->gb = (gpu_backend *)u->e->be;
+  die_engine(dsv4i_gpu_enter(&u->gb->g), "context"); /* the engine's context on this thread */
   prof *p = calloc(1, sizeof *p);
-  p->gb = gb;
+  p->gb = u->gb;
   for (int i = 0; i < 2 * MAX_LAUNCH; i++)
-    if (gb->g.dev.cu->EventCreate(&p->ev[i], 0) != DSV4I_CUDA_SUCCESS) die_engine(DSV4_ERR_DEVICE, "cuEventCreate");
-  int64_t ids[N_SEQ];
-  int32_t tok[N_SEQ], next[N_SEQ], *in = malloc(sizeof(int32_t) * (size_t)prompt);
+    if (u->gb->g.dev.cu->EventCreate(&p->ev[i], 0) != DSV4I_CUDA_SUCCESS) {
+      fprintf(stderr, "dsv4-roofline: cuEventCreate failed (event %d)\n", i);
+      exit(1);
+    }
+  int32_t *in = malloc(sizeof(int32_t) * (size_t)prompt);
   for (int s = 0; s < N_SEQ; s++) {
     for (int i = 0; i < prompt; i++) in[i] = 100 + (i * 7919 + s * 131) % (c->vocab_size - 200);
-    die_engine(dsv4_engine_seq_create(e, &ids[s]), "seq");
-    die_engine(dsv4_engine_prefill(e, ids[s], in, prompt, NULL, NULL, &tok[s]), "prefill");
+    die_engine(dsv4_engine_seq_create(u->e, &u->ids[s]), "seq");
+    die_engine(dsv4_engine_prefill(u->e, u->ids[s], in, prompt, NULL, NULL, &u->tok[s]), "prefill");
+    u->len[s] = prompt;
   }
   free(in);
-  int64_t len = prompt;
   const int bs[] = {1, 4, 8};
-  for (int q = 0; q < 3; q++) {
-    const int n = bs[q];
-    for (int k = 0; k < 2; k++, len++) /* warm-up: the bucket's graph is captured */
-      decode(e, n, ids, tok, next);
-    const double t1 = now_ms();
-    for (int k = 0; k < 8; k++, len++)
-      decode(e, n, ids, tok, next);
-    const double graph_ms = (now_ms() - t1) / 8;
-    /* one step op by op, an event pair around each kernel */
-    const int32_t was = dsv4i_gpu_backend_set_eager(e->be, 1);
-    p->n = p->n_router = p->over = 0;
-    gb->g.kr.hook = hook, gb->g.kr.hook_user = p;
-    const double t2 = now_ms();
-    const dsv4_status st = dsv4_engine_decode(e, n, ids, tok, NULL, NULL, next);
-    memcpy(tok, next, sizeof(int32_t) * (size_t)n);
-    const double eager_ms = now_ms() - t2;
-    gb->g.kr.hook = NULL, gb->g.kr.hook_user = NULL;
-    dsv4i_gpu_backend_set_eager(e->be, was);
-    die_engine(st, "decode (per-op)");
-    die_engine(dsv4i_gpu_enter(&gb->g), "context");
-    die_engine(dsv4i_gpu_sync(&gb->g), "sync");
-    const int64_t ctx = len++;
-    /* per kernel: launches and summed time */
-    double ms_of[DSV4I_K_COUNT] = {0}, sum = 0;
-    int cnt[DSV4I_K_COUNT] = {0};
-    for (int k = 0; k < p->n; k++) {
-      float ms = 0;
-      gb->g.dev.cu->EventElapsedTime(&ms, p->ev[2 * k], p->ev[2 * k + 1]);
-      ms_of[p->id[k]] += ms, cnt[p->id[k]]++, sum += ms;
-    }
-    const double bytes = step_bytes(m, c, n, ctx, p);
-    const double floor_ms = bytes / (r->copy_gbs * 1e6);
-    printf("\nbatch %d at length %lld: step %.3f ms (graphs on, wall, mean of 8); op by op "
-           "%.3f ms wall, %.3f ms in %d kernels\n", n, (long long)ctx, graph_ms, eager_ms, sum,
-           p->n);
-    printf("bytes floor %.1f MB = %.3f ms; ratio step / floor %.2f; kernels / floor %.2f\n",
-           bytes / 1e6, floor_ms, graph_ms / floor_ms, sum / floor_ms);
-    if (p->over) printf("(more than %d launches: the rest not timed)\n", MAX_LAUNCH);
-    printf("  distinct routed experts per layer:");
-    for (int L = 0; L < p->n_router; L++) printf(" %d", p->distinct[L]);
-    printf("\n  %-36s %8s %10s %7s %10s\n", "kernel (op, format)", "launches", "ms/step", "share",
-           "us/launch");
-    for (int k = 0; k < DSV4I_K_COUNT; k++) {
-      if (!cnt[k]) continue;
-      const dsv4i_kernel_desc *d = dsv4i_kernel_desc_get((dsv4i_kernel_id)k);
-      char name[64];
-      snprintf(name, sizeof name, "%s %s%s", dsv4i_kop_name(d->op), dsv4i_kfmt_name(d->fmt),
-               d->shape == DSV4I_KSHAPE_DECODE_WARP ? " warp" : "");
-      printf("  %-36s %8d %10.4f %6.1f%% %10.2f\n", name, cnt[k], ms_of[k],
-             100.0 * ms_of[k] / sum, 1e3 * ms_of[k] / cnt[k]);
-    }
-    fflush(stdout);
-  }
-  for (int i = 0; i < 2 * MAX_LAUNCH; i++) gb->g.dev.cu->EventDestroy(p->ev[i]);
+  for (int q = 0; q < 3; q++) measure(r, m, u, p, bs[q], 0);
+  if (u->B > 0)
+    for (int q = 0; q < 3; q++) measure(r, m, u, p, bs[q], 1);
+  else
+    printf("\n(no DSpark stages in this checkpoint: no verify rows)\n");
+  for (int i = 0; i < 2 * MAX_LAUNCH; i++) u->gb->g.dev.cu->EventDestroy(p->ev[i]);
   free(p);
-  dsv4_engine_free(e);
+  dsv4_engine_free(u->e);
+  free(u);
   dsv4_model_free(m);
   return 0;
 }
