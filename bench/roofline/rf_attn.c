@@ -244,13 +244,15 @@ void rf_markov(rf *r) {
     for (int i = 0; i < n; i++) temp[i] = 1.0f, seed[i] = 1000u + (uint64_t)i;
     mk_case c;
     memset(&c, 0, sizeof c);
-    c.a = (dsv4i_gpu_markov_args){n, B, V, R, rf_take(r, sizeof(int32_t) * (size_t)n * (B + 1)),
-                                  rf_rand(r, sizeof(float) * (size_t)n * B * V, 0x3FFFFFFFu, 0),
-                                  embed, head, rf_upload(r, temp, sizeof(float) * (size_t)n),
-                                  rf_upload(r, seed, sizeof(uint64_t) * (size_t)n),
-                                  rf_upload(r, seed, sizeof(uint64_t) * (size_t)n),
-                                  rf_take((r), (size_t)8 * n * dsv4i_gpu_dspark_markov_chunks(V)),
-                                  rf_take(r, sizeof(uint32_t) * (size_t)n)};
+    c.a = (dsv4i_gpu_markov_args){
+        .n = n, .block = B, .vocab = V, .rank = R,
+        .toks = rf_take(r, sizeof(int32_t) * (size_t)n * (B + 1)),
+        .logits = rf_rand(r, sizeof(float) * (size_t)n * B * V, 0x3FFFFFFFu, 0),
+        .embed = embed, .head = head, .temp = rf_upload(r, temp, sizeof(float) * (size_t)n),
+        .seed = rf_upload(r, seed, sizeof(uint64_t) * (size_t)n),
+        .counter = rf_upload(r, seed, sizeof(uint64_t) * (size_t)n),
+        .part = rf_take(r, (size_t)8 * n * dsv4i_gpu_dspark_markov_chunks(V)),
+        .ticket = rf_take(r, sizeof(uint32_t) * (size_t)n)};
     r->g.dev.cu->MemsetD8Async(c.a.toks, 0, sizeof(int32_t) * (size_t)n * (B + 1), r->g.stream);
     r->g.dev.cu->MemsetD8Async(c.a.ticket, 0, sizeof(uint32_t) * (size_t)n, r->g.stream);
     free(temp), free(seed);

@@ -113,8 +113,11 @@ void rf_moe(rf *r) {
     t[2][E] = rf_rand(r, sw2, 0x3F3F3F3Fu, 0), t[3][E] = rf_rand(r, ss2, 0, 0x7F7F7F7Fu);
     dsv4i_cuptr tab[6];
     for (int j = 0; j < 6; j++) tab[j] = rf_upload(r, t[j], sizeof(uint64_t) * (size_t)(E + 1));
-    c->m[k] = (dsv4i_gpu_moe){E, K, dim, inter, 1, cf->swiglu_limit, DSV4I_KFMT_E2M1_UE8M0,
-                              DSV4I_KFMT_E4M3_UE8M0, tab[0], tab[1], tab[2], tab[3], tab[4], tab[5]};
+    c->m[k] = (dsv4i_gpu_moe){.n_experts = E, .top_k = K, .dim = dim, .inter = inter,
+                              .has_shared = 1, .swiglu_limit = cf->swiglu_limit,
+                              .fmt_routed = DSV4I_KFMT_E2M1_UE8M0,
+                              .fmt_shared = DSV4I_KFMT_E4M3_UE8M0, .w1 = tab[0], .s1 = tab[1],
+                              .w2 = tab[2], .s2 = tab[3], .w3 = tab[4], .s3 = tab[5]};
   }
   for (int j = 0; j < 6; j++) free(t[j]);
   /* stock: a pool of bf16 experts and the shared copies in bf16 */

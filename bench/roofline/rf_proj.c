@@ -40,10 +40,11 @@ static void one(rf *r, const char *name, int rows, int cols, int fp8) {
   const size_t sb = fp8 ? (size_t)((rows + 31) / 32) * ((cols + 31) / 32) : 0;
   c->copies = rf_copies(r, (double)(wb + sb), MAX_COPIES);
   for (int k = 0; k < c->copies; k++)
-    c->w[k] = (dsv4i_gpu_weight){fp8 ? DSV4I_KFMT_E4M3_UE8M0 : DSV4I_KFMT_BF16, rows, cols, cols,
-                                 fp8 ? (cols + 31) / 32 : 0,
-                                 rf_rand(r, wb, fp8 ? 0x3F3F3F3Fu : 0x3F7F3F7Fu, 0),
-                                 fp8 ? rf_rand(r, sb, 0, 0x7F7F7F7Fu) : 0};
+    c->w[k] = (dsv4i_gpu_weight){.fmt = fp8 ? DSV4I_KFMT_E4M3_UE8M0 : DSV4I_KFMT_BF16,
+                                 .rows = rows, .cols = cols, .ld = cols,
+                                 .scale_ld = fp8 ? (cols + 31) / 32 : 0,
+                                 .data = rf_rand(r, wb, fp8 ? 0x3F3F3F3Fu : 0x3F7F3F7Fu, 0),
+                                 .scale = fp8 ? rf_rand(r, sb, 0, 0x7F7F7F7Fu) : 0};
   const size_t bf = (size_t)rows * cols * 2;
   c->copies_b = rf_copies(r, (double)bf, MAX_COPIES);
   const int stock = r->lt.handle != NULL;
