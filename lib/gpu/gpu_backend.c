@@ -536,6 +536,20 @@ int32_t dsv4i_gpu_backend_captures(const dsv4i_backend *be) {
   return ((const gpu_backend *)be)->graphs.captures;
 }
 
+void dsv4i_gpu_backend_selection(dsv4i_backend *be, dsv4i_gpu_selection *out) {
+  const gpu_ws *w = &GPU(be)->ws;
+  out->topk.impl = (void *)(uintptr_t)w->topk;
+  out->cand.impl = w->cand_ld > 0 ? (void *)(uintptr_t)w->cand : NULL;
+  out->scores.impl = (void *)(uintptr_t)w->scores;
+  out->topk_ld = w->topk_ld;
+  out->cand_ld = w->cand_ld;
+  out->score_ld = w->score_ld;
+}
+
+void dsv4i_gpu_backend_force_topk(dsv4i_backend *be, dsv4i_bbuf topk) {
+  GPU(be)->force_topk = (dsv4i_cuptr)(uintptr_t)topk.impl;
+}
+
 static const dsv4i_backend_ops cuda_ops = {
   .name = "cuda",
   .destroy = destroy,

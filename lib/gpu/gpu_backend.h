@@ -149,6 +149,8 @@ typedef struct gpu_backend {
   int32_t step_rows;        /**< tokens the ops run over: n_tok, or n_pad inside a graph */
   int32_t step_out;         /**< head rows: n_out, or min(n_pad, max_out) inside a graph */
   int32_t graphs_off;       /**< 1: run op by op (tests: graph replay == eager) */
+  dsv4i_cuptr force_topk;   /**< 0, or the top-k rows index sources attend with (teacher
+                             *   forcing: dsv4i_gpu_backend_force_topk) */
   void *io_h, *io_pre, *io_logits, *io_taps; /**< the engine buffers the graphs were captured with */
 } gpu_backend;
 
@@ -181,6 +183,27 @@ dsv4_status dsv4i_gpu_be_dspark_draft(dsv4i_backend *be, const dsv4i_kv_step *kv
 /** Bytes of the draft's input block for R sequences of B draft tokens (host and device). */
 size_t dsv4i_gpu_dspark_inputs_bytes(int32_t R, int32_t B);
 
+/**
+ * The indexer's selection rows in the step workspace, as buffers of the backend
+ * (buf_read / buf_write them between ops; rows are the step's tokens):
+ * topk int32 [max_tok][topk_ld], an index source's top-k (ascending, -1 padded),
+ * which the layers after it with that index source read; cand int32
+ * [max_tok][cand_ld], the candidate source's blocks (ascending, -1 padded), which
+ * masked index sources read; scores f32 [max_tok][score_ld], the keys an index
+ * source ranked (bf16 values, -inf where masked; visible positions only).
+ */
+typedef struct dsv4i_gpu_selection {
+  dsv4i_bbuf topk, cand, scores;
+  int32_t topk_ld, cand_ld;
+  int64_t score_ld;
+} dsv4i_gpu_selection;
+
+/** Test hook (teacher forcing, fixture README "How to compare" step 3): the selection rows. */
+void dsv4i_gpu_backend_selection(dsv4i_backend *be, dsv4i_gpu_selection *out);
+/** Test hook: index sources attend with the rows of `topk` (a buffer of the backend, int32
+ *  [T][topk_ld]) instead of their own top-k, which they still compute into the selection's
+ *  topk; {NULL}: their own. Read when the ops are queued: op by op, or at a graph's capture. */
+void dsv4i_gpu_backend_force_topk(dsv4i_backend *be, dsv4i_bbuf topk);
 /** Test hook: 1 = run() goes op by op (no graphs); returns the previous value. */
 int32_t dsv4i_gpu_backend_set_eager(dsv4i_backend *be, int32_t eager);
 /** Test hook: graphs captured so far. */

@@ -147,7 +147,7 @@ static dsv4_status attention(gpu_backend *b, int32_t L, const gpu_rows *rw, dsv4
     sa.window = c->window_size;
     sa.q = w->q;
     sa.kvw = w->kvw;
-    sa.sel = a->ratio > 0 ? w->topk : 0;
+    sa.sel = a->ratio > 0 ? (idx_src && b->force_topk ? b->force_topk : w->topk) : 0;
     sa.sel_ld = a->ratio > 0 ? w->topk_ld : 0;
     sa.dspark_block = rw->dspark_block;
     sa.scale = a->softmax_scale;

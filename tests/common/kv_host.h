@@ -27,7 +27,7 @@ typedef struct kvh_seq {
   kvh *h;
 } kvh_seq;
 
-static void kvh_init(kvh *h, const dsv4i_config *c, size_t page_bytes, int64_t n_pages,
+static inline void kvh_init(kvh *h, const dsv4i_config *c, size_t page_bytes, int64_t n_pages,
                      int64_t max_positions) {
   assert_int_equal(dsv4i_kv_layout_init(c, 0, page_bytes, max_positions, &h->lay), DSV4_OK);
   assert_int_equal(dsv4i_kv_pool_create(n_pages, &h->pool), DSV4_OK);
@@ -35,18 +35,18 @@ static void kvh_init(kvh *h, const dsv4i_config *c, size_t page_bytes, int64_t n
   assert_non_null(h->mem);
 }
 
-static void kvh_free(kvh *h) {
+static inline void kvh_free(kvh *h) {
   dsv4i_kv_pool_free(h->pool);
   free(h->mem);
 }
 
-static void kvh_sync(kvh_seq *q) {
+static inline void kvh_sync(kvh_seq *q) {
   q->v.len = q->s->n_pos;
   q->v.end = q->s->n_resv;
 }
 
 /* the copies of the last reserve / fork, as a backend's kv_copy */
-static void kvh_apply(kvh *h) {
+static inline void kvh_apply(kvh *h) {
   const int32_t *src, *dst;
   const int32_t n = dsv4i_kv_pool_copies(h->pool, &src, &dst);
   for (int32_t i = 0; i < n; i++)
@@ -54,7 +54,7 @@ static void kvh_apply(kvh *h) {
            h->lay.page_bytes);
 }
 
-static kvh_seq *kvh_wrap(kvh *h, dsv4i_kv_seq *s) {
+static inline kvh_seq *kvh_wrap(kvh *h, dsv4i_kv_seq *s) {
   kvh_seq *q = calloc(1, sizeof *q);
   assert_non_null(q);
   q->s = s;
@@ -64,14 +64,14 @@ static kvh_seq *kvh_wrap(kvh *h, dsv4i_kv_seq *s) {
   return q;
 }
 
-static kvh_seq *kvh_new(kvh *h) {
+static inline kvh_seq *kvh_new(kvh *h) {
   dsv4i_kv_seq *s = NULL;
   assert_int_equal(dsv4i_kv_seq_create(&h->lay, h->pool, &s), DSV4_OK);
   return kvh_wrap(h, s);
 }
 
 /* fork; NULL with the status in *st when it fails */
-static kvh_seq *kvh_fork(kvh_seq *src, dsv4_status *st) {
+static inline kvh_seq *kvh_fork(kvh_seq *src, dsv4_status *st) {
   dsv4i_kv_seq *s = NULL;
   *st = dsv4i_kv_seq_fork(src->s, &s);
   if (*st) return NULL;
@@ -79,13 +79,13 @@ static kvh_seq *kvh_fork(kvh_seq *src, dsv4_status *st) {
   return kvh_wrap(src->h, s);
 }
 
-static void kvh_seq_free(kvh_seq *q) {
+static inline void kvh_seq_free(kvh_seq *q) {
   if (!q) return;
   dsv4i_kv_seq_free(q->s);
   free(q);
 }
 
-static dsv4_status kvh_reserve(kvh_seq *const *q, const int64_t *to, int32_t n) {
+static inline dsv4_status kvh_reserve(kvh_seq *const *q, const int64_t *to, int32_t n) {
   dsv4i_kv_seq *s[16];
   assert_true(n <= 16);
   for (int32_t i = 0; i < n; i++) s[i] = q[i]->s;
@@ -96,18 +96,18 @@ static dsv4_status kvh_reserve(kvh_seq *const *q, const int64_t *to, int32_t n) 
 }
 
 /* reserve [len, to) of one sequence and mark it written (a step about to run) */
-static void kvh_step_begin(kvh_seq *q, int64_t to) {
+static inline void kvh_step_begin(kvh_seq *q, int64_t to) {
   assert_int_equal(kvh_reserve(&q, &to, 1), DSV4_OK);
   dsv4i_kv_seq_mark(q->s, to);
 }
 
-static dsv4_status kvh_commit(kvh_seq *q, int64_t n) {
+static inline dsv4_status kvh_commit(kvh_seq *q, int64_t n) {
   const dsv4_status st = dsv4i_kv_seq_commit(q->s, n);
   kvh_sync(q);
   return st;
 }
 
-static dsv4_status kvh_truncate(kvh_seq *q, int64_t n) {
+static inline dsv4_status kvh_truncate(kvh_seq *q, int64_t n) {
   const dsv4_status st = dsv4i_kv_seq_truncate(q->s, n);
   kvh_sync(q);
   return st;
