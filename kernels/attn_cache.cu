@@ -152,8 +152,10 @@ extern "C" __global__ void dsv4_k_attn_idxk_store_e2m1(
  * (max, exp, sum from 0 in member order, then a division; fp32), rounded to
  * bf16 (before compressor.norm). Members before the call's first position
  * come from the compressor-state ring (fp32 [2][hd] per position: k, g).
- * One thread per (token, d). lat: bf16 [n][hd], rows of non-emitting tokens
- * untouched. Runs before dsv4_k_attn_cstate_store of the same call.
+ * One thread per (token, d). lat: bf16 [n][hd]; the rows of tokens that
+ * complete no group are zero (the norm, index-key and RoPE ops after it run
+ * over every row, so every row they read is written; no store keeps those
+ * rows). Runs before dsv4_k_attn_cstate_store of the same call.
  */
 extern "C" __global__ void dsv4_k_attn_compress_pool_f32(
     dsv4i_gpu_kvtab cst, const dsv4i_gpu_attn_tok *__restrict__ tok, int n, int hd, int ratio,
@@ -162,7 +164,10 @@ extern "C" __global__ void dsv4_k_attn_compress_pool_f32(
   if (i >= (long long)n * hd) return;
   const int t = (int)(i / hd), d = (int)(i % hd);
   const dsv4i_gpu_attn_tok tk = tok[t];
-  if ((tk.pos + 1) % ratio != 0) return;
+  if ((tk.pos + 1) % ratio != 0) {
+    lat[(long long)t * hd + d] = 0;
+    return;
+  }
   float km[8], gm[8];
   for (int m = 0; m < ratio && m < 8; m++) {
     const int q = tk.pos - (ratio - 1) + m;
