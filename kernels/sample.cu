@@ -61,21 +61,32 @@ __device__ best_t block_best(best_t b) {
   return r;
 }
 
-__device__ float block_sum(float s) {
-  __shared__ float part[THREADS / 32];
-  for (int off = 16; off > 0; off >>= 1) s += __shfl_down_sync(0xFFFFFFFFu, s, off);
+/* Block-wide reduction over the THREADS threads: a shuffle tree in each warp,
+ * then warp 0 over the warps' results (`fill` past them); op(a, b) combines
+ * two values. Every thread gets the result. */
+template <typename T, typename Op>
+__device__ T block_reduce(T v, T fill, Op op) {
+  __shared__ T part[THREADS / 32];
+  for (int off = 16; off > 0; off >>= 1) v = op(v, __shfl_down_sync(0xFFFFFFFFu, v, off));
   const int w = threadIdx.x >> 5, lane = threadIdx.x & 31;
   __syncthreads();
-  if (lane == 0) part[w] = s;
+  if (lane == 0) part[w] = v;
   __syncthreads();
   if (w == 0) {
-    s = lane < THREADS / 32 ? part[lane] : 0.0f;
-    for (int off = 16; off > 0; off >>= 1) s += __shfl_down_sync(0xFFFFFFFFu, s, off);
-    if (lane == 0) part[0] = s;
+    v = lane < THREADS / 32 ? part[lane] : fill;
+    for (int off = 16; off > 0; off >>= 1) v = op(v, __shfl_down_sync(0xFFFFFFFFu, v, off));
+    if (lane == 0) part[0] = v;
   }
   __syncthreads();
   return part[0];
 }
+
+struct sum_op {
+  template <typename T> __device__ T operator()(T a, T b) const { return a + b; }
+};
+struct max_op {
+  __device__ double operator()(double a, double b) const { return fmax(a, b); }
+};
 
 /* The best of logits over NaN-free values, as dsv4i_cpu_argmax (0 if all NaN). */
 __device__ int row_argmax(const float *l, int vocab) {
@@ -156,7 +167,7 @@ dsv4_k_sample_f32(int n_rows, int vocab, const float *logits, long long ld,
   const float mx = mx_s;
   float s = 0.0f;
   for (int i = threadIdx.x; i < vocab; i += THREADS) s += expf(l[i] / t - mx);
-  const float inv = 1.0f / block_sum(s);
+  const float inv = 1.0f / block_reduce(s, 0.0f, sum_op());
   best_t b = {0.0f, -1};
   for (int i = threadIdx.x; i < vocab; i += THREADS) {
     const float p = expf(l[i] / t - mx) * inv;
@@ -171,38 +182,6 @@ dsv4_k_sample_f32(int n_rows, int vocab, const float *logits, long long ld,
 }
 
 /* ---- sampled verification's accept rule (model/accept.h) ------------------- */
-
-__device__ double block_sum_d(double s) {
-  __shared__ double part[THREADS / 32];
-  for (int off = 16; off > 0; off >>= 1) s += __shfl_down_sync(0xFFFFFFFFu, s, off);
-  const int w = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  __syncthreads();
-  if (lane == 0) part[w] = s;
-  __syncthreads();
-  if (w == 0) {
-    s = lane < THREADS / 32 ? part[lane] : 0.0;
-    for (int off = 16; off > 0; off >>= 1) s += __shfl_down_sync(0xFFFFFFFFu, s, off);
-    if (lane == 0) part[0] = s;
-  }
-  __syncthreads();
-  return part[0];
-}
-
-__device__ double block_max_d(double m) {
-  __shared__ double part[THREADS / 32];
-  for (int off = 16; off > 0; off >>= 1) m = fmax(m, __shfl_down_sync(0xFFFFFFFFu, m, off));
-  const int w = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  __syncthreads();
-  if (lane == 0) part[w] = m;
-  __syncthreads();
-  if (w == 0) {
-    m = lane < THREADS / 32 ? part[lane] : -INFINITY;
-    for (int off = 16; off > 0; off >>= 1) m = fmax(m, __shfl_down_sync(0xFFFFFFFFu, m, off));
-    if (lane == 0) part[0] = m;
-  }
-  __syncthreads();
-  return part[0];
-}
 
 /* (value, index) maximum: larger wins, the lower index on ties (the host loop's first) */
 __device__ void block_best_d(double &v, int &i) {
@@ -236,10 +215,10 @@ __device__ void block_best_d(double &v, int &i) {
 __device__ void softmax_stats(const float *l, int V, double t, double &mx, double &sum) {
   double m = -INFINITY;
   for (int v = threadIdx.x; v < V; v += THREADS) m = fmax(m, (double)l[v]);
-  mx = block_max_d(m);
+  mx = block_reduce(m, (double)-INFINITY, max_op());
   double s = 0.0;
   for (int v = threadIdx.x; v < V; v += THREADS) s += exp(((double)l[v] - mx) / t);
-  sum = block_sum_d(s);
+  sum = block_reduce(s, 0.0, sum_op());
 }
 
 /* The rule of dsv4i_accept_row on one row, one block: p = softmax(logits / T), q =
