@@ -888,7 +888,8 @@ typedef struct dsv4_engine_params {
   uint32_t flags;            /**< DSV4_ENGINE_F_* bits; default 0 */
   int32_t backend;           /**< DSV4_BACKEND_*; default AUTO: CUDA when the library has
                               *   its kernels, dsv4_backend_probe(CUDA, device) answers
-                              *   DSV4_OK and tp_size = pp_size = 1, else the CPU */
+                              *   DSV4_OK and tp_size = 1 (pipeline stages run on the
+                              *   GPU; its tensor parallelism is not done), else the CPU */
   int32_t device;            /**< CUDA device ordinal; default 0; ignored by the CPU */
   int32_t max_sequences;     /**< live sequences at once, forks included; default 8; 1..65535 */
   int32_t n_threads;         /**< CPU worker threads, 0..1024; default 0 = one per core */
@@ -959,7 +960,9 @@ DSV4_NODISCARD DSV4_API dsv4_status dsv4_engine_params_init(dsv4_engine_params *
  *         model shape its kernels do not take: the message names op and shape;
  *         a stage split where shared attention state would cross, or a tp_size
  *         the weight table's split rules refuse; a library built without MPI
- *         given mpi_comm);
+ *         given mpi_comm; backend CUDA with tp_size > 1: two TP ranks on one
+ *         GPU (NCCL runs one rank per device; the message names them), else
+ *         its TP weight split is not done);
  *         DSV4_ERR_NO_DEVICE / DSV4_ERR_DEVICE (backend CUDA: no usable device);
  *         DSV4_ERR_DOES_NOT_FIT (the KV budget cannot hold the sequence slots
  *         plus one sequence at max_context, or the plan exceeds this machine's

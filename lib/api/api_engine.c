@@ -74,10 +74,11 @@ DSV4_API dsv4_status dsv4_sampling_params_init(dsv4_sampling_params *params, siz
 }
 
 /* DSV4_BACKEND_AUTO: the CUDA backend when it is built in, device `device` is usable
- * (dsv4_backend_probe) and the engine is one process (the CUDA backend has no tensor or
- * pipeline parallelism yet), else the CPU (the probe's message is dropped). */
-static int32_t auto_backend(int32_t device, int32_t tp, int32_t pp) {
-  if (tp == 1 && pp == 1 && dsv4i_backend_name(DSV4_BACKEND_CUDA) &&
+ * (dsv4_backend_probe) and the engine has no tensor parallelism (the CUDA backend runs
+ * pipeline stages but splits no weights yet), else the CPU (the probe's message is
+ * dropped). */
+static int32_t auto_backend(int32_t device, int32_t tp) {
+  if (tp == 1 && dsv4i_backend_name(DSV4_BACKEND_CUDA) &&
       dsv4i_cuda_probe(device) == DSV4_OK)
     return DSV4_BACKEND_CUDA;
   dsv4i_error_clear();
@@ -124,7 +125,7 @@ static dsv4_status make_args(const dsv4_engine_params *params, int64_t max_pos,
                        fn, (int)tp, (int)pp);
   memset(a, 0, sizeof *a);
   a->flags = p.flags & DSV4_ENGINE_F_OP_TIMINGS ? DSV4I_ENGINE_F_OP_TIMINGS : 0;
-  a->backend = p.backend == DSV4_BACKEND_AUTO ? auto_backend(p.device, tp, pp) : p.backend;
+  a->backend = p.backend == DSV4_BACKEND_AUTO ? auto_backend(p.device, tp) : p.backend;
   a->device = p.device;
   a->max_seqs = p.max_sequences;
   a->n_threads = p.n_threads;

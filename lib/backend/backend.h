@@ -110,7 +110,7 @@ typedef int32_t (*dsv4i_progress_cb)(const char *stage, int64_t done, int64_t to
  * Tensor-parallel collectives as a backend sees them: the create arguments'
  * tp_comm when tp_size > 1 on the CPU backend (the engine binds them to
  * lib/dist's bounded MPI communicator, docs/distributed.md; a device backend
- * gets its NCCL communicator instead). Collective over the stage's TP ranks.
+ * uses the device entries, bound to NCCL). Collective over the stage's TP ranks.
  *
  * The all-reduce of a contraction split over the ranks runs in rank order:
  * chain_recv gives a rank the fp32 running sums of the ranks before it (zeros
@@ -127,8 +127,22 @@ typedef struct dsv4i_tp_ops {
   dsv4_status (*chain_send)(void *ctx, const float *acc, size_t n);
   /** x (host, bytes) := the last rank's x, on every rank. */
   dsv4_status (*share)(void *ctx, void *x, size_t bytes);
+  /**
+   * Device backends (NULL where the binding has none): join the stage's device
+   * communicator (NCCL), collective over the TP ranks, with the rank's device context
+   * current. dev_id: 16 bytes naming the device (its UUID): two TP ranks on one device
+   * are refused (DSV4_ERR_UNSUPPORTED naming them), as NCCL puts one rank per device.
+   */
+  dsv4_status (*device_join)(void *ctx, const uint8_t dev_id[16], int32_t ordinal);
+  /** Queue an in-place sum over the TP ranks of n f32 (dtype 0) or bf16 (dtype 1) values
+   *  at device address buf on stream (capturable: a graph replays it). */
+  dsv4_status (*device_allreduce)(void *ctx, uint64_t buf, size_t n, int32_t dtype,
+                                  void *stream);
   void *ctx;
 } dsv4i_tp_ops;
+
+/** device_allreduce data types. */
+enum { DSV4I_TP_F32 = 0, DSV4I_TP_BF16 = 1 };
 
 /** Arguments of a backend's create. Everything borrowed for the call, model for the backend's life. */
 typedef struct dsv4i_backend_desc {
@@ -146,9 +160,10 @@ typedef struct dsv4i_backend_desc {
   /* pipeline stage: backbone layers [first_layer, last_layer); {0, 0} = all. The stage
    * with first_layer 0 owns embed; the one ending at n_layers owns head and DSpark. */
   int32_t first_layer, last_layer;
-  /* tensor parallelism: rank of tp_size and the communicator, as void *: the CPU backend
-   * takes a const dsv4i_tp_ops * (above), a device backend an ncclComm_t; tp_size 0 or 1 =
-   * none. The CPU splits heads, wo_a groups, expert and shared-expert intermediate dims. */
+  /* tensor parallelism: rank of tp_size and the communicator, as void *: a const
+   * dsv4i_tp_ops * (above; a device backend uses its device entries, bound to NCCL by the
+   * engine); tp_size 0 or 1 = none. The CPU splits heads, wo_a groups, expert and
+   * shared-expert intermediate dims. */
   int32_t tp_rank, tp_size;
   void *tp_comm;
   void *stream;                   /**< device stream the backend queues on (cudaStream_t);

@@ -80,26 +80,31 @@ static dsv4_status nccl_fail(const dsv4i_nccl *lib, dsv4i_nccl_result r, const c
                      text ? text : "no text", (int)r);
 }
 
+/* Every rank's status of a step of the creation (mpi NULL: one rank, its own). */
+static dsv4_status agree(dsv4i_comm *mpi, dsv4_status local, const char *what) {
+  return mpi ? dsv4i_comm_agree_status(mpi, local, what) : local;
+}
+
 dsv4_status dsv4i_nccl_comm_create(dsv4i_comm *mpi, dsv4i_nccl_comm **out) {
   *out = NULL;
   const dsv4i_nccl *lib = NULL;
   dsv4_status local = dsv4i_nccl_open(&lib);
   /* every rank learns whether every rank has NCCL before anyone waits in it */
-  dsv4_status st = dsv4i_comm_agree_status(mpi, local, "opening NCCL");
+  dsv4_status st = agree(mpi, local, "opening NCCL");
   if (st) return st;
   const char *algo, *proto;
   dsv4i_nccl_pin(&algo, &proto);
   dsv4i_nccl_unique_id id;
   memset(&id, 0, sizeof id);
-  int32_t rank = dsv4i_comm_rank(mpi), size = dsv4i_comm_size(mpi);
+  int32_t rank = mpi ? dsv4i_comm_rank(mpi) : 0, size = mpi ? dsv4i_comm_size(mpi) : 1;
   local = DSV4_OK;
   if (rank == 0) {
     dsv4i_nccl_result r = lib->GetUniqueId(&id);
     if (r != DSV4I_NCCL_SUCCESS) local = nccl_fail(lib, r, "GetUniqueId");
   }
-  st = dsv4i_comm_agree_status(mpi, local, "making the NCCL unique id");
+  st = agree(mpi, local, "making the NCCL unique id");
   if (st) return st;
-  st = dsv4i_comm_bcast(mpi, 0, &id, sizeof id, "handing out the NCCL unique id");
+  if (mpi) st = dsv4i_comm_bcast(mpi, 0, &id, sizeof id, "handing out the NCCL unique id");
   if (st) return st;
   dsv4i_nccl_comm *c = dsv4i_calloc(1, sizeof *c, "NCCL communicator");
   local = c ? DSV4_OK : DSV4_ERR_OUT_OF_MEMORY;
@@ -115,7 +120,7 @@ dsv4_status dsv4i_nccl_comm_create(dsv4i_comm *mpi, dsv4i_nccl_comm **out) {
       c->comm = NULL;
     }
   }
-  st = dsv4i_comm_agree_status(mpi, local, "creating the NCCL communicator");
+  st = agree(mpi, local, "creating the NCCL communicator");
   if (st) {
     dsv4i_nccl_comm_free(c);
     return st;

@@ -83,6 +83,7 @@ typedef struct dsv4i_nccl_comm dsv4i_nccl_comm;
 /**
  * Create it (collective over mpi): pin algorithm and protocol, rank 0 makes
  * the unique id, the bounded MPI broadcast hands it out, every rank joins.
+ * mpi NULL: a communicator of this one rank (no MPI exchange).
  * The rank's CUDA device must be current.
  * @return DSV4_OK; the statuses of dsv4i_nccl_open; DSV4_ERR_DEVICE (an NCCL
  *         call failed: its name and NCCL's text in the message); the

@@ -6,9 +6,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "dsv4/dsv4_version.h"
 #include "dist/comm.h"
+#include "dist/nccl.h"
 #include "dist/payload.h"
 #include "dist/topology.h"
 #include "engine/dist.h"
@@ -20,6 +22,7 @@
 struct dsv4i_dist {
   dsv4i_comm *world, *tp;
   dsv4i_tp_ops tp_ops;          /* the TP collectives the backend sees (backend.h) */
+  dsv4i_nccl_comm *nccl;        /* a device stage's TP communicator (device_join) */
   dsv4i_dist_topo topo;
   dsv4i_dist_place pl;
   int32_t root;                 /* the last stage's TP rank 0: it broadcasts outputs */
@@ -76,6 +79,54 @@ static dsv4_status tp_share(void *ctx, void *x, size_t bytes) {
   d->tp_allreduces++;
   return dsv4i_comm_bcast(d->tp, dsv4i_comm_size(d->tp) - 1, x, bytes,
                           "sharing the TP all-reduce's result");
+}
+
+/* A device backend's TP ranks: each names its device (host and PCI location); two ranks
+ * on one device are refused (NCCL runs one rank per device), then the stage's NCCL
+ * communicator is made over the TP ranks, the device context current. */
+typedef struct tp_dev {
+  char host[64];
+  uint8_t id[16];
+  int32_t ordinal, reserved;
+} tp_dev;
+
+static dsv4_status tp_device_join(void *ctx, const uint8_t dev_id[16], int32_t ordinal) {
+  dsv4i_dist *d = ctx;
+  const int32_t n = dsv4i_comm_size(d->tp);
+  tp_dev mine;
+  memset(&mine, 0, sizeof mine);
+  if (gethostname(mine.host, sizeof mine.host - 1)) snprintf(mine.host, sizeof mine.host, "?");
+  memcpy(mine.id, dev_id, sizeof mine.id);
+  mine.ordinal = ordinal;
+  tp_dev *all = dsv4i_calloc((size_t)n, sizeof *all, "TP devices");
+  if (!all) return DSV4_ERR_OUT_OF_MEMORY; /* the partners time out in the allgather */
+  dsv4_status s = dsv4i_comm_allgather(d->tp, &mine, sizeof mine, all, "naming the TP devices");
+  for (int32_t i = 0; !s && i < n; i++)
+    for (int32_t j = i + 1; !s && j < n; j++)
+      if (!strcmp(all[i].host, all[j].host) && !memcmp(all[i].id, all[j].id, sizeof mine.id)) {
+        int32_t pci[4];
+        memcpy(pci, all[i].id, sizeof pci);
+        s = dsv4i_error(DSV4_ERR_UNSUPPORTED,
+                        "distributed engine: TP ranks %d and %d of stage %d both use the GPU at "
+                        "PCI %04x:%02x:%02x on host %s (device %d and %d): NCCL runs one rank per "
+                        "device; give each TP rank its own GPU (dsv4_engine_params.device or "
+                        "CUDA_VISIBLE_DEVICES)", (int)i, (int)j, (int)d->pl.stage,
+                        (unsigned)pci[0], (unsigned)pci[1], (unsigned)pci[2], all[i].host,
+                        (int)all[i].ordinal, (int)all[j].ordinal);
+      }
+  free(all);
+  if (!s) s = dsv4i_nccl_comm_create(d->tp, &d->nccl);
+  return s;
+}
+
+static dsv4_status tp_device_allreduce(void *ctx, uint64_t buf, size_t n, int32_t dtype,
+                                       void *stream) {
+  dsv4i_dist *d = ctx;
+  if (!d->nccl) return dsv4i_error(DSV4_ERR_INVALID_ARG, "TP all-reduce before device_join");
+  d->tp_allreduces++; /* per issue: eager steps, or once per captured graph */
+  return dsv4i_nccl_allreduce(d->nccl, (void *)(uintptr_t)buf, n,
+                              dtype == DSV4I_TP_BF16 ? DSV4I_NCCL_BFLOAT16 : DSV4I_NCCL_FLOAT32,
+                              stream);
 }
 
 /* Hash of a file of the model directory (0 when absent: every rank then agrees on 0). */
@@ -176,6 +227,8 @@ dsv4_status dsv4i_dist_create(struct dsv4_engine *e, dsv4i_dist **out) {
   d->tp_ops.chain_recv = tp_chain_recv;
   d->tp_ops.chain_send = tp_chain_send;
   d->tp_ops.share = tp_share;
+  d->tp_ops.device_join = tp_device_join;
+  d->tp_ops.device_allreduce = tp_device_allreduce;
   d->tp_ops.ctx = d;
   d->hc = c->hc_mult;
   d->dim = c->dim;
@@ -197,6 +250,7 @@ dsv4_status dsv4i_dist_agree(dsv4i_dist *d, dsv4_status local, const char *what)
 
 void dsv4i_dist_free(dsv4i_dist *d) {
   if (!d) return;
+  dsv4i_nccl_comm_free(d->nccl);
   dsv4i_comm_free(d->tp);
   dsv4i_comm_free(d->world);
   free(d->msg);

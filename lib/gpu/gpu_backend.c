@@ -550,6 +550,38 @@ void dsv4i_gpu_backend_force_topk(dsv4i_backend *be, dsv4i_bbuf topk) {
   GPU(be)->force_topk = (dsv4i_cuptr)(uintptr_t)topk.impl;
 }
 
+/* PCI location of the device (cuda.h CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID, _BUS_ID,
+ * _DEVICE_ID): what names it to the TP ranks' duplicate check. */
+enum { ATTR_PCI_BUS = 33, ATTR_PCI_DEVICE = 34, ATTR_PCI_DOMAIN = 50 };
+
+static dsv4_status tp_join(gpu_backend *b, const dsv4i_tp_ops *tp) {
+  if (!tp || !tp->device_join || !tp->device_allreduce)
+    return dsv4i_error(DSV4_ERR_INVALID_ARG, "cuda backend: tp_size %d without a device "
+                       "communicator binding", (int)b->base.tp_size);
+  static const int attr[3] = {ATTR_PCI_DOMAIN, ATTR_PCI_BUS, ATTR_PCI_DEVICE};
+  int32_t pci[4] = {0, 0, 0, 0};
+  for (int i = 0; i < 3; i++) {
+    int v = 0;
+    const dsv4i_cures r = b->g.dev.cu->DeviceGetAttribute(&v, (dsv4i_cuattr)attr[i], b->g.dev.dev);
+    if (r != DSV4I_CUDA_SUCCESS) return dsv4i_gpu_fail(&b->g, r, "cuDeviceGetAttribute(PCI)");
+    pci[i] = v;
+  }
+  uint8_t id[16];
+  memcpy(id, pci, sizeof id);
+  dsv4_status s = tp->device_join(tp->ctx, id, b->g.dev.ordinal);
+  if (!s) b->tp = tp;
+  return s;
+}
+
+dsv4_status dsv4i_gpu_backend_set_tp(dsv4i_backend *be, const dsv4i_tp_ops *tp) {
+  gpu_backend *b = GPU(be);
+  if (b->graphs.captures > 0)
+    return dsv4i_error(DSV4_ERR_INVALID_ARG, "cuda backend: TP binding after %d graphs were "
+                       "captured without it", (int)b->graphs.captures);
+  dsv4_status s = dsv4i_gpu_enter(&b->g);
+  return s ? s : tp_join(b, tp);
+}
+
 static const dsv4i_backend_ops cuda_ops = {
   .name = "cuda",
   .destroy = destroy,
@@ -612,7 +644,7 @@ static dsv4_status stage_alloc(gpu_backend *b) {
 static dsv4_status cuda_create(const dsv4i_backend_desc *d, dsv4i_backend **out) {
   gpu_backend *b = dsv4i_calloc(1, sizeof *b, "cuda backend");
   if (!b) return DSV4_ERR_OUT_OF_MEMORY;
-  dsv4_status s = dsv4i_backend_init(&b->base, &cuda_ops, DSV4_BACKEND_CUDA, d, 1);
+  dsv4_status s = dsv4i_backend_init(&b->base, &cuda_ops, DSV4_BACKEND_CUDA, d, DSV4I_GPU_MAX_TP);
   if (s) {
     free(b);
     return s;
@@ -662,6 +694,15 @@ static dsv4_status cuda_create(const dsv4i_backend_desc *d, dsv4i_backend **out)
                     (long long)d->kv_layout->max_positions, dsv4i_gkv_page_bytes(c),
                     (long long)d->max_positions);
   if (!s) s = dsv4i_gpu_open(d->device, &b->g);
+  /* TP: the ranks join the stage's NCCL communicator (refused when two share a device); the
+   * kernels do not take a shard of the heads, wo_a groups and expert dims yet */
+  if (!s && b->base.tp_size > 1) s = tp_join(b, d->tp_comm);
+  if (!s && b->base.tp_size > 1)
+    s = dsv4i_error(DSV4_ERR_UNSUPPORTED, "cuda backend: TP rank %d of %d joined the NCCL "
+                    "communicator, but the CUDA kernels do not split heads, wo_a groups and "
+                    "expert dims yet: use tp_size 1 on the CUDA backend (pipeline stages work) "
+                    "or the CPU backend for tensor parallelism", (int)b->base.tp_rank,
+                    (int)b->base.tp_size);
   if (!s) s = dsv4i_gpu_ops_init(&b->g.kr, &b->ops);
   if (!s) s = dsv4i_gpu_attn_select(&b->g.kr, &b->ak);
   if (!s && b->dspark) s = dsv4i_gpu_dspark_select(&b->g.kr, &b->dspark->k);

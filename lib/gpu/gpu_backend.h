@@ -26,6 +26,10 @@
 #include "gpu/gpu_ops.h"
 #include "model/model.h"
 
+/** Largest tp_size create accepts (it joins the communicator, then refuses tp_size > 1:
+ *  the kernels take no shard yet). */
+#define DSV4I_GPU_MAX_TP 64
+
 /** Largest compress ratio the step precomputes group positions for. */
 #define DSV4I_GPU_MAX_RATIO 8
 
@@ -152,6 +156,8 @@ typedef struct gpu_backend {
   dsv4i_cuptr force_topk;   /**< 0, or the top-k rows index sources attend with (teacher
                              *   forcing: dsv4i_gpu_backend_force_topk) */
   void *io_h, *io_pre, *io_logits, *io_taps; /**< the engine buffers the graphs were captured with */
+  const dsv4i_tp_ops *tp;   /**< the stage's device all-reduces (one after the attention output,
+                             *   one after the MoE, backbone layers), joined; NULL: none */
 } gpu_backend;
 
 /* gpu_weights.c */
@@ -208,5 +214,9 @@ void dsv4i_gpu_backend_force_topk(dsv4i_backend *be, dsv4i_bbuf topk);
 int32_t dsv4i_gpu_backend_set_eager(dsv4i_backend *be, int32_t eager);
 /** Test hook: graphs captured so far. */
 int32_t dsv4i_gpu_backend_captures(const dsv4i_backend *be);
+/** Join tp's device communicator (device_join) and issue the block's all-reduces through it
+ *  from now on (create does this for tp_size > 1; tests bind a one-rank NCCL communicator to
+ *  a tp_size 1 backend with it). Before any graph is captured. */
+dsv4_status dsv4i_gpu_backend_set_tp(dsv4i_backend *be, const dsv4i_tp_ops *tp);
 
 #endif /* DSV4I_GPU_BACKEND_H */

@@ -197,6 +197,15 @@ static dsv4_status moe(gpu_backend *b, const gpu_block *k, int32_t n, dsv4i_cupt
   return st;
 }
 
+/* The TP all-reduce of a sublayer's output y (bf16 [n][dim]) over the stage's TP ranks, on
+ * the engine stream (inside a captured graph too). Backbone layers only: the DSpark stages
+ * are replicated. */
+static dsv4_status tp_sum(gpu_backend *b, int32_t layer, int32_t n, dsv4i_cuptr y) {
+  if (!b->tp || layer >= b->cfg->n_layers) return DSV4_OK;
+  return b->tp->device_allreduce(b->tp->ctx, (uint64_t)y, (size_t)n * (size_t)b->dim,
+                                 DSV4I_TP_BF16, (void *)b->g.stream);
+}
+
 dsv4_status dsv4i_gpu_block_rows(gpu_backend *b, int32_t layer, const gpu_rows *rw, dsv4i_cuptr h,
                                  dsv4i_cuptr pre) {
   const dsv4i_config *c = b->cfg;
@@ -210,12 +219,14 @@ dsv4_status dsv4i_gpu_block_rows(gpu_backend *b, int32_t layer, const gpu_rows *
   if (!st) st = dsv4i_gpu_hc_pre(o, s, n, hc, d, h, pre, w->x);
   if (!st) st = dsv4i_gpu_rmsnorm(o, s, n, d, w->x, d, k->attn_norm, c->norm_eps, w->x, d);
   if (!st) st = attention(b, layer, rw, w->x, w->y);
+  if (!st) st = tp_sum(b, layer, n, w->y);
   if (!st) st = dsv4i_gpu_hc_post(o, s, n, hc, d, w->y, h, w->a_post, w->a_comb, h);
   /* FFN sublayer: collapse with the attention sublayer's pre; its own pre goes out */
   if (!st) st = mixes(b, k, n, 1, h, pre, w->f_post, w->f_comb);
   if (!st) st = dsv4i_gpu_hc_pre(o, s, n, hc, d, h, w->a_pre, w->x);
   if (!st) st = dsv4i_gpu_rmsnorm(o, s, n, d, w->x, d, k->ffn_norm, c->norm_eps, w->x, d);
   if (!st) st = moe(b, k, n, w->x, w->y);
+  if (!st) st = tp_sum(b, layer, n, w->y);
   if (!st) st = dsv4i_gpu_hc_post(o, s, n, hc, d, w->y, h, w->f_post, w->f_comb, h);
   return st;
 }

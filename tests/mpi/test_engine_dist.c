@@ -27,6 +27,15 @@
  *                 naming it.
  * stalled_rank    the last rank stalls past the timeout: every other rank gets
  *                 DSV4_ERR_RANK_FAILED within it, then the stalled one too.
+ *
+ * DSV4_TEST_BACKEND=cuda runs both engines on the CUDA backend, device 0 on every
+ * rank (exit 77 when it is not usable): PP ranks then share the GPU, each with its
+ * own context and pools, the stage payload crossing through the host (buf_read,
+ * MPI, buf_write), and the tolerance stays 0 (the stages replay the graphs of the
+ * same kernels in the same order as one process). With TP > 1 only
+ * cuda_tp_one_device runs:
+ * cuda_tp_one_device  the TP ranks all map to device 0: DSV4_ERR_UNSUPPORTED on
+ *                 every rank naming the two ranks (NCCL runs one rank per device).
  */
 #include <math.h>
 #include <mpi.h>
@@ -42,7 +51,7 @@
 #define N_PROMPT 2
 #define N_GEN 12
 
-static int g_rank, g_size, g_tp = 1, g_pp = 2;
+static int g_rank, g_size, g_tp = 1, g_pp = 2, g_backend = DSV4_BACKEND_CPU;
 static MPI_Comm g_world;
 
 static double now_s(void) {
@@ -57,6 +66,7 @@ static void params(dsv4_engine_params *p, int dist) {
   p->max_context = 128;
   p->prefill_chunk = 8;
   p->n_threads = 1;
+  p->backend = g_backend;
   if (dist) {
     p->mpi_comm = &g_world;
     p->tp_size = g_tp;
@@ -326,6 +336,20 @@ static void stalled_rank(void **state) {
   MPI_Barrier(g_world);
 }
 
+/* CUDA, TP ranks on one device: refused on every rank before any NCCL call waits. */
+static void cuda_tp_one_device(void **state) {
+  (void)state;
+  if (g_backend != DSV4_BACKEND_CUDA || g_tp < 2) skip();
+  dsv4_engine_params p;
+  params(&p, 1);
+  dsv4_engine *e = NULL;
+  dsv4_status s = dsv4_engine_create_from_dir(tu_fixture_or_skip("tiny-v41-a"), &p, &e);
+  printf("  rank %d: %s: %s\n", g_rank, dsv4_status_string(s), dsv4_last_error());
+  assert_int_equal(s, DSV4_ERR_UNSUPPORTED);
+  assert_null(e);
+  assert_non_null(strstr(dsv4_last_error(), "TP ranks 0 and 1 of stage 0 both use the GPU"));
+}
+
 /* Called by tests/common/test_main.c's main (the test filter). */
 int tu_run_suite(void) {
   MPI_Init(NULL, NULL);
@@ -335,6 +359,15 @@ int tu_run_suite(void) {
   const char *tp = getenv("DSV4_TEST_TP"), *pp = getenv("DSV4_TEST_PP");
   if (tp) g_tp = atoi(tp);
   if (pp) g_pp = atoi(pp);
+  const char *be = getenv("DSV4_TEST_BACKEND");
+  if (be && !strcmp(be, "cuda")) {
+    g_backend = DSV4_BACKEND_CUDA;
+    if (dsv4_backend_probe(DSV4_BACKEND_CUDA, 0) != DSV4_OK) { /* the same answer on every rank */
+      printf("skip: the CUDA backend is not usable here: %s\n", dsv4_last_error());
+      MPI_Finalize();
+      return 77;
+    }
+  }
   if (g_size < 2 || g_tp * g_pp != g_size) {
     fprintf(stderr, "run under mpirun with DSV4_TEST_TP x DSV4_TEST_PP = %d x %d ranks\n", g_tp,
             g_pp);
@@ -348,7 +381,10 @@ int tu_run_suite(void) {
     cmocka_unit_test(refused_split),   cmocka_unit_test(failed_create),
     cmocka_unit_test(stalled_rank),
   };
-  int rc = cmocka_run_group_tests(tests, NULL, NULL);
+  const struct CMUnitTest tp_device[] = {cmocka_unit_test(cuda_tp_one_device)};
+  int rc = g_backend == DSV4_BACKEND_CUDA && g_tp > 1
+               ? cmocka_run_group_tests(tp_device, NULL, NULL)
+               : cmocka_run_group_tests(tests, NULL, NULL);
   MPI_Comm_free(&g_world);
   MPI_Finalize();
   return rc;
