@@ -60,6 +60,13 @@ static double now_s(void) {
   return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+/* CUDA runs: each rank's stage and the memory its backend took (its layers' weights only). */
+static void stage_log(int32_t level, const char *msg, void *user) {
+  (void)level, (void)user;
+  if (strstr(msg, "cuda backend: device") || strstr(msg, "distributed engine: rank"))
+    printf("  rank %d log: %s\n", g_rank, msg);
+}
+
 static void params(dsv4_engine_params *p, int dist) {
   assert_int_equal(dsv4_engine_params_init(p, sizeof *p), DSV4_OK);
   p->max_sequences = 4;
@@ -72,6 +79,10 @@ static void params(dsv4_engine_params *p, int dist) {
     p->tp_size = g_tp;
     p->pp_size = g_pp;
     p->dist_timeout_ms = 60000;
+    if (g_backend == DSV4_BACKEND_CUDA) {
+      p->log_fn = stage_log;
+      p->log_level = DSV4_LOG_INFO;
+    }
   }
 }
 
