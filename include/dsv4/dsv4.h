@@ -1008,7 +1008,9 @@ DSV4_API const dsv4_model *dsv4_engine_model(const dsv4_engine *engine);
 
 /**
  * Engine facts: memory plan and current use. Size-prefixed output struct
- * (as dsv4_model_info).
+ * (as dsv4_model_info). On a rank of a distributed engine every figure is
+ * that rank's: the caches of its stage's layers, its prepared weights and
+ * checkpoint bytes (its layers, its TP shard), its buffers.
  * @since 0.1
  */
 typedef struct dsv4_engine_info {
@@ -1027,7 +1029,17 @@ typedef struct dsv4_engine_info {
   int64_t kv_bytes_per_token;   /**< record bytes per position over all layers (spec §5.8) */
   int64_t workspace_bytes;      /**< step buffers and scratch */
   int64_t prepared_weight_bytes;/**< weights the backend converted at load (wo_a), plus checkpoint tensors copied to aligned memory because the shard did not align them */
-  int64_t mapped_bytes;         /**< checkpoint bytes, mmapped (paged in on use) */
+  int64_t mapped_bytes;         /**< checkpoint bytes, mmapped (paged in on use); on a rank
+                                 *   of a distributed engine the bytes of its layers and TP
+                                 *   shard (docs/distributed.md "Memory per rank") */
+  int64_t comm_bytes;           /**< rank of a distributed engine: its stage payload buffer
+                                 *   (0 for one process or one stage) */
+  int64_t create_bytes;         /**< what creating the engine allocates by the plan:
+                                 *   kv_bytes + workspace_bytes + the backend's prepared weights
+                                 *   + comm_bytes; a rank of a distributed engine: its own
+                                 *   (its stage's layers' caches and weights, its TP shard).
+                                 *   The engine logs it at INFO next to the heap's measured
+                                 *   growth over the create */
 } dsv4_engine_info;
 
 /**

@@ -228,6 +228,8 @@ static void plan_info(const dsv4i_plan *p, int32_t backend, int32_t n_threads,
   v->workspace_bytes = p->act_bytes;
   v->prepared_weight_bytes = p->extra_weight_bytes;
   v->mapped_bytes = p->mapped_bytes;
+  v->comm_bytes = p->comm_bytes;
+  v->create_bytes = p->create_bytes;
 }
 
 DSV4_API dsv4_status dsv4_engine_get_info(const dsv4_engine *engine, dsv4_engine_info *info,
@@ -262,7 +264,7 @@ DSV4_API dsv4_status dsv4_engine_plan_query(const dsv4_model *model,
   dsv4_status s = make_args(params, dsv4i_model_config(model)->max_position_embeddings, &a,
                             "dsv4_engine_plan_query");
   dsv4i_plan p;
-  if (!s) s = dsv4i_engine_plan(model, &a, &p);
+  if (!s) s = dsv4i_engine_plan(model, &a, NULL, &p);
   if (s) return s;
   dsv4_engine_info v;
   memset(&v, 0, sizeof v);

@@ -323,14 +323,17 @@ dsv4_status dsv4i_backend_run_blocks(dsv4i_backend *be, const dsv4i_step_io *io,
 /* ---- registry (lib/backend/registry.c) ------------------------------------ */
 
 /**
- * Cache storage sizes of backend `kind` for a config and a context length
- * (positions per sequence), without creating anything (the memory planner
- * calls it before allocating).
+ * Cache storage sizes of backend `kind` for a config, a context length
+ * (positions per sequence) and the part of the model one rank holds (its
+ * stage's layers and TP shard; NULL: all), without creating anything (the
+ * memory planner calls it before allocating). Every figure is the part's:
+ * pages of its layers' caches, its prepared weights.
  * @return DSV4_OK; DSV4_ERR_UNSUPPORTED (kind not built into this library);
  *         DSV4_ERR_INVALID_ARG.
  */
 dsv4_status dsv4i_backend_format(int32_t kind, const struct dsv4i_config *cfg,
-                                 int64_t max_positions, dsv4i_cache_format *out);
+                                 int64_t max_positions, const dsv4i_model_part *part,
+                                 dsv4i_cache_format *out);
 
 /**
  * Create backend `kind` (DSV4_BACKEND_CPU; a kind not registered answers

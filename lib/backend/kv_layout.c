@@ -4,10 +4,30 @@
 #include "backend/backend.h"
 #include "backend/kv_layout.h"
 
+void dsv4i_kv_part_layers(const dsv4i_config *cfg, const dsv4i_model_part *part,
+                          int32_t *first, int32_t *last) {
+  *first = 0;
+  *last = cfg->n_total_layers;
+  if (!part || part->last_layer <= 0) return;
+  *first = part->first_layer;
+  *last = part->last_layer >= cfg->n_layers ? cfg->n_total_layers : part->last_layer;
+}
+
 dsv4_status dsv4i_kv_layout_init(const dsv4i_config *cfg, int32_t spare, size_t page_bytes,
                                  int64_t max_positions, dsv4i_kv_layout *out) {
+  return dsv4i_kv_layout_init_part(cfg, NULL, spare, page_bytes, max_positions, out);
+}
+
+dsv4_status dsv4i_kv_layout_init_part(const dsv4i_config *cfg, const dsv4i_model_part *part,
+                                      int32_t spare, size_t page_bytes, int64_t max_positions,
+                                      dsv4i_kv_layout *out) {
   if (!out || !cfg) return dsv4i_error(DSV4_ERR_INVALID_ARG, "kv_layout_init: NULL");
   memset(out, 0, sizeof *out);
+  int32_t first, last;
+  dsv4i_kv_part_layers(cfg, part, &first, &last);
+  if (first < 0 || first >= last || last > cfg->n_total_layers)
+    return dsv4i_error(DSV4_ERR_INVALID_ARG, "kv_layout_init: layers %d..%d outside the "
+                       "model's %d", (int)first, (int)last - 1, (int)cfg->n_total_layers);
   const int32_t hd = cfg->head_dim, ihd = cfg->index_head_dim;
   if (hd <= 0 || hd % 32 || cfg->window_size <= 0 || cfg->n_total_layers <= 0 ||
       cfg->n_total_layers > DSV4I_MAX_LIST || (cfg->n_kv_sources > 0 && (ihd <= 0 || ihd % 32)) ||
@@ -17,6 +37,8 @@ dsv4_status dsv4i_kv_layout_init(const dsv4i_config *cfg, int32_t spare, size_t 
                        (int)cfg->window_size, (int)cfg->n_total_layers, (long long)max_positions);
   if (spare <= 0) spare = cfg->dspark_block_size + 1 > 2 ? cfg->dspark_block_size + 1 : 2;
   out->n_layers = cfg->n_total_layers;
+  out->first_layer = first;
+  out->last_layer = last;
   out->head_dim = hd;
   out->index_head_dim = ihd;
   out->window = cfg->window_size;
@@ -59,6 +81,7 @@ dsv4_status dsv4i_kv_layout_init(const dsv4i_config *cfg, int32_t spare, size_t 
 }
 
 int64_t dsv4i_kv_table_pages(const dsv4i_kv_layout *lay, int32_t kind, int32_t l, int64_t n) {
+  if (l < lay->first_layer || l >= lay->last_layer) return 0; /* another stage's layer */
   int64_t r = 0;
   switch (kind) {
   case DSV4I_KV_WINDOW:
@@ -86,18 +109,18 @@ int64_t dsv4i_kv_pages_for(const dsv4i_kv_layout *lay, int32_t kind, int64_t n_p
   return sum;
 }
 
-dsv4_status dsv4i_kv_format_init(const dsv4i_config *cfg, size_t page_bytes,
-                                 int64_t max_positions, dsv4i_cache_format *f,
-                                 dsv4i_kv_layout *lay) {
+dsv4_status dsv4i_kv_format_init(const dsv4i_config *cfg, const dsv4i_model_part *part,
+                                 size_t page_bytes, int64_t max_positions,
+                                 dsv4i_cache_format *f, dsv4i_kv_layout *lay) {
   memset(f, 0, sizeof *f);
-  dsv4_status s = dsv4i_kv_layout_init(cfg, 0, page_bytes, max_positions, lay);
+  dsv4_status s = dsv4i_kv_layout_init_part(cfg, part, 0, page_bytes, max_positions, lay);
   if (s) return s;
   f->page_bytes = (int64_t)lay->page_bytes;
   for (int32_t k = 0; k < DSV4I_KV_KINDS; k++) {
     f->seq_pages += dsv4i_kv_pages_for(lay, k, max_positions);
     if (k == DSV4I_KV_WINDOW || k == DSV4I_KV_CSTATE) f->ring_pages += dsv4i_kv_pages_for(lay, k, 1);
   }
-  for (int32_t L = 0; L < lay->n_layers; L++)
+  for (int32_t L = lay->first_layer; L < lay->last_layer; L++) /* the part's layers */
     if (lay->ratio[L] > 0)
       f->bytes_per_pos += (lay->rec_bytes[DSV4I_KV_COMP] +
                            (lay->has_idxk[L] ? lay->rec_bytes[DSV4I_KV_IDXK] : 0)) / lay->ratio[L];

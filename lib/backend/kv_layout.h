@@ -33,6 +33,9 @@ enum {
  */
 typedef struct dsv4i_kv_layout {
   int32_t n_layers;        /**< backbone + DSpark stages (cfg->n_total_layers) */
+  /** Layers [first_layer, last_layer) have tables (a pipeline stage's layers;
+   *  [0, n_layers) for one process); the others have none (0 pages, cap 0). */
+  int32_t first_layer, last_layer;
   int32_t head_dim;        /**< latent width (512) */
   int32_t index_head_dim;  /**< index key width (128) */
   int32_t window;          /**< sliding_window (128) */
@@ -66,20 +69,37 @@ typedef struct dsv4i_kv_layout {
 dsv4_status dsv4i_kv_layout_init(const dsv4i_config *cfg, int32_t spare, size_t page_bytes,
                                  int64_t max_positions, dsv4i_kv_layout *out);
 
+/** The layers [*first, *last) whose caches a part holds (cfg's layer indices,
+ *  DSpark stages n_layers.. included on the last stage); part NULL: all. */
+void dsv4i_kv_part_layers(const dsv4i_config *cfg, const dsv4i_model_part *part,
+                          int32_t *first, int32_t *last);
+
+/**
+ * dsv4i_kv_layout_init for the caches of one part (a pipeline stage's
+ * layers, dsv4i_kv_part_layers): tables of other layers are empty, so the
+ * page row, a sequence's pages and the pool hold this stage's layers only.
+ * part NULL: the whole model. Statuses as dsv4i_kv_layout_init; also
+ * DSV4_ERR_INVALID_ARG for a layer range outside the config.
+ */
+dsv4_status dsv4i_kv_layout_init_part(const dsv4i_config *cfg, const dsv4i_model_part *part,
+                                      int32_t spare, size_t page_bytes, int64_t max_positions,
+                                      dsv4i_kv_layout *out);
+
 struct dsv4i_cache_format; /* backend/backend.h */
 
 /**
- * The pool part of a backend's storage format: derive the layout of cfg for
- * pages of page_bytes (dsv4i_kv_layout_init, default spare) into *lay, zero *f
+ * The pool part of a backend's storage format: derive the layout of the part's
+ * caches (dsv4i_kv_layout_init_part, default spare; part NULL: the whole model)
+ * for pages of page_bytes into *lay, zero *f
  * and fill its page_bytes, seq_pages (every kind at max_positions), ring_pages
  * (WINDOW and CSTATE, held from the first position) and bytes_per_pos (COMP and
  * IDXK records per position). The backend fills the rest (slot, weight and
  * workspace bytes).
- * @return DSV4_OK; DSV4_ERR_INVALID_ARG as dsv4i_kv_layout_init.
+ * @return DSV4_OK; DSV4_ERR_INVALID_ARG as dsv4i_kv_layout_init_part.
  */
-dsv4_status dsv4i_kv_format_init(const dsv4i_config *cfg, size_t page_bytes,
-                                 int64_t max_positions, struct dsv4i_cache_format *f,
-                                 dsv4i_kv_layout *lay);
+dsv4_status dsv4i_kv_format_init(const dsv4i_config *cfg, const dsv4i_model_part *part,
+                                 size_t page_bytes, int64_t max_positions,
+                                 struct dsv4i_cache_format *f, dsv4i_kv_layout *lay);
 
 /** Pages table (kind, layer) needs at n positions (rings: in full once used). */
 int64_t dsv4i_kv_table_pages(const dsv4i_kv_layout *lay, int32_t kind, int32_t layer, int64_t n);

@@ -119,4 +119,8 @@ dsv4_status dsv4i_read_file(const char *path, size_t max_bytes, const char *what
 /** Join dir + "/" + name into a new string (NULL + OOM error on failure). */
 char *dsv4i_path_join(const char *dir, const char *name);
 
+/** Bytes the process's heap holds in use now (malloc'd and not freed, every arena and
+ *  mmapped chunk; glibc's mallinfo2), or -1 where the allocator cannot say. */
+int64_t dsv4i_heap_in_use(void);
+
 #endif /* DSV4I_BASE_H */

@@ -4,6 +4,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
+
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -200,4 +204,13 @@ dsv4_status dsv4i_read_file(const char *path, size_t max_bytes, const char *what
   *buf = b;
   *len = n;
   return DSV4_OK;
+}
+
+int64_t dsv4i_heap_in_use(void) {
+#if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 33))
+  const struct mallinfo2 m = mallinfo2();
+  return (int64_t)(m.uordblks + m.hblkhd);
+#else
+  return -1;
+#endif
 }

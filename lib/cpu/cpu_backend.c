@@ -22,16 +22,23 @@ static size_t page_bytes_for(const dsv4i_config *c) {
 }
 
 static dsv4_status cpu_format(const struct dsv4i_config *c, int64_t max_positions,
-                                     dsv4i_cache_format *f) {
-  dsv4i_kv_layout lay;
-  dsv4_status s = dsv4i_kv_format_init(c, page_bytes_for(c), max_positions, f, &lay);
+                              const dsv4i_model_part *part, dsv4i_cache_format *f) {
+  dsv4i_kv_layout lay; /* the part's layers only */
+  dsv4_status s = dsv4i_kv_format_init(c, part, page_bytes_for(c), max_positions, f, &lay);
   if (s) return s;
   /* per live sequence: the copied page row and its view */
   f->slot_bytes = (int64_t)lay.ld * (int64_t)sizeof(int32_t) + (int64_t)sizeof(dsv4i_kv_view) + 1;
-  /* wo_a dequantised to bf16 per attention layer (spec §3.3) */
+  /* per block the part holds (its backbone layers; the DSpark stages on the last stage,
+   * whose caches lay holds too): wo_a dequantised to bf16, whole on every TP rank (a
+   * rank's share is a view into it; spec §3.3), and the table of expert weight views */
   const int64_t wo_a = (int64_t)c->o_groups * c->o_lora_rank *
                        ((int64_t)c->n_heads * c->head_dim / c->o_groups) * 2;
-  f->weight_bytes = wo_a * c->n_layers;
+  for (int32_t L = lay.first_layer; L < lay.last_layer; L++) {
+    const int dspark = L >= c->n_layers;
+    if (dspark && (c->dspark_block_size <= 0 || c->n_dspark_targets <= 0)) continue;
+    const int64_t ne = dspark ? c->dspark_n_routed_experts : c->n_routed_experts;
+    f->weight_bytes += wo_a + 3 * ne * (int64_t)sizeof(dsv4i_wview);
+  }
   /* stream + pre + block scratch + attention shared state, per batch token */
   const int64_t hc = c->hc_mult, d = c->dim;
   f->act_bytes_per_tok = hc * d * 2 + hc * 4 + 2 * d * 2 + (2 + hc) * hc * 4 + 5 * hc * hc * 4 +
@@ -241,6 +248,14 @@ static dsv4_status cpu_create(const dsv4i_backend_desc *d, dsv4i_backend **out) 
                        "positions, the format's is %zu bytes for %lld; or the pool overflows",
                        d->kv_layout->page_bytes, (long long)d->kv_layout->max_positions,
                        page_bytes_for(c), (long long)d->max_positions);
+  /* the pool holds the caches of the stage's layers and no others */
+  const dsv4i_model_part part = {d->first_layer, d->last_layer, d->tp_rank, d->tp_size};
+  int32_t kv_first, kv_last;
+  dsv4i_kv_part_layers(c, &part, &kv_first, &kv_last);
+  if (d->kv_layout->first_layer != kv_first || d->kv_layout->last_layer != kv_last)
+    return dsv4i_error(DSV4_ERR_INVALID_ARG, "cpu backend: the KV layout has the caches of "
+                       "layers %d..%d, the stage's are %d..%d", (int)d->kv_layout->first_layer,
+                       (int)d->kv_layout->last_layer - 1, (int)kv_first, (int)kv_last - 1);
   cpu_backend *b = dsv4i_calloc(1, sizeof *b, "cpu backend");
   if (!b) return DSV4_ERR_OUT_OF_MEMORY;
   /* any TP size the block shapes allow (cpu_tp.c checks them per layer) */

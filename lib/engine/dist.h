@@ -55,6 +55,13 @@ dsv4_status dsv4i_dist_create(struct dsv4_engine *e, dsv4i_dist **out);
 /** The status exchange that ends creation: one rank's failure reaches every rank. */
 dsv4_status dsv4i_dist_agree(dsv4i_dist *d, dsv4_status local, const char *what);
 
+/**
+ * Allocate the stage payload buffer for the largest step (n_tok tokens, n_out head
+ * rows, n_engram_cols Engram ids per token where they travel), so a step allocates
+ * nothing for it. Returns its bytes (0 for one stage), -1 when out of memory.
+ */
+int64_t dsv4i_dist_reserve(dsv4i_dist *d, int32_t n_tok, int32_t n_out, int32_t n_engram_cols);
+
 void dsv4i_dist_free(dsv4i_dist *d);
 void dsv4i_dist_get_info(dsv4i_dist *d, dsv4i_dist_info *out);
 /** Whether this rank holds the head (last stage): the rank that samples. */

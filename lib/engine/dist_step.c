@@ -243,6 +243,27 @@ dsv4_status dsv4i_dist_create(struct dsv4_engine *e, dsv4i_dist **out) {
   return DSV4_OK;
 }
 
+static uint8_t *grow(uint8_t **p, size_t *cap, size_t n) {
+  if (n <= *cap) return *p;
+  uint8_t *q = dsv4i_realloc(*p, n, "distributed engine buffer");
+  if (!q) return NULL;
+  *p = q;
+  *cap = n;
+  return q;
+}
+
+int64_t dsv4i_dist_reserve(dsv4i_dist *d, int32_t n_tok, int32_t n_out, int32_t n_engram_cols) {
+  if (d->topo.pp < 2) return 0;
+  const uint64_t in = d->pl.stage > 0 ? dsv4i_payload_bytes(n_tok, n_out, d->hc, d->dim,
+                                                            d->engram_in ? n_engram_cols : 0) : 0;
+  const uint64_t out = d->pl.stage + 1 < d->topo.pp
+                           ? dsv4i_payload_bytes(n_tok, n_out, d->hc, d->dim,
+                                                 d->engram_out ? n_engram_cols : 0) : 0;
+  const uint64_t n = in > out ? in : out;
+  if (n > (uint64_t)INT64_MAX || !grow(&d->msg, &d->msg_cap, (size_t)n)) return -1;
+  return (int64_t)n;
+}
+
 dsv4_status dsv4i_dist_agree(dsv4i_dist *d, dsv4_status local, const char *what) {
   d->control_msgs++;
   return dsv4i_comm_agree_status(d->world, local, what);
@@ -288,14 +309,6 @@ dsv4_status dsv4i_dist_call(dsv4i_dist *d, const char *what, uint64_t hash) {
   return dsv4i_comm_agree(d->world, 2, names, v, w);
 }
 
-static uint8_t *grow(uint8_t **p, size_t *cap, size_t n) {
-  if (n <= *cap) return *p;
-  uint8_t *q = dsv4i_realloc(*p, n, "distributed engine buffer");
-  if (!q) return NULL;
-  *p = q;
-  *cap = n;
-  return q;
-}
 
 dsv4_status dsv4i_dist_run_step(struct dsv4_engine *e, const dsv4i_step_io *io,
                                 const int32_t *slot, const int64_t *seq) {

@@ -2,6 +2,7 @@
  * Engine creation and teardown: memory plan, Engram tables, backend, step
  * workspace. Steps are in step.c, sequences in sequence.c.
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -77,8 +78,51 @@ static dsv4_status alloc_workspace(struct dsv4_engine *e) {
   return DSV4_OK;
 }
 
+/* Which rank this is, for the memory lines ("" for one process). */
+static void rank_label(const struct dsv4_engine *e, const dsv4i_dist_info *di, char *buf, size_t n) {
+  buf[0] = 0;
+  if (e->dist)
+    snprintf(buf, n, "rank %d (stage %d of %d, TP rank %d of %d): ", (int)di->rank,
+             (int)di->stage, (int)di->pp, (int)di->tp_rank, (int)di->tp);
+}
+
+static void log_plan(const struct dsv4_engine *e, const dsv4i_dist_info *di) {
+  const dsv4i_plan *p = &e->plan;
+  char who[96];
+  rank_label(e, di, who, sizeof who);
+  dsv4i_log(&e->args.log, DSV4_LOG_INFO,
+            "%sengine plan: %d sequences x %lld positions, %lld pages x %lld B + %d slots "
+            "x %lld B = %lld B KV; workspace %lld B; prepared weights %lld B; payload buffer "
+            "%lld B; checkpoint bytes of its layers %lld B (mapped)", who,
+            (int)p->max_seqs, (long long)p->max_ctx, (long long)p->pool_pages,
+            (long long)p->fmt.page_bytes, (int)p->max_seqs, (long long)p->fmt.slot_bytes,
+            (long long)p->kv_bytes, (long long)p->act_bytes, (long long)p->extra_weight_bytes,
+            (long long)p->comm_bytes, (long long)p->mapped_bytes);
+}
+
+/* What create allocated (the heap's growth over the call: every thread's, so another
+ * thread allocating at the same time is counted too) next to the plan's figure. */
+static void log_allocated(const struct dsv4_engine *e, const dsv4i_dist_info *di, int64_t heap0) {
+  const int64_t heap1 = dsv4i_heap_in_use();
+  char who[96];
+  rank_label(e, di, who, sizeof who);
+  if (heap0 < 0 || heap1 <= heap0) {
+    dsv4i_log(&e->args.log, DSV4_LOG_INFO, "%smemory: planned %lld B at create (the heap's "
+              "growth cannot be measured with this allocator)", who, (long long)e->plan.create_bytes);
+    return;
+  }
+  const int64_t got = heap1 - heap0, plan = e->plan.create_bytes;
+  dsv4i_log(&e->args.log, DSV4_LOG_INFO,
+            "%smemory: allocated %lld B at create, planned %lld B (KV %lld, workspace %lld, "
+            "prepared weights %lld, payload buffer %lld; %+.2f %%)", who, (long long)got,
+            (long long)plan, (long long)e->plan.kv_bytes, (long long)e->plan.act_bytes,
+            (long long)e->plan.fmt.weight_bytes, (long long)e->plan.comm_bytes,
+            plan > 0 ? 100.0 * (double)(got - plan) / (double)plan : 0.0);
+}
+
 dsv4_status dsv4i_engine_plan(const struct dsv4_model *model, const dsv4i_engine_args *a,
-                              dsv4i_plan *out) {
+                              const dsv4i_model_part *part, dsv4i_plan *out) {
+  const dsv4i_config *c = dsv4i_model_config(model);
   dsv4i_plan_req rq;
   memset(&rq, 0, sizeof rq);
   rq.backend = a->backend;
@@ -89,13 +133,18 @@ dsv4_status dsv4i_engine_plan(const struct dsv4_model *model, const dsv4i_engine
   rq.host_limit = a->backend == DSV4_BACKEND_CPU ? dsv4i_plan_host_memory() : 0;
   rq.mapped_bytes = (int64_t)dsv4i_model_contract(model)->payload_bytes;
   rq.copied_weight_bytes = (int64_t)dsv4i_model_realigned_bytes(model);
-  return dsv4i_plan_make(dsv4i_model_config(model), &rq, out);
+  if (part) { /* one rank: its stage's layers and TP shard */
+    rq.part = *part;
+    rq.mapped_bytes = dsv4i_weights_part_bytes(dsv4i_model_weights(model), c, part,
+                                               c->n_mtp_layers > 0 && c->dspark_block_size > 0);
+  }
+  return dsv4i_plan_make(c, &rq, out);
 }
 
 dsv4_status dsv4i_engine_create(struct dsv4_model *model, const dsv4i_engine_args *a,
                                 struct dsv4_engine **out) {
   *out = NULL;
-  const int64_t t0 = dsv4i_now_ns();
+  const int64_t t0 = dsv4i_now_ns(), heap0 = dsv4i_heap_in_use();
   if (dsv4i_model_flags(model) & DSV4_MODEL_F_CONFIG_ONLY)
     return dsv4i_error(DSV4_ERR_INVALID_ARG,
                        "engine: the model was loaded with DSV4_MODEL_F_CONFIG_ONLY (no weights)");
@@ -120,21 +169,27 @@ dsv4_status dsv4i_engine_create(struct dsv4_model *model, const dsv4i_engine_arg
   /* a rank of a distributed engine joins the job first: the ranks agree on the
    * checkpoint and parameters before anything depends on them */
   if (!s && a->mpi_comm) s = dsv4i_dist_create(e, &e->dist);
-  if (!s) s = dsv4i_engine_plan(model, a, &e->plan);
-  if (!s) {
-    const dsv4i_plan *p = &e->plan;
-    dsv4i_log(&a->log, DSV4_LOG_INFO,
-              "engine plan: %d sequences x %lld positions, %lld pages x %lld B + %d slots "
-              "x %lld B = %lld B KV; workspace %lld B; prepared weights %lld B",
-              (int)p->max_seqs, (long long)p->max_ctx, (long long)p->pool_pages,
-              (long long)p->fmt.page_bytes, (int)p->max_seqs, (long long)p->fmt.slot_bytes,
-              (long long)p->kv_bytes, (long long)p->act_bytes, (long long)p->extra_weight_bytes);
+  dsv4i_model_part part = {0, c->n_layers, 0, 1}; /* one process: the whole model */
+  dsv4i_dist_info di;
+  memset(&di, 0, sizeof di);
+  if (!s && e->dist) { /* this rank's stage and TP shard */
+    dsv4i_dist_get_info(e->dist, &di);
+    part = (dsv4i_model_part){di.first_layer, di.last_layer, di.tp_rank, di.tp};
   }
+  if (!s) s = dsv4i_engine_plan(model, a, e->dist ? &part : NULL, &e->plan);
   if (!s && progress(a, "engram", 0, 1)) s = dsv4i_error(DSV4_ABORTED, "engine: aborted");
   if (!s) s = use_tokenizer(e);
   if (!s && progress(a, "engram", 1, 1)) s = dsv4i_error(DSV4_ABORTED, "engine: aborted");
+  if (!s && e->dist) { /* the stage payload buffer, at its largest, now */
+    const int64_t cb = dsv4i_dist_reserve(e->dist, e->plan.max_batch_tokens, e->plan.max_out_rows,
+                                          e->n_engram_cols);
+    s = cb < 0 ? DSV4_ERR_OUT_OF_MEMORY : dsv4i_plan_add_comm(&e->plan, cb);
+  }
+  if (!s) log_plan(e, &di);
   dsv4i_kv_layout lay;
-  if (!s) s = dsv4i_kv_layout_init(c, 0, (size_t)e->plan.fmt.page_bytes, e->plan.max_ctx, &lay);
+  if (!s)
+    s = dsv4i_kv_layout_init_part(c, &part, 0, (size_t)e->plan.fmt.page_bytes, e->plan.max_ctx,
+                                  &lay);
   if (!s) {
     dsv4i_backend_desc d;
     memset(&d, 0, sizeof d);
@@ -150,19 +205,11 @@ dsv4_status dsv4i_engine_create(struct dsv4_model *model, const dsv4i_engine_arg
     d.log = &e->args.log;
     d.progress = a->progress;
     d.progress_user = a->progress_user;
-    d.first_layer = 0; /* one stage, one rank: the whole model */
-    d.last_layer = c->n_layers;
-    d.tp_rank = 0;
-    d.tp_size = 1;
-    if (e->dist) { /* this rank's stage and TP shard */
-      dsv4i_dist_info di;
-      dsv4i_dist_get_info(e->dist, &di);
-      d.first_layer = di.first_layer;
-      d.last_layer = di.last_layer;
-      d.tp_rank = di.tp_rank;
-      d.tp_size = di.tp;
-      d.tp_comm = di.tp_comm;
-    }
+    d.first_layer = part.first_layer;
+    d.last_layer = part.last_layer;
+    d.tp_rank = part.tp_rank;
+    d.tp_size = part.tp_size;
+    d.tp_comm = e->dist ? di.tp_comm : NULL;
     d.n_buckets = e->plan.n_buckets;
     d.bucket_tokens = e->plan.buckets;
     s = dsv4i_backend_create(a->backend, &d, &e->be);
@@ -175,6 +222,7 @@ dsv4_status dsv4i_engine_create(struct dsv4_model *model, const dsv4i_engine_arg
     dsv4i_engine_free(e);
     return s;
   }
+  log_allocated(e, &di, heap0);
   e->t.create_ns = dsv4i_now_ns() - t0;
   progress(a, "ready", 1, 1);
   *out = e;

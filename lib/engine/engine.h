@@ -133,9 +133,11 @@ dsv4_status dsv4i_engine_note(struct dsv4_engine *e, dsv4_status s);
 dsv4_status dsv4i_engine_live(const struct dsv4_engine *e);
 
 /** The memory plan an engine created with these args has: the one function that sizes
- *  the pools (create calls it; so do dsv4_engine_plan_query and dsv4-plan --engine). */
+ *  the pools (create calls it; so do dsv4_engine_plan_query and dsv4-plan --engine).
+ *  part: the layers and TP shard of one rank of a distributed engine (its caches, its
+ *  prepared weights, its checkpoint bytes), NULL for one process. */
 dsv4_status dsv4i_engine_plan(const struct dsv4_model *model, const dsv4i_engine_args *a,
-                              dsv4i_plan *out);
+                              const dsv4i_model_part *part, dsv4i_plan *out);
 /** Create (model borrowed; the caller sets owns_model afterwards if it should). */
 dsv4_status dsv4i_engine_create(struct dsv4_model *model, const dsv4i_engine_args *a,
                                 struct dsv4_engine **out);

@@ -41,14 +41,16 @@ dsv4_status dsv4i_plan_make(const struct dsv4i_config *cfg, const dsv4i_plan_req
   if (!cfg || !req || req->max_seqs < 1 || req->max_ctx < 1 || req->chunk < 1 ||
       req->kv_budget < 0 || req->host_limit < 0)
     return dsv4i_error(DSV4_ERR_INVALID_ARG, "memory plan: bad request");
-  dsv4_status s = dsv4i_backend_format(req->backend, cfg, req->max_ctx, &out->fmt);
+  dsv4_status s = dsv4i_backend_format(req->backend, cfg, req->max_ctx, &req->part, &out->fmt);
   if (s) return s;
   const dsv4i_cache_format *f = &out->fmt;
   if (f->page_bytes < 1 || f->seq_pages < 1 || f->slot_bytes < 0)
     return dsv4i_error(DSV4_ERR_INTERNAL, "memory plan: backend format has no page size");
   /* per slot: the backend's part and the engine's page tables (engine/kv.h) */
   dsv4i_kv_layout lay;
-  if ((s = dsv4i_kv_layout_init(cfg, 0, (size_t)f->page_bytes, req->max_ctx, &lay))) return s;
+  if ((s = dsv4i_kv_layout_init_part(cfg, &req->part, 0, (size_t)f->page_bytes, req->max_ctx,
+                                     &lay)))
+    return s;
   out->fmt.slot_bytes += dsv4i_kv_slot_bytes(&lay);
   out->max_seqs = req->max_seqs;
   /* a prefill step never holds more tokens than a sequence can: cap before sizing the workspace */
@@ -99,7 +101,10 @@ dsv4_status dsv4i_plan_make(const struct dsv4i_config *cfg, const dsv4i_plan_req
                        "memory plan: the workspace for %d tokens per step (max of prefill_chunk "
                        "and max_sequences) overflows 64-bit byte counts; lower prefill_chunk",
                        (int)out->max_batch_tokens);
-  if (!add_ok(out->kv_bytes, out->engram_hist_bytes, &t) || !add_ok(t, out->act_bytes, &t) ||
+  /* create allocates the caches, the workspace and the backend's prepared weights (the
+   * copied checkpoint tensors were allocated by the model's load) */
+  if (!add_ok(out->kv_bytes, out->act_bytes, &t) || !add_ok(t, f->weight_bytes, &out->create_bytes) ||
+      !add_ok(out->kv_bytes, out->engram_hist_bytes, &t) || !add_ok(t, out->act_bytes, &t) ||
       !add_ok(t, out->extra_weight_bytes, &out->total_bytes))
     return too_big("total");
   if (req->host_limit > 0 && out->total_bytes > req->host_limit) {
@@ -117,6 +122,14 @@ dsv4_status dsv4i_plan_make(const struct dsv4i_config *cfg, const dsv4i_plan_req
                        ws ? "prefill_chunk (the workspace is the largest part)"
                           : "max_sequences, max_context or the KV budget");
   }
+  return DSV4_OK;
+}
+
+dsv4_status dsv4i_plan_add_comm(dsv4i_plan *p, int64_t bytes) {
+  if (bytes < 0 || !add_ok(p->comm_bytes, bytes, &p->comm_bytes) ||
+      !add_ok(p->create_bytes, bytes, &p->create_bytes) ||
+      !add_ok(p->total_bytes, bytes, &p->total_bytes))
+    return too_big("communication buffers");
   return DSV4_OK;
 }
 

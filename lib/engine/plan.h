@@ -26,6 +26,9 @@ typedef struct dsv4i_plan_req {
   int64_t host_limit;       /**< bytes the machine can give (0 = unchecked) */
   int64_t mapped_bytes;     /**< checkpoint bytes (mmapped; reported, not charged) */
   int64_t copied_weight_bytes; /**< checkpoint tensors copied at load (unaligned; charged) */
+  /** The part one rank of a distributed engine holds (its stage's layers, its TP
+   *  shard); all zero: the whole model. Every figure below is then that rank's. */
+  dsv4i_model_part part;
 } dsv4i_plan_req;
 
 #define DSV4I_PLAN_MAX_BUCKETS 32
@@ -53,7 +56,12 @@ typedef struct dsv4i_plan {
   int64_t act_bytes;         /**< step workspace */
   int64_t extra_weight_bytes;/**< fmt.weight_bytes + req copied_weight_bytes */
   int64_t mapped_bytes;      /**< checkpoint, mmapped */
-  int64_t total_bytes;       /**< kv + engram history + act + extra weights (not mapped) */
+  int64_t comm_bytes;        /**< stage-to-stage payload buffer (dsv4i_plan_add_comm) */
+  int64_t total_bytes;       /**< kv + engram history + act + extra weights + comm (not mapped) */
+  /** What creating the engine allocates: kv + act + the backend's prepared weights
+   *  (fmt.weight_bytes) + comm. Not in it: checkpoint tensors copied by the model's load,
+   *  the Engram histories (they grow with the sequences). docs/distributed.md "Memory per rank". */
+  int64_t create_bytes;
 } dsv4i_plan;
 
 /**
@@ -69,6 +77,9 @@ typedef struct dsv4i_plan {
  */
 dsv4_status dsv4i_plan_make(const struct dsv4i_config *cfg, const dsv4i_plan_req *req,
                             dsv4i_plan *out);
+
+/** Add a distributed rank's communication buffer (bytes >= 0) to the plan's figures. */
+dsv4_status dsv4i_plan_add_comm(dsv4i_plan *p, int64_t bytes);
 
 /** The smallest bucket holding n_tok tokens (1 <= n_tok <= max_batch_tokens). */
 int32_t dsv4i_plan_bucket(const dsv4i_plan *p, int32_t n_tok);

@@ -178,9 +178,9 @@ static size_t ws_bytes(const dsv4i_config *c, int32_t T, int32_t R, int64_t max_
 /* ---- format --------------------------------------------------------------- */
 
 static dsv4_status cuda_format(const struct dsv4i_config *c, int64_t max_positions,
-                               dsv4i_cache_format *f) {
-  dsv4i_kv_layout lay;
-  dsv4_status s = dsv4i_kv_format_init(c, dsv4i_gkv_page_bytes(c), max_positions, f, &lay);
+                               const dsv4i_model_part *part, dsv4i_cache_format *f) {
+  dsv4i_kv_layout lay; /* the part's caches; the other figures are still the whole model's */
+  dsv4_status s = dsv4i_kv_format_init(c, part, dsv4i_gkv_page_bytes(c), max_positions, f, &lay);
   if (s) return s;
   /* per live sequence: its page row in the pinned staging and in the device table */
   f->slot_bytes = 2 * (int64_t)lay.ld * (int64_t)sizeof(int32_t);

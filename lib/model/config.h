@@ -74,6 +74,17 @@ typedef struct dsv4i_config {
 } dsv4i_config;
 
 /**
+ * The part of a model one rank holds: a pipeline stage's backbone layers
+ * [first_layer, last_layer) and a tensor-parallel shard tp_rank of tp_size.
+ * All zero: the whole model, one rank. The stage ending at n_layers also
+ * holds the DSpark stages (their caches included).
+ */
+typedef struct dsv4i_model_part {
+  int32_t first_layer, last_layer;
+  int32_t tp_rank, tp_size;
+} dsv4i_model_part;
+
+/**
  * Parse config.json text (nested V4.1 form: root keys, text_config,
  * quantization_config, optional vision_config) into *cfg, derive the role
  * table and validate: list lengths vs layer count, ids in range, sorted and

@@ -213,3 +213,43 @@ dsv4_status dsv4i_weights_get(const dsv4i_weights *t, int32_t role, int32_t laye
   *out = w;
   return DSV4_OK;
 }
+
+/* bytes of one share of n units of a tensor of `bytes` split over tp ranks (remainder
+ * units to the lowest ranks, as the planner's rule) */
+static int64_t share_of(uint64_t bytes, int64_t units, int32_t tp, int32_t r) {
+  if (units <= 0 || tp <= 1) return (int64_t)bytes;
+  const int64_t n = units / tp + (r < units % tp ? 1 : 0);
+  return (int64_t)(bytes / (uint64_t)units) * n;
+}
+
+int64_t dsv4i_weights_part_bytes(const dsv4i_weights *t, const dsv4i_config *cfg,
+                                 const dsv4i_model_part *part, int with_dspark) {
+  int32_t first = 0, last = cfg->n_layers, tp = 1, r = 0;
+  if (part && part->last_layer > 0) first = part->first_layer, last = part->last_layer;
+  if (part && part->tp_size > 1) tp = part->tp_size, r = part->tp_rank;
+  const int is_first = first == 0, is_last = last >= cfg->n_layers;
+  int64_t sum = 0;
+  for (size_t i = 0; i < t->n; i++) {
+    const dsv4i_weight *w = &t->w[i];
+    int held = 0, split = 0;
+    switch (w->placement) {
+    case DSV4I_PLACE_INPUT: held = is_first || (is_last && with_dspark); break;
+    case DSV4I_PLACE_LAYER:
+      held = w->layer >= first && w->layer < last;
+      split = w->split == DSV4I_SPLIT_ROWS || w->split == DSV4I_SPLIT_COLS;
+      break;
+    case DSV4I_PLACE_DSPARK: held = is_last && with_dspark; break;
+    case DSV4I_PLACE_OUTPUT: held = is_last; break;
+    default: held = 0; /* the vision tower: not loaded */
+    }
+    if (!held) continue;
+    if (!split) {
+      sum += (int64_t)(w->nbytes + w->scale_nbytes);
+      continue;
+    }
+    const int d = w->split == DSV4I_SPLIT_COLS ? 1 : 0;
+    sum += share_of(w->nbytes, w->shape[d], tp, r);
+    if (w->scale_nbytes) sum += share_of(w->scale_nbytes, w->scale_shape[d], tp, r);
+  }
+  return sum;
+}

@@ -20,6 +20,7 @@
 #include "base/base.h"
 
 struct dsv4i_config;
+struct dsv4i_model_part;
 struct dsv4i_contract;
 struct dsv4i_tensor_spec;
 
@@ -158,6 +159,19 @@ const char *dsv4i_weight_role_key(int32_t role);
 
 /** The entry holding contract tensor i (its weight or, *is_scale = 1, its scale), or NULL. */
 const dsv4i_weight *dsv4i_weights_of_tensor(const dsv4i_weights *t, size_t i, int *is_scale);
+
+/**
+ * Checkpoint bytes the part of the model one rank holds (config.h
+ * dsv4i_model_part; NULL: all) binds on the CPU backend: the tensors of its
+ * backbone layers, with the rank's share of those split by the weight table's
+ * rules (ROWS / COLS, units split as evenly as the shapes allow); the input
+ * embedding on the first stage, the final norm and head on the last; the
+ * DSpark stages (and the embedding their block tokens use) on the last stage
+ * when with_dspark. Global tensors, DSpark stages and Engram tables are held
+ * whole by every TP rank; the vision tower by none.
+ */
+int64_t dsv4i_weights_part_bytes(const dsv4i_weights *t, const struct dsv4i_config *cfg,
+                                 const struct dsv4i_model_part *part, int with_dspark);
 
 /** Name of a storage dtype ("F8_E4M3"), for messages. */
 const char *dsv4i_weight_dtype_name(int32_t dtype);

@@ -27,6 +27,15 @@
  *                 naming it.
  * stalled_rank    the last rank stalls past the timeout: every other rank gets
  *                 DSV4_ERR_RANK_FAILED within it, then the stalled one too.
+ * memory_per_rank each rank holds the caches of its stage's layers only: its
+ *                 pages per sequence summed over the stages equal one process's,
+ *                 TP ranks of a stage hold the same; and what its create
+ *                 allocated (the heap's growth, measured here) equals the
+ *                 plan's per-rank create_bytes within 1 % + 256 KiB (the plan
+ *                 leaves out small host tables: the sequence table, batch
+ *                 arrays, the tokenizer's Engram maps, allocator headers;
+ *                 80-170 KB on the fixtures). A rank holding every layer's
+ *                 caches would be off by about half the KV pool (MBs here).
  *
  * DSV4_TEST_BACKEND=cuda runs both engines on the CUDA backend, device 0 on every
  * rank (exit 77 when it is not usable): PP ranks then share the GPU, each with its
@@ -37,6 +46,7 @@
  * cuda_tp_one_device  the TP ranks all map to device 0: DSV4_ERR_UNSUPPORTED on
  *                 every rank naming the two ranks (NCCL runs one rank per device).
  */
+#include <malloc.h>
 #include <math.h>
 #include <mpi.h>
 #include <stdio.h>
@@ -313,6 +323,56 @@ static void failed_create(void **state) {
   }
 }
 
+static int64_t heap_in_use(void) {
+  const struct mallinfo2 m = mallinfo2();
+  return (int64_t)(m.uordblks + m.hblkhd);
+}
+
+static void memory_per_rank(void **state) {
+  (void)state;
+  if (g_backend == DSV4_BACKEND_CUDA) skip(); /* measures the host heap */
+  dsv4_model *m = NULL;
+  assert_int_equal(dsv4_model_load(tu_fixture_or_skip("tiny-v41-a"), NULL, &m), DSV4_OK);
+  dsv4_engine_params p;
+  params(&p, 0);
+  p.max_context = 4096; /* a KV pool large next to the fixed parts */
+  dsv4_engine_info one, mine;
+  assert_int_equal(dsv4_engine_plan_query(m, &p, &one, sizeof one), DSV4_OK);
+  params(&p, 1);
+  p.max_context = 4096;
+  dsv4_engine *e = NULL;
+  MPI_Barrier(g_world);
+  const int64_t h0 = heap_in_use();
+  dsv4_status s = dsv4_engine_create(m, &p, &e);
+  const int64_t got = heap_in_use() - h0;
+  if (s) fail_msg("rank %d: %s", g_rank, dsv4_last_error());
+  assert_int_equal(dsv4_engine_get_info(e, &mine, sizeof mine), DSV4_OK);
+  const int64_t plan = mine.create_bytes, slack = plan / 100 + 256 * 1024;
+  printf("  rank %d, TP %d x PP %d: allocated %lld B at create, planned %lld B (%+.2f %%): KV "
+         "%lld (%lld pages per sequence, one process %lld), workspace %lld, payload buffer %lld; "
+         "mapped %lld of %lld\n", g_rank, g_tp, g_pp, (long long)got, (long long)plan,
+         100.0 * (double)(got - plan) / (double)plan, (long long)mine.kv_bytes,
+         (long long)mine.kv_pages_per_sequence, (long long)one.kv_pages_per_sequence,
+         (long long)mine.workspace_bytes, (long long)mine.comm_bytes, (long long)mine.mapped_bytes,
+         (long long)one.mapped_bytes);
+  assert_true(llabs(got - plan) <= slack);
+  /* the stages' caches partition the model's: TP rank 0 of each stage counts its pages */
+  int64_t pages = g_rank % g_tp == 0 ? mine.kv_pages_per_sequence : 0, all = 0, lo = 0, hi = 0;
+  MPI_Allreduce(&pages, &all, 1, MPI_INT64_T, MPI_SUM, g_world);
+  assert_int_equal(all, one.kv_pages_per_sequence);
+  if (g_pp > 1) assert_true(mine.kv_pages_per_sequence < one.kv_pages_per_sequence);
+  if (g_pp > 1) assert_true(mine.comm_bytes > 0);
+  /* TP ranks of a stage hold the same caches (replicated, docs/distributed.md) */
+  MPI_Comm stage;
+  MPI_Comm_split(g_world, g_rank / g_tp, g_rank, &stage);
+  MPI_Allreduce(&mine.kv_pages_per_sequence, &lo, 1, MPI_INT64_T, MPI_MIN, stage);
+  MPI_Allreduce(&mine.kv_pages_per_sequence, &hi, 1, MPI_INT64_T, MPI_MAX, stage);
+  MPI_Comm_free(&stage);
+  assert_int_equal(lo, hi);
+  dsv4_engine_free(e);
+  dsv4_model_free(m);
+}
+
 /* Last: after a timeout the ranks' communicators are out of step for good. */
 static void stalled_rank(void **state) {
   (void)state;
@@ -390,7 +450,7 @@ int tu_run_suite(void) {
     cmocka_unit_test(spec_a),          cmocka_unit_test(spec_e2e),
     cmocka_unit_test(mismatch_call),   cmocka_unit_test(mismatch_create),
     cmocka_unit_test(refused_split),   cmocka_unit_test(failed_create),
-    cmocka_unit_test(stalled_rank),
+    cmocka_unit_test(memory_per_rank), cmocka_unit_test(stalled_rank),
   };
   const struct CMUnitTest tp_device[] = {cmocka_unit_test(cuda_tp_one_device)};
   int rc = g_backend == DSV4_BACKEND_CUDA && g_tp > 1

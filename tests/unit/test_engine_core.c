@@ -46,14 +46,20 @@ static int32_t *golden_ids(const char *dir, const char *name, int64_t *n) {
   return r;
 }
 
-/* One pipeline stage: a CPU backend over [first, last) with its buffers. */
+/* One pipeline stage: a CPU backend over [first, last) with its buffers and the KV
+ * layout of its layers' caches (as a rank of the distributed engine has). */
 typedef struct stage {
   dsv4i_backend *be;
   dsv4i_bbuf h, pre, logits;
+  dsv4i_kv_layout lay;
 } stage;
 
 static void stage_open(stage *s, const struct dsv4_engine *e, int32_t first, int32_t last) {
   memset(s, 0, sizeof *s);
+  const dsv4i_model_part part = {first, last, 0, 1};
+  assert_int_equal(dsv4i_kv_layout_init_part(e->cfg, &part, 0, e->kv.lay.page_bytes,
+                                             e->plan.max_ctx, &s->lay), DSV4_OK);
+  assert_true(s->lay.ld < e->kv.lay.ld); /* the stage's tables only */
   dsv4i_backend_desc d;
   memset(&d, 0, sizeof d);
   d.model = e->model;
@@ -63,7 +69,7 @@ static void stage_open(stage *s, const struct dsv4_engine *e, int32_t first, int
   d.max_out_rows = e->plan.max_out_rows;
   d.max_positions = e->plan.max_ctx;
   d.pool_pages = e->plan.pool_pages;
-  d.kv_layout = &e->kv.lay;
+  d.kv_layout = &s->lay;
   d.first_layer = first;
   d.last_layer = last;
   d.tp_size = 1;
@@ -90,8 +96,8 @@ static void stage_close(stage *s) {
 
 /* Prefill + 3 greedy decode steps of prompt b: the whole model in one engine, then the same
  * steps through two stages split at every allowed pipeline boundary, handing the stream and
- * pre over through host memory; one KV bookkeeping gives both stages the same page table
- * (as every pipeline rank makes the same decisions). Logits bit-identical. */
+ * pre over through host memory; each stage has the KV bookkeeping of its own layers' caches
+ * (as every pipeline rank has). Logits bit-identical. */
 static void stages_equal_whole(void **st) {
   (void)st;
   const char *dir = tu_fixture_or_skip("tiny-v41-e2e-a");
@@ -122,16 +128,19 @@ static void stages_equal_whole(void **st) {
     stage_open(&s1, e, k, e->cfg->n_layers);
     dsv4i_engram_history *hist = NULL;
     if (e->engram) assert_int_equal(dsv4i_engram_history_create(e->engram, &hist), DSV4_OK);
-    dsv4i_kv_cache kv;
-    int32_t slot;
-    assert_int_equal(dsv4i_kv_cache_init(&kv, &e->kv.lay, e->plan.pool_pages, 1, NULL), DSV4_OK);
+    dsv4i_kv_cache kv, kv1;
+    int32_t slot, slot1;
+    assert_int_equal(dsv4i_kv_cache_init(&kv, &s0.lay, e->plan.pool_pages, 1, NULL), DSV4_OK);
+    assert_int_equal(dsv4i_kv_cache_init(&kv1, &s1.lay, e->plan.pool_pages, 1, NULL), DSV4_OK);
     assert_int_equal(dsv4i_kv_slot_open(&kv, &slot), DSV4_OK);
+    assert_int_equal(dsv4i_kv_slot_open(&kv1, &slot1), DSV4_OK);
     int64_t len = 0;
     for (int step = 0; step < steps; step++) {
       const int32_t m = step == 0 ? (int32_t)n : 1;
       const int32_t *tk = step == 0 ? in : &toks[step - 1];
       int64_t target = len + m;
       assert_int_equal(dsv4i_kv_slot_reserve(&kv, 1, &slot, &target), DSV4_OK);
+      assert_int_equal(dsv4i_kv_slot_reserve(&kv1, 1, &slot1, &target), DSV4_OK);
       if (hist) {
         assert_int_equal(dsv4i_engram_history_reserve(hist, target), DSV4_OK);
         assert_int_equal(dsv4i_engram_history_append(hist, tk, NULL, (size_t)m), DSV4_OK);
@@ -149,16 +158,19 @@ static void stages_equal_whole(void **st) {
                        e->b_layout, NULL, 1, e->b_out, e->b_engram, {0}};
       assert_int_equal(dsv4i_kv_step_table(&kv, 1, &slot, &target, &b.kv), DSV4_OK);
       const dsv4i_step_io io0 = {&b, s0.h, s0.pre, {NULL}, s0.logits};
+      dsv4i_batch b1 = b;
+      assert_int_equal(dsv4i_kv_step_table(&kv1, 1, &slot1, &target, &b1.kv), DSV4_OK);
       assert_int_equal(s0.be->ops->run(s0.be, &io0), DSV4_OK);
       assert_int_equal(s0.be->ops->buf_read(s0.be, s0.h, 0, hbytes, hh), DSV4_OK);
       assert_int_equal(s0.be->ops->buf_read(s0.be, s0.pre, 0, pbytes, hp), DSV4_OK);
       assert_int_equal(s1.be->ops->buf_write(s1.be, s1.h, 0, hbytes, hh), DSV4_OK);
       assert_int_equal(s1.be->ops->buf_write(s1.be, s1.pre, 0, pbytes, hp), DSV4_OK);
-      const dsv4i_step_io io1 = {&b, s1.h, s1.pre, {NULL}, s1.logits};
+      const dsv4i_step_io io1 = {&b1, s1.h, s1.pre, {NULL}, s1.logits};
       assert_int_equal(s1.be->ops->run(s1.be, &io1), DSV4_OK);
       assert_int_equal(s1.be->ops->buf_read(s1.be, s1.logits, 0, sizeof(float) * (size_t)V, got),
                        DSV4_OK);
       assert_int_equal(dsv4i_kv_step_commit(&kv, 1, &slot, &target), DSV4_OK);
+      assert_int_equal(dsv4i_kv_step_commit(&kv1, 1, &slot1, &target), DSV4_OK);
       if (memcmp(got, want + (size_t)step * V, sizeof(float) * (size_t)V) != 0)
         fail_msg("stages [0, %d) + [%d, %d), step %d: logits differ from the whole model", (int)k,
                  (int)k, (int)e->cfg->n_layers, step);
@@ -168,6 +180,7 @@ static void stages_equal_whole(void **st) {
            steps - 1);
     dsv4i_engram_history_free(hist);
     dsv4i_kv_cache_free(&kv);
+    dsv4i_kv_cache_free(&kv1);
     stage_close(&s0);
     stage_close(&s1);
   }
@@ -205,6 +218,14 @@ static void create_args_checked(void **st) {
   assert_int_equal(dsv4i_backend_create(DSV4_BACKEND_CPU, &d, &be), DSV4_ERR_INVALID_ARG);
   d.first_layer = 2;
   d.last_layer = 6;
+  /* the whole model's KV layout for a stage: refused (its pool holds its layers' caches) */
+  assert_int_equal(dsv4i_backend_create(DSV4_BACKEND_CPU, &d, &be), DSV4_ERR_INVALID_ARG);
+  assert_non_null(strstr(dsv4i_error_message(), "the stage's are 2..5"));
+  const dsv4i_model_part part = {2, 6, 0, 1};
+  dsv4i_kv_layout lay;
+  assert_int_equal(dsv4i_kv_layout_init_part(e->cfg, &part, 0, e->kv.lay.page_bytes, 64, &lay),
+                   DSV4_OK);
+  d.kv_layout = &lay;
   d.tp_size = 2;
   d.tp_rank = 2;
   assert_int_equal(dsv4i_backend_create(DSV4_BACKEND_CPU, &d, &be), DSV4_ERR_INVALID_ARG);
