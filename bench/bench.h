@@ -47,6 +47,7 @@ typedef struct opts {
   double temp;
   int dspark;
   int32_t backend, device, threads, chunk;
+  int32_t tp, pp;      /* under mpirun: TP ranks per stage, stages (0: DSV4_TP / DSV4_PP) */
   int op_timings, warmup, repeat, prefetch, quiet;
   int64_t bw_bytes;
   int bw_repeats, no_bw;

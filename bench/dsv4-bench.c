@@ -5,6 +5,8 @@
  *   dsv4-bench -m DIR [-c 1,2,4,8,16] [-p PROMPT_LEN] [-n OUTPUT_LEN]
  *              [--prompt-file FILE] [--dspark off|on|both|auto] [--backend cpu|cuda|auto]
  *              [--json FILE] [--plot PNG] [...]       (dsv4-bench --help lists everything)
+ *   mpirun -np N dsv4-bench [--tp T] [--pp P] ...      (one rank of a distributed engine per
+ *              process, T x P = N; rank 0 reports; tools/util/tool_mpi.h)
  *
  * For each concurrency C (and each DSpark mode) one run: C sequences arrive
  * together at t0, are prefilled one after another (the API prefills one
@@ -37,6 +39,7 @@
 #include <string.h>
 
 #include "bench.h"
+#include "tool_mpi.h"
 
 static int32_t progress(const char *stage, int64_t done, int64_t total, void *user) {
   (void)done;
@@ -53,6 +56,14 @@ int main(int argc, char **argv) {
   memset(&B, 0, sizeof B);
   bench *b = &B;
   parse_args(argc, argv, &b->o);
+  tool_mpi mpi;
+  const int mrc = tool_mpi_start("dsv4-bench", &argc, &argv, b->o.tp, b->o.pp, &mpi);
+  if (mrc) return mrc;
+  if (mpi.rank != 0) { /* every rank runs the same calls; rank 0 reports */
+    b->o.quiet = g_quiet = 1;
+    b->o.json_path = b->o.plot_png = b->o.plot_data = NULL;
+    if (!freopen("/dev/null", "w", stdout)) die("cannot reopen stdout");
+  }
   const opts *o = &b->o;
   for (int i = 0; i < o->n_conc; i++) b->max_c = o->conc[i] > b->max_c ? o->conc[i] : b->max_c;
 
@@ -79,6 +90,7 @@ int main(int argc, char **argv) {
   ep.max_sequences = b->max_c;
   ep.n_threads = o->threads;
   ep.prefill_chunk = o->chunk;
+  tool_mpi_params(&mpi, &ep);
   /* room for a last verify of a full block past the output (the model's block size) */
   int32_t cfg_block = 8;
   dsv4_model_params mp;
@@ -211,6 +223,8 @@ int main(int argc, char **argv) {
   json_object_set_new(ej, "mapped_bytes", json_integer(b->ei.mapped_bytes));
   json_object_set_new(ej, "create_s", json_real(create_s));
   json_object_set_new(ej, "op_timings", json_boolean(o->op_timings));
+  json_object_set_new(ej, "tp", json_integer(mpi.tp)); /* rank 0's figures above */
+  json_object_set_new(ej, "pp", json_integer(mpi.pp));
   json_object_set_new(root, "engine", ej);
   json_t *wl = json_object();
   json_t *cl = json_array();
@@ -279,6 +293,7 @@ int main(int argc, char **argv) {
   free(b->next);
   free(b->o.command);
   dsv4_engine_free(b->eng);
+  tool_mpi_end(&mpi);
   return rc;
 }
 

@@ -10,6 +10,9 @@
  *   dsv4-generate [-m DIR] -f FILE ...        (the prompt from a file; "-" = stdin)
  *   dsv4-generate [-m DIR] --chat [--thinking] [--system TEXT] [-n N] ...
  *                 (a conversation: user turns from stdin, one per line; generate_chat.c)
+ *   mpirun -np N dsv4-generate [--tp T] [--pp P] ...
+ *                 (one rank of a distributed engine per process, T x P = N; rank 0
+ *                 prints; tools/util/tool_mpi.h)
  *
  * stderr: a progress line while loading, then a summary (prompt tokens,
  * prefill tok/s, decode tok/s, ms per step; with --speculative the mean
@@ -25,6 +28,7 @@
 
 #include "dsv4/dsv4.h"
 #include "generate_chat.h"
+#include "tool_mpi.h"
 #include "tool_util.h"
 
 typedef struct opts {
@@ -41,6 +45,7 @@ typedef struct opts {
   long draft; /* --draft N: drafts verified per round (0: from the confidence logits) */
   int32_t backend; /* --backend: DSV4_BACKEND_* (default AUTO) */
   long device;     /* --device D: CUDA device ordinal */
+  long tp, pp;     /* --tp / --pp: ranks per stage, stages (0: DSV4_TP / DSV4_PP, else 1) */
 } opts;
 
 static void usage(FILE *f) {
@@ -48,6 +53,7 @@ static void usage(FILE *f) {
           "usage: dsv4-generate [-m DIR] -p TEXT [-n N] [--temp T] [--seed S] [--chunk C] [--ids]\n"
           "                     [--threads K] [--quiet] [--speculative [--draft N]]\n"
           "                     [--backend cpu|cuda|auto] [--device D]\n"
+          "       mpirun -np N dsv4-generate [--tp T] [--pp P] ...   (T x P = N ranks)\n"
           "  -m DIR        checkpoint directory (official release format; default: the\n"
           "                default model installed with the tools)\n"
           "  -p TEXT       prompt; the model input is BOS + its encoding\n"
@@ -70,6 +76,11 @@ static void usage(FILE *f) {
           "  --backend B   cpu, cuda or auto (default auto: the GPU when the library has\n"
           "                its CUDA kernels and device D is usable, else the CPU)\n"
           "  --device D    CUDA device ordinal (default 0)\n"
+          "  --tp T        under mpirun: tensor-parallel ranks per pipeline stage (default\n"
+          "                $DSV4_TP, else 1)\n"
+          "  --pp P        under mpirun: pipeline stages (default $DSV4_PP, else the job's\n"
+          "                ranks / T); rank 0 prints the output and the summary, every rank\n"
+          "                computes the same tokens (not with --chat or -f -)\n"
           "  --version     print the tool's and the library's version\n"
           "Exit status: 0 done, 1 the model failed to load or run, 2 bad usage.\n");
 }
@@ -165,7 +176,8 @@ static int parse(int argc, char **argv, opts *o) {
       i++;
     } else if (num(v, &x) && (!strcmp(a, "-n") || !strcmp(a, "--chunk") || !strcmp(a, "--threads") ||
                               !strcmp(a, "--temp") || !strcmp(a, "--draft") ||
-                              !strcmp(a, "--device"))) {
+                              !strcmp(a, "--device") || !strcmp(a, "--tp") ||
+                              !strcmp(a, "--pp"))) {
       i++;
       if (!strcmp(a, "--temp")) {
         if (!(x >= 0.0 && x <= FLT_MAX)) { /* NaN fails both */
@@ -183,6 +195,8 @@ static int parse(int argc, char **argv, opts *o) {
       else if (!strcmp(a, "--chunk")) o->chunk = (long)x;
       else if (!strcmp(a, "--draft")) o->draft = (long)x;
       else if (!strcmp(a, "--device")) o->device = (long)x;
+      else if (!strcmp(a, "--tp")) o->tp = (long)x;
+      else if (!strcmp(a, "--pp")) o->pp = (long)x;
       else o->threads = (long)x;
     } else {
       fprintf(stderr, "dsv4-generate: bad option or value: %s %s\n", a, v);
@@ -307,15 +321,33 @@ static void spec_summary(const spec_run *r) {
 int main(int argc, char **argv) {
   opts o;
   if (parse(argc, argv, &o)) return TOOL_EXIT_USAGE;
+  tool_mpi mpi;
+  int rc = tool_mpi_start("dsv4-generate", &argc, &argv, (int32_t)o.tp, (int32_t)o.pp, &mpi);
+  if (rc) return rc;
+  if (mpi.comm && (o.chat || (o.file && !strcmp(o.file, "-")))) {
+    if (mpi.rank == 0)
+      fprintf(stderr, "dsv4-generate: under mpirun the prompt comes from -p or -f FILE (every "
+              "rank reads it; --chat and -f - read standard input, which only rank 0 has)\n");
+    tool_mpi_end(&mpi);
+    return TOOL_EXIT_USAGE;
+  }
+  if (mpi.rank != 0) { /* every rank computes the same tokens; rank 0 prints them */
+    o.quiet = 1;
+    if (!freopen("/dev/null", "w", stdout)) return TOOL_EXIT_FAILED;
+  }
   dsv4_model *model = NULL;
   dsv4_tokenizer *tok = NULL;
   dsv4_tokenizer_stream *st = NULL;
   dsv4_engine *eng = NULL;
   int32_t *ids = NULL;
-  int rc = 1;
+  rc = 1;
   if (!o.quiet) progress("model", 0, 1, NULL);
   dsv4_status s = dsv4_model_load(o.model, NULL, &model);
-  if (s) return fail("cannot load the model", s, dsv4_last_error());
+  if (s) {
+    rc = fail("cannot load the model", s, dsv4_last_error());
+    tool_mpi_end(&mpi);
+    return rc;
+  }
   dsv4_model_info mi;
   if ((s = dsv4_model_get_info(model, &mi, sizeof mi))) goto out_model;
   if ((s = dsv4_tokenizer_load(o.model, &tok))) {
@@ -349,6 +381,7 @@ int main(int argc, char **argv) {
   ep.backend = o.backend;
   ep.device = (int32_t)o.device;
   ep.progress_fn = o.quiet ? NULL : progress;
+  tool_mpi_params(&mpi, &ep); /* one rank of a TP x PP engine under mpirun */
   if ((s = dsv4_engine_create(model, &ep, &eng))) {
     rc = fail("cannot create the engine", s, dsv4_last_error());
     goto out;
@@ -416,5 +449,6 @@ out:
   dsv4_engine_free(eng);
   dsv4_tokenizer_free(tok);
   dsv4_model_free(model);
+  tool_mpi_end(&mpi);
   return rc;
 }
