@@ -5,7 +5,7 @@
  * as tokens arrive; stop at EOS or after N tokens. Public API only.
  *
  *   dsv4-generate [-m DIR] -p TEXT [-n N] [--temp T] [--seed S] [--chunk C] [--ids]
- *                 [--threads K] [--quiet] [--speculative [--draft N]]
+ *                 [--threads K] [--quiet] [-v] [--speculative [--draft N]]
  *                 [--backend cpu|cuda|auto] [--device D]
  *   dsv4-generate [-m DIR] -f FILE ...        (the prompt from a file; "-" = stdin)
  *   dsv4-generate [-m DIR] --chat [--thinking] [--system TEXT] [-n N] ...
@@ -40,7 +40,7 @@ typedef struct opts {
   double temp;
   unsigned long long seed;
   long chunk, threads;
-  int ids, quiet;
+  int ids, quiet, verbose;
   int spec;   /* --speculative: DSpark draft + verify instead of one decode per token */
   long draft; /* --draft N: drafts verified per round (0: from the confidence logits) */
   int32_t backend; /* --backend: DSV4_BACKEND_* (default AUTO) */
@@ -51,7 +51,7 @@ typedef struct opts {
 static void usage(FILE *f) {
   fprintf(f,
           "usage: dsv4-generate [-m DIR] -p TEXT [-n N] [--temp T] [--seed S] [--chunk C] [--ids]\n"
-          "                     [--threads K] [--quiet] [--speculative [--draft N]]\n"
+          "                     [--threads K] [--quiet] [-v] [--speculative [--draft N]]\n"
           "                     [--backend cpu|cuda|auto] [--device D]\n"
           "       mpirun -np N dsv4-generate [--tp T] [--pp P] ...   (T x P = N ranks)\n"
           "  -m DIR        checkpoint directory (official release format; default: the\n"
@@ -69,6 +69,8 @@ static void usage(FILE *f) {
           "  --ids         print the generated token ids, space-separated, instead of text\n"
           "  --threads K   CPU threads (default: one per core)\n"
           "  --quiet       no progress line and no summary\n"
+          "  -v, --verbose the library's INFO lines on stderr (the memory plan, and what each\n"
+          "                rank allocated next to its planned figure)\n"
           "  --speculative draft with the model's DSpark head and verify (same output as\n"
           "                without at --temp 0; the same distribution otherwise)\n"
           "  --draft N     drafts verified per round, 1..block size (default: the block\n"
@@ -139,6 +141,8 @@ static int parse(int argc, char **argv, opts *o) {
       o->ids = 1;
     } else if (!strcmp(a, "--quiet")) {
       o->quiet = 1;
+    } else if (!strcmp(a, "-v") || !strcmp(a, "--verbose")) {
+      o->verbose = 1;
     } else if (!strcmp(a, "--speculative")) {
       o->spec = 1;
     } else if (!strcmp(a, "--chat")) {
@@ -232,6 +236,12 @@ static int32_t progress(const char *stage, int64_t done, int64_t total, void *us
   snprintf(last, sizeof last, "%s", stage);
   fflush(stderr);
   return 0;
+}
+
+static void info_line(int32_t level, const char *message, void *user) {
+  (void)user;
+  fprintf(stderr, "dsv4-generate: libdsv4 %s: %s\n",
+          level == DSV4_LOG_ERROR ? "error" : level == DSV4_LOG_WARN ? "warning" : "info", message);
 }
 
 static int fail(const char *what, dsv4_status s, const char *msg) {
@@ -382,6 +392,10 @@ int main(int argc, char **argv) {
   ep.device = (int32_t)o.device;
   ep.progress_fn = o.quiet ? NULL : progress;
   tool_mpi_params(&mpi, &ep); /* one rank of a TP x PP engine under mpirun */
+  if (o.verbose) { /* on every rank: each prints its own memory line */
+    ep.log_fn = info_line;
+    ep.log_level = DSV4_LOG_INFO;
+  }
   if ((s = dsv4_engine_create(model, &ep, &eng))) {
     rc = fail("cannot create the engine", s, dsv4_last_error());
     goto out;
