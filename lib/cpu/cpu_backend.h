@@ -79,6 +79,8 @@ typedef struct cpu_backend {
   /* test hook (cpu_test_hooks.h): the fault_after-th block call from now fails with fault */
   int32_t fault_after;
   dsv4_status fault;
+  int32_t fault_mid_after;    /**< the same, failing after the attention sublayer */
+  dsv4_status fault_mid;
   dsv4_status copy_fault;     /**< the next kv_copy fails with it (cpu_test_hooks.h) */
 } cpu_backend;
 

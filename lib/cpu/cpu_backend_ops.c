@@ -94,6 +94,9 @@ dsv4_status dsv4i_cpu_be_block(dsv4i_backend *be, int32_t layer, dsv4i_bbuf hb, 
     s = dsv4i_attn_forward(&k->attn, &ab, b->x, &b->sh, b->y);
   }
   if (!s) s = dsv4i_cpu_hc_post(n, b->hc, b->dim, b->y, h, b->a_post, b->a_comb, h);
+  if (!s && b->fault_mid_after > 0 && --b->fault_mid_after == 0) /* test hook */
+    return dsv4i_error(b->fault_mid, "cpu block: injected fault inside layer %d, after its "
+                       "attention", (int)layer);
 
   /* FFN sublayer: collapse with the attention sublayer's pre; its own pre goes out */
   if (!s) s = mixes(b, k, 1, h, pre, b->f_post, b->f_comb);
@@ -157,6 +160,12 @@ void dsv4i_cpu_backend_inject_fault(dsv4i_backend *be, int32_t after_blocks, dsv
   cpu_backend *b = CPU(be);
   b->fault_after = after_blocks;
   b->fault = st;
+}
+
+void dsv4i_cpu_backend_inject_layer_fault(dsv4i_backend *be, int32_t after_blocks, dsv4_status st) {
+  cpu_backend *b = CPU(be);
+  b->fault_mid_after = after_blocks;
+  b->fault_mid = st;
 }
 
 void dsv4i_cpu_backend_inject_copy_fault(dsv4i_backend *be, dsv4_status st) {

@@ -13,6 +13,13 @@
  */
 void dsv4i_cpu_backend_inject_fault(dsv4i_backend *be, int32_t after_blocks, dsv4_status st);
 
+/**
+ * Like dsv4i_cpu_backend_inject_fault, but the block fails inside the layer:
+ * after its attention sublayer (with TP, after the attention output's
+ * all-reduce), before its FFN sublayer (the MoE's all-reduce). Once.
+ */
+void dsv4i_cpu_backend_inject_layer_fault(dsv4i_backend *be, int32_t after_blocks, dsv4_status st);
+
 /** Make the next kv_copy call fail with status st before copying anything, once
  *  (DSV4_OK disarms). be must be a CPU backend. */
 void dsv4i_cpu_backend_inject_copy_fault(dsv4i_backend *be, dsv4_status st);

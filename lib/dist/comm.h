@@ -71,6 +71,25 @@ void dsv4i_comm_fail(dsv4i_comm *c, dsv4_status st);
 void dsv4i_comm_stats_get(const dsv4i_comm *c, dsv4i_comm_stats *out);
 int32_t dsv4i_comm_timeout_ms(const dsv4i_comm *c);
 
+/**
+ * Failure notices (docs/distributed.md "Faults"): with a watch tag set, every
+ * wait on c also looks for a notice with that tag from any rank of c. One ends
+ * the wait at once with DSV4_ERR_RANK_FAILED naming the failed rank, its status
+ * and message, and c is failed (sticky). tag < 0 (the default): no watch.
+ */
+void dsv4i_comm_watch(dsv4i_comm *c, int32_t tag);
+
+/**
+ * This rank failed on its own (status st, message = the thread's current
+ * error) while its partners on c may wait for it: send every other rank of c
+ * the notice "<who> failed <what>: <status>: <message>" on the watch tag, then
+ * mark c failed. Bounded (small messages). The thread's error is left as it
+ * was. DSV4_OK, or DSV4_ERR_RANK_FAILED when a notice could not be sent (the
+ * partners then see the timeout).
+ */
+dsv4_status dsv4i_comm_notify_failure(dsv4i_comm *c, dsv4_status st, const char *who,
+                                      const char *what);
+
 /** Send bytes to peer (bounded wait until the buffer may be reused). */
 dsv4_status dsv4i_comm_send(dsv4i_comm *c, int32_t peer, int32_t tag, const void *buf,
                             size_t bytes, const char *what);

@@ -24,7 +24,17 @@ struct dsv4i_comm {
    * complete later, so after a failure the staging memory is left allocated. */
   uint8_t *stage;
   size_t stage_cap;
+  int32_t watch_tag;        /* failure notices looked for in every wait (-1: none) */
 };
+
+#define STATUS_MSG 480
+
+/* A failure notice (dsv4i_comm_notify_failure) and the status exchange's record. */
+typedef struct rank_status {
+  int32_t status;
+  int32_t reserved;
+  char msg[STATUS_MSG];
+} rank_status;
 
 /* Staging of at least bytes (contents not kept). NULL + OOM error on failure. */
 static uint8_t *staging(dsv4i_comm *c, size_t bytes) {
@@ -96,6 +106,24 @@ static dsv4_status timed_out(dsv4i_comm *c, const char *what, int32_t peer) {
               (int)c->rank, (int)c->timeout_ms, what);
 }
 
+/* A partner's failure notice, if one arrived: receive it, fail c (sticky). */
+static dsv4_status check_notice(dsv4i_comm *c, const char *what) {
+  if (c->watch_tag < 0) return DSV4_OK;
+  int flag = 0;
+  MPI_Status ps;
+  int rc = MPI_Iprobe(MPI_ANY_SOURCE, c->watch_tag, c->comm, &flag, &ps);
+  if (rc != MPI_SUCCESS) return mpi_fail(c, rc, "MPI_Iprobe", what);
+  if (!flag) return DSV4_OK;
+  rank_status n;
+  memset(&n, 0, sizeof n);
+  rc = MPI_Recv(&n, (int)sizeof n, MPI_BYTE, ps.MPI_SOURCE, c->watch_tag, c->comm,
+                MPI_STATUS_IGNORE); /* arrived: it is matched at once */
+  if (rc != MPI_SUCCESS) return mpi_fail(c, rc, "MPI_Recv", what);
+  n.msg[STATUS_MSG - 1] = 0;
+  return fail(c, DSV4_ERR_RANK_FAILED, "%s; this rank stopped waiting for it while %s", n.msg,
+              what);
+}
+
 /* Poll requests until all complete or the deadline passes. peer >= 0 names the peer. */
 static dsv4_status wait_all(dsv4i_comm *c, int n, MPI_Request *req, MPI_Status *status,
                             const char *what, int32_t peer) {
@@ -106,6 +134,11 @@ static dsv4_status wait_all(dsv4i_comm *c, int n, MPI_Request *req, MPI_Status *
     int rc = MPI_Testall(n, req, &done, status ? status : MPI_STATUSES_IGNORE);
     if (rc != MPI_SUCCESS) return mpi_fail(c, rc, "MPI_Testall", what);
     if (done) break;
+    dsv4_status ns = check_notice(c, what);
+    if (ns) {
+      c->stats.wait_ns += now_ns() - t0;
+      return ns;
+    }
     int64_t t = now_ns();
     if (t > deadline) {
       c->stats.wait_ns += t - t0;
@@ -136,6 +169,7 @@ dsv4_status dsv4i_comm_create(void *mpi_comm, int32_t timeout_ms, dsv4i_comm **o
   dsv4i_comm *c = dsv4i_calloc(1, sizeof *c, "communicator");
   if (!c) return DSV4_ERR_OUT_OF_MEMORY;
   c->timeout_ms = timeout_ms;
+  c->watch_tag = -1;
   c->comm = MPI_COMM_NULL;
   int r = 0, n = 0;
   MPI_Comm_rank(app, &r);
@@ -186,6 +220,7 @@ dsv4_status dsv4i_comm_split(dsv4i_comm *c, int32_t color, int32_t key, dsv4i_co
   s->rank = r;
   s->size = n;
   s->timeout_ms = c->timeout_ms;
+  s->watch_tag = -1;
   *out = s;
   return DSV4_OK;
 }
@@ -206,6 +241,51 @@ int32_t dsv4i_comm_size(const dsv4i_comm *c) { return c->size; }
 dsv4_status dsv4i_comm_failed(const dsv4i_comm *c) { return c->failed; }
 int32_t dsv4i_comm_timeout_ms(const dsv4i_comm *c) { return c->timeout_ms; }
 void dsv4i_comm_stats_get(const dsv4i_comm *c, dsv4i_comm_stats *out) { *out = c->stats; }
+
+void dsv4i_comm_watch(dsv4i_comm *c, int32_t tag) { c->watch_tag = tag; }
+
+dsv4_status dsv4i_comm_notify_failure(dsv4i_comm *c, dsv4_status st, const char *who,
+                                      const char *what) {
+  if (c->failed || c->size < 2) return DSV4_OK;
+  char *keep = strdup(dsv4i_error_message());
+  rank_status n;
+  memset(&n, 0, sizeof n);
+  n.status = st;
+  snprintf(n.msg, sizeof n.msg, "%s failed %s: %s: %s", who, what, dsv4_status_string(st),
+           keep ? keep : "");
+  /* one notice per partner; the requests read only this buffer (left allocated if a
+   * wait times out, like the staging memory) */
+  const int np = (int)c->size - 1;
+  uint8_t *buf = dsv4i_malloc(sizeof n + (size_t)np * sizeof(MPI_Request), "failure notices");
+  dsv4_status rs = buf ? DSV4_OK : DSV4_ERR_OUT_OF_MEMORY;
+  if (buf) {
+    memcpy(buf, &n, sizeof n);
+    MPI_Request *req = (MPI_Request *)(void *)(buf + sizeof n);
+    const int tag = c->watch_tag >= 0 ? c->watch_tag : 0;
+    const int32_t watch = c->watch_tag;
+    int k = 0;
+    for (int32_t r = 0; r < c->size && !rs; r++) {
+      if (r == c->rank) continue;
+      int rc = MPI_Isend(buf, (int)sizeof n, MPI_BYTE, r, tag, c->comm, &req[k]);
+      if (rc != MPI_SUCCESS) rs = mpi_fail(c, rc, "MPI_Isend", "sending a failure notice");
+      else k++;
+    }
+    c->watch_tag = -1; /* this rank's own notices are not a partner's */
+    if (!rs) rs = wait_all(c, k, req, NULL, "sending a failure notice", -1);
+    c->watch_tag = watch;
+    if (!rs) free(buf);
+  }
+  /* the partners abandon the collectives they waited in: this communicator is done */
+  char why[1024];
+  snprintf(why, sizeof why, "%s (told its partners)", n.msg);
+  if (!c->failed) {
+    c->failed = DSV4_ERR_RANK_FAILED;
+    c->fail_msg = strdup(why);
+  }
+  dsv4i_error(st, "%s", keep ? keep : "(message lost)"); /* the thread's error as it was */
+  free(keep);
+  return rs;
+}
 
 void dsv4i_comm_fail(dsv4i_comm *c, dsv4_status st) {
   if (c->failed) return;
@@ -247,6 +327,11 @@ dsv4_status dsv4i_comm_recv(dsv4i_comm *c, int32_t peer, int32_t tag, void *buf,
     int rc = MPI_Improbe(peer, tag, c->comm, &flag, &msg, &status);
     if (rc != MPI_SUCCESS) return mpi_fail(c, rc, "MPI_Improbe", what);
     if (flag) break;
+    dsv4_status ns = check_notice(c, what);
+    if (ns) {
+      c->stats.wait_ns += now_ns() - t0;
+      return ns;
+    }
     if (now_ns() > deadline) {
       c->stats.wait_ns += now_ns() - t0;
       return timed_out(c, what, peer);
@@ -346,14 +431,6 @@ dsv4_status dsv4i_comm_allreduce_f32(dsv4i_comm *c, float *x, size_t n) {
   c->stats.allreduce_bytes += (int64_t)bytes;
   return DSV4_OK;
 }
-
-#define STATUS_MSG 480
-
-typedef struct rank_status {
-  int32_t status;
-  int32_t reserved;
-  char msg[STATUS_MSG];
-} rank_status;
 
 dsv4_status dsv4i_comm_agree_status(dsv4i_comm *c, dsv4_status local, const char *what) {
   dsv4_status st = check_failed(c);

@@ -48,6 +48,7 @@ uint64_t dsv4i_dist_hash(uint64_t h, const void *p, size_t n) {
 /* The backend's TP collectives (backend.h dsv4i_tp_ops) over the stage's TP
  * communicator: the rank-ordered chain of running sums and the last rank's share. */
 #define TAG_TP 42
+#define TAG_TP_FAIL 43 /* a TP rank's failure notice (dsv4i_comm_notify_failure) */
 
 static dsv4_status tp_chain_recv(void *ctx, float *acc, size_t n) {
   dsv4i_dist *d = ctx;
@@ -217,6 +218,7 @@ dsv4_status dsv4i_dist_create(struct dsv4_engine *e, dsv4i_dist **out) {
     dsv4i_dist_place_of(&d->topo, rank, &d->pl);
     s = dsv4i_comm_split(d->world, d->pl.stage, d->pl.tp_rank, &d->tp);
   }
+  if (!s) dsv4i_comm_watch(d->tp, TAG_TP_FAIL); /* a TP partner's failure ends any TP wait */
   if (s) {
     dsv4i_dist_free(d);
     return s;
@@ -342,6 +344,14 @@ dsv4_status dsv4i_dist_run_step(struct dsv4_engine *e, const dsv4i_step_io *io,
     if (!s) s = o->buf_write(e->be, io->pre, 0, pbytes, v.pre);
   }
   if (!s) s = dsv4i_engine_run_local(e, b);
+  if (s && tp > 1 && !dsv4i_comm_failed(d->tp)) { /* this rank's own failure: its TP partners
+                                                   * may wait for it inside a layer */
+    char who[32];
+    snprintf(who, sizeof who, "rank %d", (int)d->pl.rank);
+    snprintf(what, sizeof what, "running step %llu (stage %d, TP rank %d)",
+             (unsigned long long)d->step, (int)stage, (int)d->pl.tp_rank);
+    (void)dsv4i_comm_notify_failure(d->tp, s, who, what);
+  }
   if (stage + 1 < d->topo.pp && !dsv4i_comm_failed(d->world)) { /* on to the next stage */
     m.from_stage = stage;
     m.to_stage = stage + 1;

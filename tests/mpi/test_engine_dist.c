@@ -27,6 +27,13 @@
  *                 naming it.
  * stalled_rank    the last rank stalls past the timeout: every other rank gets
  *                 DSV4_ERR_RANK_FAILED within it, then the stalled one too.
+ * tp_rank_fails  (TP > 1) one TP rank of the last stage fails on its own in a
+ *                 decode step, inside a layer (after its attention all-reduce,
+ *                 before its MoE's) or at a layer's start: it returns its own
+ *                 status, every other rank DSV4_ERR_RANK_FAILED naming it, all
+ *                 within 5 s of a 60 s timeout (its partners are told at once
+ *                 instead of waiting for the timeout); the next call fails at
+ *                 once on every rank (the stage's TP communicator is done).
  * memory_per_rank each rank holds the caches of its stage's layers only: its
  *                 pages per sequence summed over the stages equal one process's,
  *                 TP ranks of a stage hold the same; and what its create
@@ -55,7 +62,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "cpu/cpu_test_hooks.h"
 #include "dsv4/dsv4.h"
+#include "engine/engine.h"
 #include "test_util.h"
 
 #define N_PROMPT 2
@@ -323,6 +332,59 @@ static void failed_create(void **state) {
   }
 }
 
+/* One TP rank fails on its own in a decode step; variant 0: the last rank, inside a layer
+ * (its partner waits in the MoE all-reduce); variant 1: the stage's TP rank 0, at a layer's
+ * start (its partner waits in that layer's first all-reduce). */
+static void tp_fail_case(int variant) {
+  dsv4_engine_params p;
+  params(&p, 1); /* dist_timeout_ms 60000: a report by the timeout would take a minute */
+  dsv4_engine *e = NULL;
+  assert_int_equal(dsv4_engine_create_from_dir(tu_fixture_or_skip("tiny-v41-a"), &p, &e), DSV4_OK);
+  int64_t id;
+  int32_t tok[64], next;
+  prompt(0, tok);
+  assert_int_equal(dsv4_engine_seq_create(e, &id), DSV4_OK);
+  assert_int_equal(dsv4_engine_prefill(e, id, tok, prompt_len(0), NULL, NULL, &next), DSV4_OK);
+  const int failing = variant == 0 ? g_size - 1 : g_size - g_tp;
+  if (g_rank == failing) { /* its stage's second block of the next step */
+    dsv4i_backend *be = ((struct dsv4_engine *)e)->be;
+    if (variant == 0) dsv4i_cpu_backend_inject_layer_fault(be, 2, DSV4_ERR_OUT_OF_MEMORY);
+    else dsv4i_cpu_backend_inject_fault(be, 2, DSV4_ERR_OUT_OF_MEMORY);
+  }
+  MPI_Barrier(g_world);
+  double t0 = now_s();
+  dsv4_status s = dsv4_engine_decode(e, 1, &id, &next, NULL, NULL, &next);
+  const double dt = now_s() - t0;
+  printf("  rank %d, TP %d x PP %d, rank %d fails %s, after %.2f s: %s: %s\n", g_rank, g_tp, g_pp,
+         failing, variant == 0 ? "inside a layer" : "at a layer's start", dt,
+         dsv4_status_string(s), dsv4_last_error());
+  assert_true(dt < 5.0);
+  char want[64];
+  snprintf(want, sizeof want, "rank %d failed", failing);
+  if (g_rank == failing) {
+    assert_int_equal(s, DSV4_ERR_OUT_OF_MEMORY);
+    assert_non_null(strstr(dsv4_last_error(), "injected fault"));
+  } else {
+    assert_int_equal(s, DSV4_ERR_RANK_FAILED);
+    assert_non_null(strstr(dsv4_last_error(), want));
+  }
+  /* the stage's TP communicator is done: the next call fails at once, on every rank */
+  t0 = now_s();
+  s = dsv4_engine_decode(e, 1, &id, &next, NULL, NULL, &next);
+  printf("  rank %d: the next call after %.2f s: %s\n", g_rank, now_s() - t0, dsv4_last_error());
+  assert_int_equal(s, DSV4_ERR_RANK_FAILED);
+  assert_true(now_s() - t0 < 5.0);
+  dsv4_engine_free(e);
+  MPI_Barrier(g_world);
+}
+
+static void tp_rank_fails(void **state) {
+  (void)state;
+  if (g_tp < 2) skip();
+  tp_fail_case(0);
+  tp_fail_case(1);
+}
+
 static int64_t heap_in_use(void) {
   const struct mallinfo2 m = mallinfo2();
   return (int64_t)(m.uordblks + m.hblkhd);
@@ -450,7 +512,8 @@ int tu_run_suite(void) {
     cmocka_unit_test(spec_a),          cmocka_unit_test(spec_e2e),
     cmocka_unit_test(mismatch_call),   cmocka_unit_test(mismatch_create),
     cmocka_unit_test(refused_split),   cmocka_unit_test(failed_create),
-    cmocka_unit_test(memory_per_rank), cmocka_unit_test(stalled_rank),
+    cmocka_unit_test(memory_per_rank), cmocka_unit_test(tp_rank_fails),
+    cmocka_unit_test(stalled_rank),
   };
   const struct CMUnitTest tp_device[] = {cmocka_unit_test(cuda_tp_one_device)};
   int rc = g_backend == DSV4_BACKEND_CUDA && g_tp > 1
