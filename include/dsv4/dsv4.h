@@ -1699,6 +1699,15 @@ typedef struct dsv4_request_params {
   const float *logit_bias;    /**< [n_logit_bias] added to the logits before everything else */
   dsv4_token_fn on_token;     /**< NULL: tokens are buffered for dsv4_scheduler_poll() */
   void *user_data;            /**< passed to on_token */
+  int32_t speculative;        /**< DSpark speculative decoding (docs/serving.md, "Speculative
+                               *   decoding"): 0 = off (default); n > 0 = up to min(n, the
+                               *   model's dspark_block_size) drafts per step, verified in the
+                               *   step's batch against the processed distribution above. The
+                               *   tokens, logprobs, stops and finish are exactly those without
+                               *   it (greedy or sampled, same seed); only the steps they take
+                               *   differ. Needs an engine whose model and backend have the
+                               *   DSpark head (submit: DSV4_ERR_UNSUPPORTED otherwise).
+                               *   @since 0.1 */
 } dsv4_request_params;
 
 /**
@@ -1762,7 +1771,8 @@ DSV4_API void dsv4_scheduler_free(dsv4_scheduler *sched);
  * @param request  [out] the request id (> 0, never reused).
  * @return DSV4_OK; with nothing queued: DSV4_ERR_INVALID_ARG (NULL, an empty
  *         prompt, a parameter out of range: the message names it, stop strings
- *         without a tokenizer); DSV4_ERR_INVALID_TOKEN; DSV4_ERR_CONTEXT_OVERFLOW
+ *         without a tokenizer); DSV4_ERR_UNSUPPORTED (speculative > 0 on an engine
+ *         without the DSpark head); DSV4_ERR_INVALID_TOKEN; DSV4_ERR_CONTEXT_OVERFLOW
  *         (n_prompt + 1 passes max_context: it could never run);
  *         DSV4_KV_FULL (positive: max_waiting requests are queued or running; retry
  *         later); DSV4_ERR_PARAMS_SIZE; DSV4_ERR_OUT_OF_MEMORY. @since 0.1
@@ -1775,7 +1785,9 @@ DSV4_NODISCARD DSV4_API dsv4_status dsv4_scheduler_submit(dsv4_scheduler *sched,
  * One step: one engine batch holding a decode row of every running request and
  * prompt chunks of waiting requests in arrival order while the budget lasts
  * (more batches only when the engine's batch, max(prefill_chunk, max_sequences)
- * of the engine, is smaller than the budget; docs/serving.md). A request is admitted
+ * of the engine, is smaller than the budget; docs/serving.md). A speculative request's
+ * row also carries its drafts, within what the budget, the engine's batch and its
+ * max_sequences logits rows leave after the decode rows and chunks. A request is admitted
  * when a sequence is free and the engine's KV pools take its chunk; otherwise
  * it waits, and so do the requests behind it. Finished requests give their
  * sequence back at once.
@@ -1826,6 +1838,11 @@ typedef struct dsv4_scheduler_stats {
   int64_t prefix_evictions;  /**< kept sequences freed to make room */
   int32_t prefix_entries;    /**< sequences kept now */
   int32_t reserved1;         /**< 0 */
+  int64_t spec_drafted;      /**< drafts verified (speculative requests) */
+  int64_t spec_accepted;     /**< of those, accepted: each saved a step of its request */
+  int64_t spec_fallbacks;    /**< steps whose drafts were dropped: the draft call failed, the KV
+                              *   pools refused the verify rows, or the batch failed with them
+                              *   and ran again without (the requests saw nothing) */
 } dsv4_scheduler_stats;
 
 /** @return DSV4_OK; DSV4_ERR_INVALID_ARG (NULL, struct_size too small). @since 0.1 */

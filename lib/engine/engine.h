@@ -153,6 +153,11 @@ dsv4_status dsv4i_seq_free(struct dsv4_engine *e, int64_t id);
 dsv4i_seq *dsv4i_seq_find(struct dsv4_engine *e, int64_t id, dsv4_status *st);
 /** Live sequences. */
 int32_t dsv4i_seq_count(const struct dsv4_engine *e);
+/** Roll sequence id back to its first len positions (a verify's rejected tail, at most
+ *  the layout's spare positions back: docs/attention.md): KV, DSpark rings, compressor
+ *  state and Engram history. DSV4_ERR_INVALID_ARG (len out of range; a refused
+ *  rollback marks the sequence damaged), DSV4_ERR_UNKNOWN_SEQUENCE. */
+dsv4_status dsv4i_seq_truncate(struct dsv4_engine *e, int64_t id, int64_t len);
 
 /** Sampling of one call (temperature, seed, optional per-sequence seeds). */
 typedef struct dsv4i_sampling {
@@ -173,16 +178,20 @@ dsv4_status dsv4i_engine_decode(struct dsv4_engine *e, int32_t n, const int64_t 
 typedef struct dsv4i_step_row {
   int64_t id;              /**< a live sequence, at most once per step */
   const int32_t *tokens;   /**< int32 [n] (host), each in [0, vocab) */
-  int32_t n;               /**< >= 1; 1 for a generated token */
-  int32_t generated;       /**< 1: a generated token (decode layout); 0: a prompt chunk, which
-                            *   takes the prefill layout of its own end, as one prefill call of
-                            *   these tokens would (so results equal dsv4i_engine_prefill's) */
-  int32_t want_logits;     /**< 1: the logits of its last token are the step's next output row */
+  int32_t n;               /**< >= 1 */
+  int32_t generated;       /**< 1: generated tokens, each with the decode layout (n > 1: a
+                            *   verify run, the pending token and drafts, as verify feeds
+                            *   them); 0: a prompt chunk, which takes the prefill layout of its
+                            *   own end, as one prefill call of these tokens would (so results
+                            *   equal dsv4i_engine_prefill's) */
+  int32_t want_logits;     /**< 1: output rows: of every token of a generated row, of the last
+                            *   token of a chunk, in token order */
 } dsv4i_step_row;
 
-/** One step over several sequences at once: decode rows and prompt chunks in one
- *  backend batch (docs/serving.md, "Scheduler"). Rows of at most max_batch_tokens
- *  tokens in all; logits [n_want][vocab] (host) in row order. Each row's results
+/** One step over several sequences at once: decode or verify rows and prompt chunks in
+ *  one backend batch (docs/serving.md, "Scheduler"). Rows of at most max_batch_tokens
+ *  tokens and max_out_rows output rows in all; logits [n_out][vocab] (host) in row
+ *  order. Each row's results
  *  equal those of the prefill or decode call of that row alone. All or nothing:
  *  DSV4_KV_FULL and the argument errors change nothing; a failure during the
  *  step (or non-finite logits, DSV4_ERR_NOT_FINITE) rolls every row back. */

@@ -110,3 +110,22 @@ dsv4_status dsv4i_seq_free(struct dsv4_engine *e, int64_t id) {
   q->damaged = 0;
   return DSV4_OK;
 }
+
+dsv4_status dsv4i_seq_truncate(struct dsv4_engine *e, int64_t id, int64_t len) {
+  dsv4_status s;
+  dsv4i_seq *q = dsv4i_seq_find(e, id, &s);
+  if (!q) return s;
+  if (len < 1 || len > q->len)
+    return dsv4i_error(DSV4_ERR_INVALID_ARG, "truncate: sequence %lld holds %lld positions, not "
+                       "%lld", (long long)id, (long long)q->len, (long long)len);
+  if (len == q->len) return DSV4_OK;
+  if ((s = dsv4i_kv_slot_truncate(&e->kv, q->slot, len))) {
+    q->damaged = 1;
+    return s;
+  }
+  q->len = len;
+  if (q->hist && dsv4i_engram_history_len(q->hist) > len &&
+      (s = dsv4i_engram_history_truncate(q->hist, len)))
+    q->damaged = 1;
+  return s;
+}

@@ -369,10 +369,9 @@ static dsv4_status step_check(struct dsv4_engine *e, int32_t n_rows, const dsv4i
     e->mark[idx] = 1;
     qs[i] = q;
     *n_tok += r->n;
-    *n_want += r->want_logits != 0;
-    if (r->n < 1 || !r->tokens || (r->generated && r->n != 1))
-      s = dsv4i_error(DSV4_ERR_INVALID_ARG, "step: row %d has %d tokens%s", (int)i, (int)r->n,
-                      r->generated ? " (a generated token row takes 1)" : "");
+    *n_want += r->want_logits ? (r->generated ? r->n : 1) : 0;
+    if (r->n < 1 || !r->tokens)
+      s = dsv4i_error(DSV4_ERR_INVALID_ARG, "step: row %d has %d tokens", (int)i, (int)r->n);
     else if (r->n > e->plan.max_ctx - q->len)
       s = dsv4i_error(DSV4_ERR_CONTEXT_OVERFLOW,
                       "step: sequence %lld holds %lld positions; %d more pass the engine's "
@@ -388,6 +387,9 @@ static dsv4_status step_check(struct dsv4_engine *e, int32_t n_rows, const dsv4i
   if (!s && *n_tok > e->plan.max_batch_tokens)
     s = dsv4i_error(DSV4_ERR_INVALID_ARG, "step: %lld tokens; the engine takes at most %d per step",
                     (long long)*n_tok, (int)e->plan.max_batch_tokens);
+  if (!s && *n_want > e->plan.max_out_rows)
+    s = dsv4i_error(DSV4_ERR_INVALID_ARG, "step: %d logits rows; the engine gives at most %d per "
+                    "step", (int)*n_want, (int)e->plan.max_out_rows);
   return s;
 }
 
@@ -433,8 +435,8 @@ dsv4_status dsv4i_engine_step(struct dsv4_engine *e, int32_t n_rows, const dsv4i
       e->b_pos[t] = lens[i] + k;
       e->b_slot[t] = slot;
       e->b_layout[t] = layout;
+      if (rows[i].want_logits && (rows[i].generated || k == n - 1)) e->b_out[o++] = t;
     }
-    if (rows[i].want_logits) e->b_out[o++] = t - 1;
   }
   dsv4i_batch b = {t, dsv4i_plan_bucket(&e->plan, t), e->b_tok, e->b_pos, NULL, e->b_layout,
                    NULL, o, e->b_out, e->b_engram, {0}};
@@ -446,7 +448,7 @@ dsv4_status dsv4i_engine_step(struct dsv4_engine *e, int32_t n_rows, const dsv4i
     s = e->be->ops->buf_read(e->be, e->logits, 0, (size_t)o * (size_t)e->vocab * sizeof(float), logits);
     dsv4i_op_end(e, tr, DSV4I_OP_READ, -1);
     for (int32_t i = 0, r = 0; !s && i < n_rows; i++)
-      if (rows[i].want_logits)
+      for (int32_t k = 0; rows[i].want_logits && k < (rows[i].generated ? rows[i].n : 1) && !s; k++)
         s = check_finite(e, 1, &qs[i], logits + (size_t)r++ * (size_t)e->vocab);
     if (s) {
       for (int32_t i = 0; i < n_rows; i++) qs[i]->len = lens[i]; /* the whole step goes back */
@@ -456,7 +458,7 @@ dsv4_status dsv4i_engine_step(struct dsv4_engine *e, int32_t n_rows, const dsv4i
   /* timings: generated tokens count as decode, prompt chunks as prefill */
   const int64_t dt = dsv4i_now_ns() - t0;
   int64_t n_gen = 0;
-  for (int32_t i = 0; i < n_rows; i++) n_gen += rows[i].generated;
+  for (int32_t i = 0; i < n_rows; i++) n_gen += rows[i].generated ? rows[i].n : 0;
   if (n_gen) {
     e->t.decode_steps++;
     e->t.decode_tokens += n_gen;

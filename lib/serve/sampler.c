@@ -173,13 +173,15 @@ int32_t dsv4i_sampler_draw(const dsv4i_sampler *s, int64_t pos) {
 
 int dsv4i_sampler_accept(dsv4i_sampler *s, const double *q, int32_t d, int64_t pos, int32_t *repl) {
   const int32_t V = s->vocab;
-  const double qd = q ? q[d] : 1.0;
-  if (qd > 0.0 && uniform(s->cfg.seed, TAG_ACCEPT, pos, 0) * qd < s->p[d]) return 1;
+  if (!q) { /* fixed draft: the position's own draw decides (sampler.h) */
+    const int32_t t = dsv4i_sampler_draw(s, pos);
+    if (t == d) return 1;
+    *repl = t;
+    return 0;
+  }
+  if (q[d] > 0.0 && uniform(s->cfg.seed, TAG_ACCEPT, pos, 0) * q[d] < s->p[d]) return 1;
   double *w = s->p; /* residual max(0, p - q) */
-  if (q)
-    for (int32_t v = 0; v < V; v++) w[v] = w[v] > q[v] ? w[v] - q[v] : 0.0;
-  else
-    w[d] = 0.0;
+  for (int32_t v = 0; v < V; v++) w[v] = w[v] > q[v] ? w[v] - q[v] : 0.0;
   int32_t t = race(w, V, s->cfg.seed, TAG_RESID, pos);
   *repl = t < 0 ? d : t; /* p == q to rounding: nothing left, keep the draft */
   return 0;

@@ -68,6 +68,11 @@ int32_t dsv4i_sampler_draw(const dsv4i_sampler *s, int64_t pos);
  * token is drawn from norm(max(0, p - q)). Returns 1 (accepted) or 0 with
  * *repl set. s->p is overwritten on rejection. Every draw is a pure
  * function of (seed, pos).
+ * A fixed draft (q NULL) is decided by the position's own draw
+ * (dsv4i_sampler_draw(s, pos)): accepted when it is d (probability p(d)),
+ * otherwise that draw is the token (distributed as p without d, renormalised:
+ * norm(max(0, p - one-hot d))). The same rule, realised so that the token
+ * equals the one plain decoding draws at pos whatever was drafted.
  */
 int dsv4i_sampler_accept(dsv4i_sampler *s, const double *q, int32_t d, int64_t pos, int32_t *repl);
 

@@ -14,10 +14,16 @@
  * with the ids it holds; a new request whose prompt starts with all of them
  * forks it and prefills only the rest. Least recently used entries are
  * freed when the cache is full, when sequences or KV pages run out.
+ * Speculative requests (docs/serving.md, "Speculative decoding"): before the
+ * first batch runs, their decode rows get DSpark drafts within the room the
+ * batch leaves (tokens, logits rows), becoming verify rows; take_rows decides
+ * the tokens position by position with the request's own sampler and rolls
+ * the sequence back to what it kept.
  */
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/spec.h"
 #include "serve/sched.h"
 
 static void unlink_req(struct dsv4_scheduler *s, dsv4i_req *r) {
@@ -162,11 +168,25 @@ dsv4_status dsv4i_sched_create(struct dsv4_engine *e, const dsv4i_tokenizer *tok
     dsv4i_sched_free(s);
     return DSV4_ERR_OUT_OF_MEMORY;
   }
-  s->logits = dsv4i_malloc((size_t)run * (size_t)s->vocab * sizeof(float), "scheduler logits");
+  s->block = e->spec ? e->cfg->dspark_block_size : 0;
+  s->out_rows = s->block && e->plan.max_out_rows > run ? e->plan.max_out_rows : run;
+  s->logits = dsv4i_malloc((size_t)s->out_rows * (size_t)s->vocab * sizeof(float), "scheduler logits");
   s->rows = dsv4i_calloc((size_t)run, sizeof *s->rows, "scheduler batch");
   s->fresh = dsv4i_calloc((size_t)run, sizeof *s->fresh, "scheduler batch");
   s->batch = dsv4i_calloc((size_t)run, sizeof *s->batch, "scheduler batch");
-  if (!s->logits || !s->rows || !s->fresh || !s->batch) {
+  int ok = s->logits && s->rows && s->fresh && s->batch;
+  if (ok && s->block) {
+    const size_t b = (size_t)s->block;
+    s->vtok = dsv4i_malloc((size_t)run * (b + 1) * sizeof *s->vtok, "verify rows");
+    s->drafts = dsv4i_malloc((size_t)run * b * sizeof *s->drafts, "drafts");
+    s->d_ids = dsv4i_malloc((size_t)run * sizeof *s->d_ids, "drafts");
+    s->d_anchor = dsv4i_malloc((size_t)run * sizeof *s->d_anchor, "drafts");
+    s->d_row = dsv4i_malloc((size_t)run * sizeof *s->d_row, "drafts");
+    s->d_k = dsv4i_malloc((size_t)run * sizeof *s->d_k, "drafts");
+    s->dec = dsv4i_malloc((b + 1) * sizeof *s->dec, "drafts");
+    ok = s->vtok && s->drafts && s->d_ids && s->d_anchor && s->d_row && s->d_k && s->dec;
+  }
+  if (!ok) {
     dsv4i_sched_free(s);
     return DSV4_ERR_OUT_OF_MEMORY;
   }
@@ -184,6 +204,13 @@ void dsv4i_sched_free(struct dsv4_scheduler *s) {
   free(s->rows);
   free(s->fresh);
   free(s->batch);
+  free(s->vtok);
+  free(s->drafts);
+  free(s->d_ids);
+  free(s->d_anchor);
+  free(s->d_row);
+  free(s->d_k);
+  free(s->dec);
   free(s);
 }
 
@@ -196,11 +223,16 @@ static dsv4_status check_params(const struct dsv4_scheduler *s, const dsv4_reque
   else if (p->n_stop < 0 || (p->n_stop && !p->stop)) bad = "stop strings";
   else if (p->n_stop && !s->tok) bad = "stop strings need a tokenizer (dsv4_scheduler_create)";
   else if (p->n_logit_bias < 0) bad = "n_logit_bias";
+  else if (p->speculative < 0) bad = "speculative is negative";
   for (int32_t i = 0; !bad && i < p->n_stop_ids; i++)
     if (p->stop_ids[i] < 0 || p->stop_ids[i] >= s->vocab) bad = "a stop id outside the vocabulary";
   for (int32_t i = 0; !bad && i < p->n_stop; i++)
     if (!p->stop[i] || !p->stop[i][0]) bad = "an empty stop string";
-  return bad ? dsv4i_error(DSV4_ERR_INVALID_ARG, "submit: %s", bad) : DSV4_OK;
+  if (bad) return dsv4i_error(DSV4_ERR_INVALID_ARG, "submit: %s", bad);
+  if (p->speculative > 0 && !s->block)
+    return dsv4i_error(DSV4_ERR_UNSUPPORTED, "submit: speculative decoding needs the DSpark head, "
+                       "which this engine's model or backend does not have");
+  return DSV4_OK;
 }
 
 dsv4_status dsv4i_sched_submit(struct dsv4_scheduler *s, const int32_t *prompt, int64_t n,
@@ -255,6 +287,7 @@ dsv4_status dsv4i_sched_submit(struct dsv4_scheduler *s, const int32_t *prompt, 
   r->n_prompt = n;
   r->max_tokens = p->max_tokens;
   r->n_logprobs = p->n_logprobs;
+  r->spec = p->speculative < s->block ? p->speculative : s->block;
   r->flags = p->flags;
   r->on_token = p->on_token;
   r->user = p->user_data;
@@ -314,10 +347,10 @@ static int stop_scan(dsv4i_req *r, size_t *release, int final) {
   return 0;
 }
 
-/* Deliver token tok at position pos of r (logits row: its raw logits). */
+/* Deliver token tok at position pos of r (logits row: its raw logits); the
+ * sampler has already counted it (dsv4i_sampler_output). */
 static void emit(struct dsv4_scheduler *s, dsv4i_req *r, int32_t tok, int64_t pos,
                  const float *row) {
-  dsv4i_sampler_output(&r->smp, tok);
   r->n_out++;
   int32_t finish = DSV4_FINISH_NONE;
   int stopped = 0;
@@ -436,6 +469,19 @@ static dsv4_status admit(struct dsv4_scheduler *s, dsv4i_req *r, dsv4i_prefix *h
   return DSV4_OK;
 }
 
+/* Turn the batch's verify rows back into decode rows; 0 when it had none. */
+static int strip_drafts(struct dsv4_scheduler *s, int32_t n) {
+  int any = 0;
+  for (int32_t i = 0; i < n; i++)
+    if (s->rows[i].generated && s->rows[i].n > 1) {
+      s->rows[i].n = 1;
+      s->rows[i].tokens = &s->batch[i]->next;
+      any = 1;
+    }
+  s->st.spec_fallbacks += any;
+  return any;
+}
+
 /* A step of the engine over rows [0, n): DSV4_KV_FULL gives way first to kept
  * sequences, then to the last prompt chunks (whose requests wait: nobody behind
  * them may overtake, so *blocked is set). A chunk larger than the engine's batch
@@ -450,6 +496,10 @@ static dsv4_status run_rows(struct dsv4_scheduler *s, int32_t *n, int *blocked) 
                                 r0->want_logits ? s->logits : NULL, NULL);
     else
       st = dsv4i_engine_step(s->eng, *n, s->rows, s->logits);
+    if (st == DSV4_OK) return st;
+    /* drafts are optional: a batch refused or failed with them runs again without
+     * (a failed step rolled every row back); the tokens are the same either way */
+    if (st != DSV4_ERR_DEVICE_LOST && strip_drafts(s, *n)) continue;
     if (st != DSV4_KV_FULL) return st;
     if (cache_evict(s, NULL)) continue;
     if (s->rows[*n - 1].generated) { /* only decodes left: the pools free up as requests finish */
@@ -462,13 +512,64 @@ static dsv4_status run_rows(struct dsv4_scheduler *s, int32_t *n, int *blocked) 
   }
 }
 
-/* Results of rows [0, n) that ran: draws for decodes and finished prompts. */
+/* Whether token tok, the j-th decided by a verify row, ends r whatever follows. */
+static int ends_at(const struct dsv4_scheduler *s, const dsv4i_req *r, int32_t tok, int32_t j) {
+  if (r->n_out + j + 1 >= r->max_tokens) return 1;
+  if (tok == s->eos && !(r->flags & DSV4_REQUEST_F_IGNORE_EOS)) return 1;
+  for (int32_t i = 0; i < r->n_stop_ids; i++)
+    if (r->stop_ids[i] == tok) return 1;
+  return 0;
+}
+
+/* A verify row [pending, d_1 .. d_k] at positions L .. L+k ran; logits row j is the
+ * target's at L+1+j. Decide position by position against the processed distribution
+ * (the request's sampler, penalties counting the tokens decided before): d_{j+1} goes
+ * through the accept rule, the first rejection's replacement or the bonus row's draw
+ * ends the run. The sequence keeps the pending token and the accepted drafts (the rest
+ * is rolled back: KV, DSpark rings, Engram history); the tokens go out in order, none
+ * after the request finished. */
+static void take_verify(struct dsv4_scheduler *s, dsv4i_req *r, const dsv4i_step_row *w,
+                        const float *rows) {
+  const int64_t L = r->seq_len;
+  const int32_t k = w->n - 1;
+  const size_t V = (size_t)s->vocab;
+  int32_t m = 0; /* tokens decided: s->dec[0 .. m] */
+  for (int32_t j = 0;; j++) {
+    int32_t tok = -1;
+    dsv4i_sampler_dist(&r->smp, rows + (size_t)j * V);
+    if (j == k) tok = dsv4i_sampler_draw(&r->smp, L + 1 + j);
+    else if (dsv4i_sampler_accept(&r->smp, NULL, w->tokens[j + 1], L + 1 + j, &tok))
+      tok = w->tokens[j + 1], s->st.spec_accepted++;
+    dsv4i_sampler_output(&r->smp, tok);
+    s->dec[m = j] = tok;
+    if (j == k || tok != w->tokens[j + 1] || ends_at(s, r, tok, j)) break;
+  }
+  s->st.spec_drafted += k;
+  dsv4_status st = dsv4i_seq_truncate(s->eng, r->seq, L + 1 + m);
+  if (st) { /* this request alone fails (its sequence could not be rolled back) */
+    fail_batch(s, &r, 1);
+    return;
+  }
+  push_held(r, w->tokens, m + 1);
+  r->seq_len = L + 1 + m;
+  s->st.decode_tokens += m + 1;
+  for (int32_t j = 0; j <= m && r->state != RQ_DONE; j++)
+    emit(s, r, s->dec[j], L + 1 + j, rows + (size_t)j * V);
+}
+
+/* Results of rows [0, n) that ran: draws for decodes and finished prompts, the
+ * decisions of verify rows. */
 static void take_rows(struct dsv4_scheduler *s, int32_t n) {
   int32_t o = 0;
   for (int32_t i = 0; i < n; i++) {
     dsv4i_req *r = s->batch[i];
     const dsv4i_step_row *w = &s->rows[i];
-    const float *row = w->want_logits ? s->logits + (size_t)o++ * (size_t)s->vocab : NULL;
+    const float *row = w->want_logits ? s->logits + (size_t)o * (size_t)s->vocab : NULL;
+    if (w->want_logits) o += w->generated ? w->n : 1;
+    if (w->generated && w->n > 1) {
+      take_verify(s, r, w, row);
+      continue;
+    }
     if (w->generated) {
       r->seq_len++;
       push_held(r, &r->next, 1);
@@ -484,7 +585,51 @@ static void take_rows(struct dsv4_scheduler *s, int32_t n) {
       r->state = RQ_RUNNING;
     }
     dsv4i_sampler_dist(&r->smp, row);
-    emit(s, r, dsv4i_sampler_draw(&r->smp, r->seq_len), r->seq_len, row);
+    const int32_t tok = dsv4i_sampler_draw(&r->smp, r->seq_len);
+    dsv4i_sampler_output(&r->smp, tok);
+    emit(s, r, tok, r->seq_len, row);
+  }
+}
+
+/* Drafts for the speculative requests among the first n_dec (decode) rows of a batch of
+ * n rows holding tok tokens, within what the batch leaves: tokens (budget, the engine's
+ * batch) and logits rows (the engine's max_out_rows), oldest request first. Each such
+ * row becomes a verify row [pending, d_1 .. d_k]. One draft call for all; when it fails
+ * the rows stay decode rows (the tokens are the same). */
+static void add_drafts(struct dsv4_scheduler *s, int32_t n_dec, int32_t n, int32_t tok) {
+  const struct dsv4_engine *e = s->eng;
+  const int32_t B = s->block;
+  int32_t tok_room = (s->budget < e->plan.max_batch_tokens ? s->budget : e->plan.max_batch_tokens) - tok;
+  int32_t out_room = s->out_rows;
+  for (int32_t i = 0; i < n; i++) out_room -= s->rows[i].want_logits != 0;
+  int32_t nd = 0;
+  for (int32_t i = 0; i < n_dec && tok_room > 0 && out_room > 0; i++) {
+    const dsv4i_req *r = s->batch[i];
+    int64_t k = r->spec;
+    if (k > r->max_tokens - r->n_out - 1) k = r->max_tokens - r->n_out - 1; /* the bonus is one */
+    if (k > s->max_ctx - r->seq_len - 2) k = s->max_ctx - r->seq_len - 2;
+    if (k > tok_room) k = tok_room;
+    if (k > out_room) k = out_room;
+    if (k < 1) continue;
+    s->d_ids[nd] = r->seq;
+    s->d_anchor[nd] = r->next;
+    s->d_row[nd] = i;
+    s->d_k[nd++] = (int32_t)k;
+    tok_room -= (int32_t)k;
+    out_room -= (int32_t)k;
+  }
+  if (!nd) return;
+  if (dsv4i_spec_draft(s->eng, nd, s->d_ids, s->d_anchor, NULL, s->drafts, NULL)) {
+    s->st.spec_fallbacks++;
+    return;
+  }
+  for (int32_t j = 0; j < nd; j++) {
+    const int32_t i = s->d_row[j];
+    int32_t *v = s->vtok + (size_t)i * (size_t)(B + 1);
+    v[0] = s->batch[i]->next;
+    memcpy(v + 1, s->drafts + (size_t)j * (size_t)B, (size_t)s->d_k[j] * sizeof *v);
+    s->rows[i].tokens = v;
+    s->rows[i].n = 1 + s->d_k[j];
   }
 }
 
@@ -501,6 +646,7 @@ static dsv4_status run_step(struct dsv4_scheduler *s, int32_t *used) {
   *used = 0;
   while (first || (!blocked && cursor)) {
     int32_t n = 0, tok = 0;
+    const int with_dec = first;
     for (dsv4i_req *r = first ? s->head : NULL; r; r = r->next_rq)
       if (r->state == RQ_RUNNING) {
         s->rows[n] = (dsv4i_step_row){r->seq, &r->next, 1, 1, 1};
@@ -545,6 +691,11 @@ static dsv4_status run_step(struct dsv4_scheduler *s, int32_t *used) {
       }
     }
     if (!n) break;
+    if (with_dec && s->block) {
+      int32_t n_dec = 0;
+      while (n_dec < n && s->rows[n_dec].generated) n_dec++;
+      add_drafts(s, n_dec, n, tok);
+    }
     dsv4_status st = run_rows(s, &n, &blocked);
     if (st) {
       fail_batch(s, s->batch, n);

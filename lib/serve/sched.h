@@ -28,6 +28,7 @@ typedef struct dsv4i_req {
   int64_t seq_len;             /**< positions the sequence holds */
   dsv4i_sampler smp;
   int32_t max_tokens, n_logprobs, n_stop_ids, n_stop;
+  int32_t spec;                /**< most drafts per step (0: no speculative decoding) */
   int32_t *stop_ids;
   char **stop;                 /**< [n_stop] stop strings */
   size_t stop_max;             /**< longest stop string */
@@ -61,7 +62,14 @@ struct dsv4_scheduler {
   int64_t max_ctx, serial;
   dsv4i_req *head, *tail;
   int32_t n_waiting, n_running;
-  float *logits;               /**< [max_running][vocab] */
+  float *logits;               /**< [out_rows][vocab] */
+  int32_t out_rows;            /**< max_running, or the engine's max_out_rows with DSpark */
+  int32_t block;               /**< the model's DSpark block (most drafts), 0 without DSpark */
+  int32_t *vtok;               /**< [max_running][1 + block] verify rows: pending token, drafts */
+  int32_t *drafts;             /**< [max_running][block] */
+  int64_t *d_ids;              /**< [max_running] sequences being drafted */
+  int32_t *d_anchor, *d_row, *d_k; /**< [max_running] their pending tokens, batch rows, drafts */
+  int32_t *dec;                /**< [1 + block] scratch: the tokens a verify row decided */
   dsv4i_step_row *rows;        /**< [max_running] the engine step being built */
   uint8_t *fresh;              /**< [max_running] row's request was admitted for this step */
   dsv4i_req **batch;           /**< [max_running] request of each row */

@@ -4,6 +4,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <ftw.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -143,4 +144,37 @@ char *tu_release_config_path(void) {
   const char *root = getenv("DSV4_SOURCE_ROOT");
   assert_non_null(root);
   return tu_join(root, "data/deepseek-v4.1-flash/config.json");
+}
+
+double tu_chi2_bound(int df) {
+  const double z = 4.753, a = 2.0 / (9.0 * df), w = 1.0 - a + z * sqrt(a);
+  return df * w * w * w;
+}
+
+double tu_chi2(const int64_t *cnt, const double *p, int32_t V, int64_t n, int *df) {
+  int32_t *ord = malloc(sizeof *ord * (size_t)V);
+  for (int32_t v = 0; v < V; v++) ord[v] = v;
+  for (int32_t i = 1; i < V; i++) /* insertion sort, descending p */
+    for (int32_t j = i; j > 0 && p[ord[j]] > p[ord[j - 1]]; j--) {
+      const int32_t t = ord[j];
+      ord[j] = ord[j - 1], ord[j - 1] = t;
+    }
+  double x2 = 0, e = 0, o = 0, last_e = 0, last_o = 0;
+  int bins = 0;
+  for (int32_t i = 0; i < V; i++) {
+    e += (double)n * p[ord[i]];
+    o += (double)cnt[ord[i]];
+    if (e >= 20.0 || i == V - 1) {
+      if (e < 20.0 && bins > 0) { /* a short last group joins the previous bin */
+        x2 -= (last_o - last_e) * (last_o - last_e) / last_e;
+        e += last_e, o += last_o, bins--;
+      }
+      x2 += (o - e) * (o - e) / e;
+      last_e = e, last_o = o, bins++;
+      e = o = 0;
+    }
+  }
+  free(ord);
+  *df = bins - 1;
+  return x2;
 }

@@ -50,4 +50,11 @@ uint32_t tu_bits_of_f32(float f);
 /* xorshift64*: the next 32 bits of a deterministic test stream kept in *state (nonzero). */
 uint32_t tu_rng32(uint64_t *state);
 
+/* Pearson chi-square of counts cnt[V] (n draws) against the law p[V], over bins of the ids
+ * sorted by probability with an expected count >= 20 each (a short last group joins the
+ * previous bin); *df = bins - 1. */
+double tu_chi2(const int64_t *cnt, const double *p, int32_t V, int64_t n, int *df);
+/* The chi-square upper quantile at p = 1e-6 (Wilson-Hilferty) for df degrees of freedom. */
+double tu_chi2_bound(int df);
+
 #endif

@@ -144,7 +144,7 @@ static void bad_steps_change_nothing(void **state) {
   float *lg = malloc(sizeof *lg * (size_t)e->vocab * 2);
   dsv4i_step_row rows[2] = {{a, toks, 3, 0, 1}, {a, toks, 1, 1, 1}};
   assert_int_equal(dsv4i_engine_step(e, 2, rows, lg), DSV4_ERR_INVALID_ARG); /* a twice */
-  rows[1] = (dsv4i_step_row){b, toks, 2, 1, 1}; /* a generated row of 2 tokens */
+  rows[1] = (dsv4i_step_row){b, toks, 4, 1, 1}; /* 1 + 4 logits rows: above max_out_rows 4 */
   assert_int_equal(dsv4i_engine_step(e, 2, rows, lg), DSV4_ERR_INVALID_ARG);
   const int32_t bad = e->vocab;
   rows[1] = (dsv4i_step_row){b, &bad, 1, 0, 1};

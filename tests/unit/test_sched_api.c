@@ -59,6 +59,8 @@ typedef struct job {
   dsv4_request_params p;
   int32_t want[64], n_want, want_finish;
   int32_t got[64], n_got, got_finish;
+  float lp_want[64], lp_got[64]; /* callback mode: each token's logprob */
+  int32_t spec;    /* speculative drafts when run with the others (alone: never) */
   int64_t id;
   int cancel_at;   /* step at which to cancel (-1: never) */
   int arrive;      /* step at which it is submitted */
@@ -71,6 +73,7 @@ static void on_tok(int64_t request, const dsv4_token_event *ev, void *user) {
   assert_int_equal(request, j->id);
   assert_true(j->n_got < 64);
   assert_int_equal(j->got_finish, 0);
+  j->lp_got[j->n_got] = ev->logprob;
   j->got[j->n_got++] = ev->token;
   if (ev->finish) j->got_finish = ev->finish;
 }
@@ -91,9 +94,10 @@ static void drain_poll(dsv4_scheduler *s, job *j) {
   if (fin) j->got_finish = fin, j->live = 0;
 }
 
-static void run_alone(job *j) {
+static void run_alone(job *j, int32_t spec) {
   dsv4_scheduler *s = make_sched(16);
   dsv4_request_params p = j->p;
+  p.speculative = spec;
   p.on_token = on_tok;
   p.user_data = j;
   j->n_got = j->got_finish = 0;
@@ -101,12 +105,16 @@ static void run_alone(job *j) {
   int32_t active = 1;
   while (active) assert_int_equal(dsv4_scheduler_step(s, &active), DSV4_OK);
   memcpy(j->want, j->got, sizeof j->want);
+  memcpy(j->lp_want, j->lp_got, sizeof j->lp_want);
   j->n_want = j->n_got;
   j->want_finish = j->got_finish;
   assert_true(j->want_finish == DSV4_FINISH_STOP || j->want_finish == DSV4_FINISH_LENGTH);
   dsv4_scheduler_free(s);
 }
 
+/* Random arrivals, lengths, seeds, sampling transforms and cancellations; some
+ * requests speculative (DSpark drafts verified in the shared batch): every request's
+ * tokens and logprobs equal those of the request run alone without speculation. */
 static void test_same_as_alone(void **state) {
   (void)state;
   enum { N = 16 };
@@ -131,7 +139,19 @@ static void test_same_as_alone(void **state) {
     j->cancel_at = i % 6 == 5 ? j->arrive + (int)rnd(3) : -1;
     if (j->cancel_at >= 0) j->p.max_tokens = 24, j->p.flags = DSV4_REQUEST_F_IGNORE_EOS;
     j->poll = i % 4 == 3;
-    run_alone(j);
+    j->spec = i % 3 == 2 ? 0 : 1 + (int32_t)rnd(6); /* greedy and sampled ones; 6 > the block */
+    if (j->spec) { /* alone with speculation: tokens, logprobs and finish bit-equal */
+      run_alone(j, j->spec);
+      job plain = *j;
+      run_alone(&plain, 0);
+      if (j->n_want != plain.n_want || memcmp(j->want, plain.want, sizeof j->want) ||
+          memcmp(j->lp_want, plain.lp_want, (size_t)j->n_want * sizeof(float)) ||
+          j->want_finish != plain.want_finish)
+        fail_msg("request %d (speculative %d) alone: tokens or logprobs differ from plain", i,
+                 (int)j->spec);
+    } else {
+      run_alone(j, 0);
+    }
     j->n_got = j->got_finish = 0;
   }
   dsv4_scheduler *s = make_sched(16);
@@ -142,6 +162,7 @@ static void test_same_as_alone(void **state) {
       if (j->arrive == step) {
         dsv4_request_params p = j->p;
         if (!j->poll) p.on_token = on_tok, p.user_data = j;
+        p.speculative = j->spec;
         j->n_got = j->got_finish = 0;
         assert_int_equal(dsv4_scheduler_submit(s, j->prompt, j->n_prompt, &p, &j->id), DSV4_OK);
         j->live = 1;
@@ -183,6 +204,9 @@ static void test_same_as_alone(void **state) {
   assert_true(cancelled > 0);
   dsv4_scheduler_stats st;
   assert_int_equal(dsv4_scheduler_get_stats(s, &st, sizeof st), DSV4_OK);
+  printf("  speculative: %lld drafts verified, %lld accepted, %lld fallbacks\n",
+         (long long)st.spec_drafted, (long long)st.spec_accepted, (long long)st.spec_fallbacks);
+  assert_true(st.spec_drafted > 0 && st.spec_accepted > 0);
   assert_int_equal(st.submitted, N);
   assert_int_equal(st.cancelled + st.finished, N);
   assert_true(st.max_step_tokens <= 16 + MAX_SEQS);

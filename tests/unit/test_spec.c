@@ -615,40 +615,6 @@ static void shuffled_batch(void **state) {
 #define N_TRIALS 320
 #define TRIAL_BATCH 32
 
-static double chi2_bound(int df) {
-  const double z = 4.753, a = 2.0 / (9.0 * df), w = 1.0 - a + z * sqrt(a);
-  return df * w * w * w;
-}
-
-/* chi-square of counts cnt[V] (n total) against law p[V]; *df out */
-static double chi2(const int64_t *cnt, const double *p, int32_t V, int64_t n, int *df) {
-  int32_t *ord = malloc(sizeof *ord * (size_t)V);
-  for (int32_t v = 0; v < V; v++) ord[v] = v;
-  for (int32_t i = 1; i < V; i++) /* insertion sort, descending p */
-    for (int32_t j = i; j > 0 && p[ord[j]] > p[ord[j - 1]]; j--) {
-      const int32_t t = ord[j];
-      ord[j] = ord[j - 1], ord[j - 1] = t;
-    }
-  double x2 = 0, e = 0, o = 0, last_e = 0, last_o = 0;
-  int bins = 0;
-  for (int32_t i = 0; i < V; i++) {
-    e += (double)n * p[ord[i]];
-    o += (double)cnt[ord[i]];
-    if (e >= 20.0 || i == V - 1) {
-      if (e < 20.0 && bins > 0) { /* a short last group joins the previous bin */
-        x2 -= (last_o - last_e) * (last_o - last_e) / last_e;
-        e += last_e, o += last_o, bins--;
-      }
-      x2 += (o - e) * (o - e) / e;
-      last_e = e, last_o = o, bins++;
-      e = o = 0;
-    }
-  }
-  free(ord);
-  *df = bins - 1;
-  return x2;
-}
-
 static void softmax_d(const float *l, int32_t V, double T, double *p) {
   double mx = -INFINITY, s = 0;
   for (int32_t v = 0; v < V; v++) mx = l[v] > mx ? l[v] : mx;
@@ -703,22 +669,22 @@ static void distribution_run(fx *f, int64_t parent, int32_t a0, int sampled_draf
     }
   }
   int df1, df2, dfb;
-  const double s1 = chi2(c1, p1, V, N_TRIALS, &df1), s2 = chi2(c2, p2, V, n2, &df2);
+  const double s1 = tu_chi2(c1, p1, V, N_TRIALS, &df1), s2 = tu_chi2(c2, p2, V, n2, &df2);
   printf("    %s drafts, T %.2f, %d trials (mean %.2f drafts accepted of 2): x1: chi2 %.1f (df %d, "
          "bound %.1f); x2 | x1 = %d (%lld trials): chi2 %.1f (df %d, bound %.1f)\n",
          sampled_drafts ? "sampled" : "greedy", (double)DIST_T, N_TRIALS,
-         (double)acc_sum / N_TRIALS, s1, df1, chi2_bound(df1), (int)xs, (long long)n2, s2, df2,
-         chi2_bound(df2));
+         (double)acc_sum / N_TRIALS, s1, df1, tu_chi2_bound(df1), (int)xs, (long long)n2, s2, df2,
+         tu_chi2_bound(df2));
   assert_true(df1 >= 1 && df2 >= 1 && n2 >= 100);
-  assert_true(s1 <= chi2_bound(df1));
-  assert_true(s2 <= chi2_bound(df2));
+  assert_true(s1 <= tu_chi2_bound(df1));
+  assert_true(s2 <= tu_chi2_bound(df2));
   if (!sampled_drafts) { /* power: the "resample from p" law is rejected */
     double *bug = malloc(sizeof *bug * (size_t)V);
     for (int32_t v = 0; v < V; v++) bug[v] = (1.0 - p1[xs]) * p1[v] + (v == xs ? p1[xs] : 0.0);
-    const double sb = chi2(c1, bug, V, N_TRIALS, &dfb);
+    const double sb = tu_chi2(c1, bug, V, N_TRIALS, &dfb);
     printf("      power check: against \"resample from p after a rejection\" chi2 %.1f (bound %.1f)\n",
-           sb, chi2_bound(dfb));
-    assert_true(sb > chi2_bound(dfb));
+           sb, tu_chi2_bound(dfb));
+    assert_true(sb > tu_chi2_bound(dfb));
     free(bug);
   }
   (void)rej;
