@@ -294,12 +294,14 @@ static enum MHD_Result health(srv *s, struct MHD_Connection *c) {
   must(dsv4_scheduler_get_stats(s->sched, &st, sizeof st));
   srv_unlock(s);
   return send_json(c, failed ? 503 : 200,
-                   json_pack("{s:s,s:i,s:i,s:I,s:I,s:{s:I,s:I,s:I,s:i}}", "status",
+                   json_pack("{s:s,s:i,s:i,s:I,s:I,s:{s:I,s:I,s:I,s:i},s:{s:I,s:I,s:I}}", "status",
                              failed ? "failed" : "ok", "waiting", st.waiting, "running", st.running,
                              "finished", (json_int_t)st.finished, "cancelled", (json_int_t)st.cancelled,
                              "prefix_cache", "hits", (json_int_t)st.prefix_hits, "misses",
                              (json_int_t)st.prefix_misses, "tokens_reused",
-                             (json_int_t)st.prefix_tokens_reused, "entries", st.prefix_entries));
+                             (json_int_t)st.prefix_tokens_reused, "entries", st.prefix_entries,
+                             "speculative", "drafted", (json_int_t)st.spec_drafted, "accepted",
+                             (json_int_t)st.spec_accepted, "fallbacks", (json_int_t)st.spec_fallbacks));
 }
 
 static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *url,

@@ -112,6 +112,11 @@ static int sampling(srv *s, const json_t *root, srv_req *r, json_t **err) {
   if (!e) e = integer(root, "seed", INT64_MIN, INT64_MAX, &seed, err);
   if (!e) e = integer(root, "max_tokens", 1, 1000000000, &mt, err);
   if (!e) e = integer(root, "max_completion_tokens", 1, 1000000000, &mt, err);
+  /* extension: DSpark speculative decoding, drafts per step (true: as many as the model drafts) */
+  int64_t spec = 0;
+  const json_t *sv = json_object_get(root, "speculative");
+  if (!e && json_is_boolean(sv)) spec = json_is_true(sv) ? INT32_MAX : 0;
+  else if (!e) e = integer(root, "speculative", 0, INT32_MAX, &spec, err);
   if (e) return e;
   const json_t *n = json_object_get(root, "n");
   if (n && !json_is_null(n) && !(json_is_integer(n) && json_integer_value(n) == 1))
@@ -148,6 +153,7 @@ static int sampling(srv *s, const json_t *root, srv_req *r, json_t **err) {
   p->frequency_penalty = (float)freq;
   p->repetition_penalty = (float)rep;
   p->seed = (uint64_t)seed;
+  p->speculative = (int32_t)spec;
   p->max_tokens = mt > 0 ? (int32_t)mt : (r->chat ? s->o.max_tokens_default : 16);
   if (json_is_true(json_object_get(root, "ignore_eos"))) p->flags |= DSV4_REQUEST_F_IGNORE_EOS;
   const json_t *stop = json_object_get(root, "stop");

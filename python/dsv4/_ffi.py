@@ -182,7 +182,7 @@ class RequestParams(Structure):
                 ("flags", c_uint32), ("n_stop_ids", c_int32), ("stop_ids", POINTER(c_int32)),
                 ("n_stop", c_int32), ("stop", POINTER(c_char_p)), ("n_logit_bias", c_int32),
                 ("logit_bias_ids", POINTER(c_int32)), ("logit_bias", POINTER(c_float)),
-                ("on_token", TOKEN_FN), ("user_data", c_void_p)]
+                ("on_token", TOKEN_FN), ("user_data", c_void_p), ("speculative", c_int32)]
 
 
 class SchedulerParams(Structure):
@@ -196,7 +196,8 @@ class SchedulerStats(Structure):
                     "submitted", "finished", "cancelled", "steps", "decode_tokens",
                     "prefill_tokens", "max_step_tokens", "prefix_hits", "prefix_misses",
                     "prefix_tokens_reused", "prefix_evictions")] + [
-        ("prefix_entries", c_int32), ("reserved1", c_int32)]
+        ("prefix_entries", c_int32), ("reserved1", c_int32)] + [
+        (n, c_int64) for n in ("spec_drafted", "spec_accepted", "spec_fallbacks")]
 
 
 STRUCTS = [ModelParams, ModelInfo, LayerInfo, TensorInfo, EngineParams, EngineInfo,

@@ -225,21 +225,25 @@ class Scheduler(Handle):
     @exclusive
     def submit(self, prompt, *, max_tokens=256, temperature=0.0, top_k=0, top_p=1.0, min_p=0.0,
                repetition_penalty=1.0, presence_penalty=0.0, frequency_penalty=0.0, seed=0,
-               logprobs=0, ignore_eos=False, stop_ids=(), stop=(), logit_bias=None, poll=False):
+               logprobs=0, ignore_eos=False, stop_ids=(), stop=(), logit_bias=None, poll=False,
+               speculative=0):
         """Queue a request of prompt ids (the model input: start it with BOS); nothing
         runs until step(). Sampling as docs/serving.md, "Sampling": temperature <= 0 is
         greedy; logprobs: alternatives per event (0..20); stop: strings matched across
         token boundaries (need a tokenizer); logit_bias: {id: bias}. poll=True buffers
         the ids in the library (dsv4_scheduler_poll; events then carry no text or
-        logprobs). Returns a Request. Raises InvalidArgument (a parameter out of range,
-        named in the message), ContextOverflow, KVCacheFull (max_waiting reached)."""
+        logprobs). speculative: DSpark drafts per step (0: off; docs/serving.md,
+        "Speculative requests"; the tokens are the same). Returns a Request. Raises
+        InvalidArgument (a parameter out of range, named in the message), Unsupported
+        (speculative on a model without the DSpark head), ContextOverflow, KVCacheFull
+        (max_waiting reached)."""
         p = _ffi.RequestParams()
         check(_lib.dsv4_request_params_init(ctypes.byref(p), ctypes.sizeof(p)),
               "dsv4_request_params_init", _lib.dsv4_last_error)
         _ffi.set_fields(p, max_tokens=max_tokens, temperature=temperature, top_k=top_k,
                         top_p=top_p, min_p=min_p, repetition_penalty=repetition_penalty,
                         presence_penalty=presence_penalty, frequency_penalty=frequency_penalty,
-                        seed=seed, n_logprobs=logprobs)
+                        seed=seed, n_logprobs=logprobs, speculative=speculative)
         p.flags = _ffi.REQUEST_F_IGNORE_EOS if ignore_eos else 0
         keep = []   # arrays the library copies at submit
         if stop_ids:
@@ -333,7 +337,8 @@ class Scheduler(Handle):
     def stats(self):
         """Counters (dsv4_scheduler_stats) as attributes: waiting, running, submitted,
         finished, cancelled, steps, decode_tokens, prefill_tokens, max_step_tokens,
-        prefix_hits, prefix_misses, prefix_tokens_reused, prefix_evictions, prefix_entries."""
+        prefix_hits, prefix_misses, prefix_tokens_reused, prefix_evictions, prefix_entries,
+        spec_drafted, spec_accepted, spec_fallbacks."""
         s = _ffi.SchedulerStats()
         check(_lib.dsv4_scheduler_get_stats(self._live(), ctypes.byref(s), ctypes.sizeof(s)),
               "dsv4_scheduler_get_stats", _lib.dsv4_last_error)

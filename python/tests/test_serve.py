@@ -169,6 +169,25 @@ class SchedulerOnTheDefaultModel(DefaultModelCase):
         self.assertEqual([e.token for e in a.poll()], [e.token for e in b.poll()])
         self.assertEqual(len(c.poll()), 10)
 
+    def test_speculative_requests_give_the_same_tokens(self):
+        kw = dict(max_tokens=16, temperature=0.8, top_k=50, seed=3, ignore_eos=True, logprobs=2)
+        with dsv4.Scheduler(self.eng, self.tok) as s:
+            plain = [s.submit(self.ids, max_tokens=16, ignore_eos=True, logprobs=2),
+                     s.submit(self.ids, **kw)]
+            s.run()
+            spec = [s.submit(self.ids, max_tokens=16, ignore_eos=True, logprobs=2, speculative=4),
+                    s.submit(self.ids, speculative=3, **kw)]
+            s.run()
+            st = s.stats
+        for a, b in zip(plain, spec):
+            self.assertEqual([(e.token, e.logprob) for e in a.poll()],
+                             [(e.token, e.logprob) for e in b.poll()])
+        self.assertGreater(st.spec_drafted, 0)
+        self.assertGreater(st.spec_accepted, 0)
+        with dsv4.Scheduler(self.eng, self.tok) as s:
+            with self.assertRaises(dsv4.InvalidArgument):
+                s.submit(self.ids, speculative=-1)
+
     def test_poll_mode_equals_callbacks(self):
         with dsv4.Scheduler(self.eng) as s:      # no tokenizer: ids only
             p = s.submit(self.ids, max_tokens=8, ignore_eos=True, poll=True)

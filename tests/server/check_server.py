@@ -163,6 +163,35 @@ def logprobs():
     assert st == 400 and json.loads(data)["error"]["param"] == "logprobs", (st, data)
 
 
+def speculative():
+    """The "speculative" extension (DSpark drafts verified in the scheduler's step):
+    the same text and logprobs as without it, greedy and sampled, streaming and not;
+    the health counters show drafts were verified; bad values are refused."""
+    want = open(GREEDY, encoding="utf-8").read().rstrip("\n")
+    before = health()["speculative"]
+    r = client.completions.create(model=MODEL, prompt=PROMPT, max_tokens=32, temperature=0,
+                                  logprobs=2, extra_body={"speculative": 4})
+    plain = client.completions.create(model=MODEL, prompt=PROMPT, max_tokens=32, temperature=0,
+                                      logprobs=2)
+    assert r.choices[0].text == want, (r.choices[0].text, want)
+    assert r.choices[0].logprobs.token_logprobs == plain.choices[0].logprobs.token_logprobs
+    s = client.completions.create(model=MODEL, prompt=PROMPT, max_tokens=32, temperature=0,
+                                  stream=True, extra_body={"speculative": True})
+    assert "".join(c.choices[0].text for c in s) == want
+    kw = dict(model=MODEL, messages=[{"role": "user", "content": "Tell me about lamps."}],
+              max_tokens=24, temperature=0.8, top_p=0.9, seed=11, frequency_penalty=0.5,
+              extra_body={"ignore_eos": True})
+    a = client.chat.completions.create(**kw).choices[0].message.content
+    kw["extra_body"] = {"ignore_eos": True, "speculative": 3}
+    b = client.chat.completions.create(**kw).choices[0].message.content
+    assert a == b, (a, b)
+    after = health()["speculative"]
+    assert after["drafted"] > before["drafted"] and after["accepted"] > before["accepted"], (before, after)
+    for v in (-1, 2.5, "x"):
+        st, data = raw("POST", "/v1/completions", json.dumps({"prompt": "x", "speculative": v}))
+        assert st == 400 and json.loads(data)["error"]["param"] == "speculative", (v, st, data)
+
+
 def one(seed):
     return client.completions.create(model=MODEL, prompt=PROMPT, max_tokens=16, temperature=0.9,
                                      seed=seed, top_p=0.95, extra_body={"ignore_eos": True}).choices[0].text
@@ -312,6 +341,7 @@ for name, fn in [("health", health), ("models", models), ("chat", chat_plain),
                  ("chat stream == non-stream", chat_stream), ("thinking mode", thinking),
                  ("tool call round trip", tool_round_trip),
                  ("greedy == dsv4-generate", greedy_equals_generate), ("logprobs", logprobs),
+                 ("speculative == plain", speculative),
                  ("6 concurrent clients == alone", concurrent), ("queue full -> 429", queue_full),
                  ("client disconnect cancels", disconnect),
                  ("non-streaming client disconnect cancels", disconnect_non_streaming),
