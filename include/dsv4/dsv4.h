@@ -1055,7 +1055,11 @@ DSV4_NODISCARD DSV4_API dsv4_status dsv4_engine_get_info(const dsv4_engine *engi
  * build, without building it: the same function sizes the engine's pools
  * (what dsv4-plan --engine prints). Every field as dsv4_engine_get_info
  * would report right after creation (kv_pages_used and sequences_live 0;
- * n_threads as requested, 0 = one per core).
+ * n_threads as requested, 0 = one per core). With params->mpi_comm set (MPI
+ * initialised) it is the plan of this process's rank of that job: its stage's
+ * layers, its TP shard, its payload buffer, from the communicator's rank and
+ * size alone (not collective: nothing is exchanged; docs/distributed.md
+ * "Memory per rank").
  * @param model   [in] any model, DSV4_MODEL_F_CONFIG_ONLY included (no weights read).
  * @param params  [in] NULL for defaults; validated as dsv4_engine_create does.
  * @param info    [out] caller-owned, struct_size bytes.
@@ -1063,7 +1067,10 @@ DSV4_NODISCARD DSV4_API dsv4_status dsv4_engine_get_info(const dsv4_engine *engi
  * @return DSV4_OK; DSV4_ERR_INVALID_ARG (NULL, struct_size too small, a parameter out of
  *         range); DSV4_ERR_PARAMS_SIZE; DSV4_ERR_UNSUPPORTED (backend CUDA in a build without nvcc);
  *         DSV4_ERR_DOES_NOT_FIT (the request does not fit the KV budget or this machine;
- *         the message gives the figures). No state change; *info untouched on failure.
+ *         the message gives the figures); with mpi_comm: DSV4_ERR_UNSUPPORTED (a stage
+ *         split where shared attention state crosses, built without MPI) and
+ *         DSV4_ERR_INVALID_ARG (MPI not initialised, TP x PP not the communicator's
+ *         size). No state change; *info untouched on failure.
  * Thread-safe with respect to the model (reads only). @since 0.1
  */
 DSV4_NODISCARD DSV4_API dsv4_status dsv4_engine_plan_query(const dsv4_model *model,

@@ -9,6 +9,7 @@
 #include "base/base.h"
 #include "dsv4/dsv4.h"
 #include "api/api_engine.h"
+#include "engine/dist.h"
 #include "engine/engine.h"
 #include "gpu/cuda.h"
 
@@ -264,7 +265,18 @@ DSV4_API dsv4_status dsv4_engine_plan_query(const dsv4_model *model,
   dsv4_status s = make_args(params, dsv4i_model_config(model)->max_position_embeddings, &a,
                             "dsv4_engine_plan_query");
   dsv4i_plan p;
-  if (!s) s = dsv4i_engine_plan(model, &a, NULL, &p);
+  if (!s && a.mpi_comm) { /* a rank of a distributed engine: its own part, nothing exchanged */
+    dsv4i_plan whole;
+    dsv4i_model_part part;
+    int64_t comm = 0;
+    const dsv4i_config *c = dsv4i_model_config(model);
+    s = dsv4i_engine_plan(model, &a, NULL, &whole); /* the step sizes, for the payload */
+    if (!s) s = dsv4i_dist_part_of(c, &a, whole.max_batch_tokens, whole.max_out_rows, &part, &comm);
+    if (!s) s = dsv4i_engine_plan(model, &a, &part, &p);
+    if (!s) s = dsv4i_plan_add_comm(&p, comm);
+  } else if (!s) {
+    s = dsv4i_engine_plan(model, &a, NULL, &p);
+  }
   if (s) return s;
   dsv4_engine_info v;
   memset(&v, 0, sizeof v);

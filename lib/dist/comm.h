@@ -56,6 +56,14 @@ typedef struct dsv4i_comm_stats {
  */
 dsv4_status dsv4i_comm_create(void *mpi_comm, int32_t timeout_ms, dsv4i_comm **out);
 
+/**
+ * This process's rank and the size of the application's communicator (mpi_comm
+ * points to an MPI_Comm), without communicating (not collective).
+ * @return DSV4_OK; DSV4_ERR_UNSUPPORTED (built without MPI); DSV4_ERR_INVALID_ARG
+ *         (MPI not initialised, NULL or MPI_COMM_NULL).
+ */
+dsv4_status dsv4i_comm_place(void *mpi_comm, int32_t *rank, int32_t *size);
+
 /** A sub-communicator of the ranks with the same color, ordered by key (collective). */
 dsv4_status dsv4i_comm_split(dsv4i_comm *c, int32_t color, int32_t key, dsv4i_comm **out);
 

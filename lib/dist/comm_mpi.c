@@ -150,6 +150,23 @@ static dsv4_status wait_all(dsv4i_comm *c, int n, MPI_Request *req, MPI_Status *
   return DSV4_OK;
 }
 
+dsv4_status dsv4i_comm_place(void *mpi_comm, int32_t *rank, int32_t *size) {
+  int inited = 0, finalized = 0, r = 0, n = 1;
+  MPI_Initialized(&inited);
+  MPI_Finalized(&finalized);
+  *rank = 0;
+  *size = 1;
+  if (!inited || finalized || !mpi_comm || *(MPI_Comm *)mpi_comm == MPI_COMM_NULL)
+    return dsv4i_error(DSV4_ERR_INVALID_ARG, "distributed engine: MPI is not initialised or the "
+                       "communicator is not set");
+  if (MPI_Comm_rank(*(MPI_Comm *)mpi_comm, &r) != MPI_SUCCESS ||
+      MPI_Comm_size(*(MPI_Comm *)mpi_comm, &n) != MPI_SUCCESS)
+    return dsv4i_error(DSV4_ERR_INVALID_ARG, "distributed engine: not a valid communicator");
+  *rank = r;
+  *size = n;
+  return DSV4_OK;
+}
+
 dsv4_status dsv4i_comm_create(void *mpi_comm, int32_t timeout_ms, dsv4i_comm **out) {
   *out = NULL;
   int inited = 0, finalized = 0;

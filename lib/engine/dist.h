@@ -26,6 +26,7 @@
 
 struct dsv4_engine;
 struct dsv4i_engine_args;
+struct dsv4i_config;
 typedef struct dsv4i_dist dsv4i_dist;
 
 /** Where this rank sits (after dsv4i_dist_create). */
@@ -56,11 +57,26 @@ dsv4_status dsv4i_dist_create(struct dsv4_engine *e, dsv4i_dist **out);
 dsv4_status dsv4i_dist_agree(dsv4i_dist *d, dsv4_status local, const char *what);
 
 /**
+ * The part of the model this process's rank of the job in a->mpi_comm would
+ * hold (its stage's layers, its TP shard) and the bytes of its stage payload
+ * buffer for steps of n_tok tokens and n_out head rows, from the
+ * communicator's rank and size and the split rule alone: nothing is exchanged
+ * (the memory plan of a rank before creating it).
+ * @return DSV4_OK; the statuses of the split and topology checks
+ *         (DSV4_ERR_UNSUPPORTED, DSV4_ERR_INVALID_ARG); DSV4_ERR_UNSUPPORTED
+ *         (built without MPI).
+ */
+dsv4_status dsv4i_dist_part_of(const struct dsv4i_config *cfg, const struct dsv4i_engine_args *a,
+                               int32_t n_tok, int32_t n_out, dsv4i_model_part *part,
+                               int64_t *comm_bytes);
+
+/**
  * Allocate the stage payload buffer for the largest step (n_tok tokens, n_out head
  * rows, n_engram_cols Engram ids per token where they travel), so a step allocates
  * nothing for it. Returns its bytes (0 for one stage), -1 when out of memory.
  */
-int64_t dsv4i_dist_reserve(dsv4i_dist *d, int32_t n_tok, int32_t n_out, int32_t n_engram_cols);
+int64_t dsv4i_dist_reserve(dsv4i_dist *d, const struct dsv4i_config *cfg, int32_t n_tok,
+                           int32_t n_out, int32_t n_engram_cols);
 
 void dsv4i_dist_free(dsv4i_dist *d);
 void dsv4i_dist_get_info(dsv4i_dist *d, dsv4i_dist_info *out);

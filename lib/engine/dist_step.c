@@ -174,6 +174,55 @@ static int engram_from(const dsv4i_config *c, int32_t first) {
   return 0;
 }
 
+/* The topology of the job: the split given in the args, else the automatic one. */
+static dsv4_status make_topo(const dsv4i_config *c, const dsv4i_engine_args *a, int32_t world,
+                             dsv4i_dist_topo *topo) {
+  int32_t first[DSV4I_DIST_MAX_STAGES];
+  memset(first, 0, sizeof first);
+  if (a->pp > DSV4I_DIST_MAX_STAGES)
+    return dsv4i_error(DSV4_ERR_INVALID_ARG, "distributed engine: pp_size %d above %d",
+                       (int)a->pp, DSV4I_DIST_MAX_STAGES);
+  int given = 0;
+  for (int32_t i = 1; i < a->pp; i++) given |= a->stage_first[i] != 0;
+  dsv4_status s = DSV4_OK;
+  if (given) memcpy(first, a->stage_first, sizeof(int32_t) * (size_t)a->pp);
+  else s = auto_split(c, a->pp, first);
+  return s ? s : dsv4i_dist_topo_make(c, world, a->tp, a->pp, first, topo);
+}
+
+/* Bytes of the payload buffer of a rank at `pl`: the larger of what it receives and sends. */
+static int64_t payload_cap(const dsv4i_config *c, const dsv4i_dist_topo *t,
+                           const dsv4i_dist_place *pl, int32_t n_tok, int32_t n_out,
+                           int32_t n_engram_cols) {
+  if (t->pp < 2) return 0;
+  const int engram_in = pl->stage > 0 && engram_from(c, pl->first);
+  const int engram_out = pl->last < c->n_layers && engram_from(c, pl->last);
+  const uint64_t in = pl->stage > 0 ? dsv4i_payload_bytes(n_tok, n_out, c->hc_mult, c->dim,
+                                                          engram_in ? n_engram_cols : 0) : 0;
+  const uint64_t out = pl->stage + 1 < t->pp
+                           ? dsv4i_payload_bytes(n_tok, n_out, c->hc_mult, c->dim,
+                                                 engram_out ? n_engram_cols : 0) : 0;
+  const uint64_t n = in > out ? in : out;
+  return n > (uint64_t)INT64_MAX ? -1 : (int64_t)n;
+}
+
+dsv4_status dsv4i_dist_part_of(const dsv4i_config *c, const dsv4i_engine_args *a, int32_t n_tok,
+                               int32_t n_out, dsv4i_model_part *part, int64_t *comm_bytes) {
+  int32_t rank = 0, world = 1;
+  dsv4i_dist_topo topo;
+  dsv4_status s = dsv4i_comm_place(a->mpi_comm, &rank, &world);
+  if (!s) s = make_topo(c, a, world, &topo);
+  if (s) return s;
+  dsv4i_dist_place pl;
+  dsv4i_dist_place_of(&topo, rank, &pl);
+  *part = (dsv4i_model_part){pl.first, pl.last, pl.tp_rank, topo.tp};
+  /* the Engram row ids per token the engine hashes (its tables' layers x columns) */
+  const int32_t cols = c->n_engram * (c->engram_max_ngram - 1) * c->engram_n_heads;
+  *comm_bytes = payload_cap(c, &topo, &pl, n_tok, n_out, cols);
+  return *comm_bytes < 0 ? dsv4i_error(DSV4_ERR_INVALID_ARG, "distributed engine: payload "
+                                       "buffer overflows") : DSV4_OK;
+}
+
 dsv4_status dsv4i_dist_create(struct dsv4_engine *e, dsv4i_dist **out) {
   *out = NULL;
   const dsv4i_engine_args *a = &e->args;
@@ -202,18 +251,7 @@ dsv4_status dsv4i_dist_create(struct dsv4_engine *e, dsv4i_dist **out) {
                         (uint64_t)a->chunk, (uint64_t)a->flags, (uint64_t)a->dist_timeout_ms};
   s = dsv4i_comm_agree(d->world, (int32_t)DSV4I_ARRAY_LEN(v), names, v,
                        "creating a distributed engine");
-  int32_t first[DSV4I_DIST_MAX_STAGES];
-  memset(first, 0, sizeof first);
-  if (!s && a->pp > DSV4I_DIST_MAX_STAGES)
-    s = dsv4i_error(DSV4_ERR_INVALID_ARG, "distributed engine: pp_size %d above %d", (int)a->pp,
-                    DSV4I_DIST_MAX_STAGES);
-  if (!s) {
-    int given = 0;
-    for (int32_t i = 1; i < a->pp; i++) given |= a->stage_first[i] != 0;
-    if (given) memcpy(first, a->stage_first, sizeof(int32_t) * (size_t)a->pp);
-    else s = auto_split(c, a->pp, first);
-  }
-  if (!s) s = dsv4i_dist_topo_make(c, world, a->tp, a->pp, first, &d->topo);
+  if (!s) s = make_topo(c, a, world, &d->topo);
   if (!s) {
     dsv4i_dist_place_of(&d->topo, rank, &d->pl);
     s = dsv4i_comm_split(d->world, d->pl.stage, d->pl.tp_rank, &d->tp);
@@ -254,16 +292,11 @@ static uint8_t *grow(uint8_t **p, size_t *cap, size_t n) {
   return q;
 }
 
-int64_t dsv4i_dist_reserve(dsv4i_dist *d, int32_t n_tok, int32_t n_out, int32_t n_engram_cols) {
-  if (d->topo.pp < 2) return 0;
-  const uint64_t in = d->pl.stage > 0 ? dsv4i_payload_bytes(n_tok, n_out, d->hc, d->dim,
-                                                            d->engram_in ? n_engram_cols : 0) : 0;
-  const uint64_t out = d->pl.stage + 1 < d->topo.pp
-                           ? dsv4i_payload_bytes(n_tok, n_out, d->hc, d->dim,
-                                                 d->engram_out ? n_engram_cols : 0) : 0;
-  const uint64_t n = in > out ? in : out;
-  if (n > (uint64_t)INT64_MAX || !grow(&d->msg, &d->msg_cap, (size_t)n)) return -1;
-  return (int64_t)n;
+int64_t dsv4i_dist_reserve(dsv4i_dist *d, const dsv4i_config *c, int32_t n_tok, int32_t n_out,
+                           int32_t n_engram_cols) {
+  const int64_t n = payload_cap(c, &d->topo, &d->pl, n_tok, n_out, n_engram_cols);
+  if (n < 0 || (n > 0 && !grow(&d->msg, &d->msg_cap, (size_t)n))) return -1;
+  return n;
 }
 
 dsv4_status dsv4i_dist_agree(dsv4i_dist *d, dsv4_status local, const char *what) {

@@ -181,8 +181,8 @@ dsv4_status dsv4i_engine_create(struct dsv4_model *model, const dsv4i_engine_arg
   if (!s) s = use_tokenizer(e);
   if (!s && progress(a, "engram", 1, 1)) s = dsv4i_error(DSV4_ABORTED, "engine: aborted");
   if (!s && e->dist) { /* the stage payload buffer, at its largest, now */
-    const int64_t cb = dsv4i_dist_reserve(e->dist, e->plan.max_batch_tokens, e->plan.max_out_rows,
-                                          e->n_engram_cols);
+    const int64_t cb = dsv4i_dist_reserve(e->dist, c, e->plan.max_batch_tokens,
+                                          e->plan.max_out_rows, e->n_engram_cols);
     s = cb < 0 ? DSV4_ERR_OUT_OF_MEMORY : dsv4i_plan_add_comm(&e->plan, cb);
   }
   if (!s) log_plan(e, &di);

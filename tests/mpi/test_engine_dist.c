@@ -43,6 +43,8 @@
  *                 arrays, the tokenizer's Engram maps, allocator headers;
  *                 80-170 KB on the fixtures). A rank holding every layer's
  *                 caches would be off by about half the KV pool (MBs here).
+ *                 dsv4_engine_plan_query with the communicator gives the same
+ *                 per-rank figures before the engine is created.
  *
  * DSV4_TEST_BACKEND=cuda runs both engines on the CUDA backend, device 0 on every
  * rank (exit 77 when it is not usable): PP ranks then share the GPU, each with its
@@ -402,6 +404,9 @@ static void memory_per_rank(void **state) {
   assert_int_equal(dsv4_engine_plan_query(m, &p, &one, sizeof one), DSV4_OK);
   params(&p, 1);
   p.max_context = 4096;
+  dsv4_engine_info planned; /* this rank's plan before creating anything (not collective) */
+  if (dsv4_engine_plan_query(m, &p, &planned, sizeof planned))
+    fail_msg("rank %d: plan query: %s", g_rank, dsv4_last_error());
   dsv4_engine *e = NULL;
   MPI_Barrier(g_world);
   const int64_t h0 = heap_in_use();
@@ -418,6 +423,11 @@ static void memory_per_rank(void **state) {
          (long long)mine.workspace_bytes, (long long)mine.comm_bytes, (long long)mine.mapped_bytes,
          (long long)one.mapped_bytes);
   assert_true(llabs(got - plan) <= slack);
+  /* the plan query gave the same per-rank figures before the engine existed */
+  assert_int_equal(planned.create_bytes, mine.create_bytes);
+  assert_int_equal(planned.kv_pages_per_sequence, mine.kv_pages_per_sequence);
+  assert_int_equal(planned.comm_bytes, mine.comm_bytes);
+  assert_int_equal(planned.mapped_bytes, mine.mapped_bytes);
   /* the stages' caches partition the model's: TP rank 0 of each stage counts its pages */
   int64_t pages = g_rank % g_tp == 0 ? mine.kv_pages_per_sequence : 0, all = 0, lo = 0, hi = 0;
   MPI_Allreduce(&pages, &all, 1, MPI_INT64_T, MPI_SUM, g_world);
