@@ -334,19 +334,29 @@ static void failed_create(void **state) {
   }
 }
 
+/* A distributed engine on tiny-v41-a (params(.., 1); dist_timeout_ms replaced when
+ * timeout_ms > 0) with one sequence prefilled with prompt 0: *id, its next token *next. */
+static dsv4_engine *prefilled_engine(int32_t timeout_ms, int64_t *id, int32_t *next) {
+  dsv4_engine_params p;
+  params(&p, 1);
+  if (timeout_ms > 0) p.dist_timeout_ms = timeout_ms;
+  dsv4_engine *e = NULL;
+  assert_int_equal(dsv4_engine_create_from_dir(tu_fixture_or_skip("tiny-v41-a"), &p, &e), DSV4_OK);
+  int32_t tok[64];
+  prompt(0, tok);
+  assert_int_equal(dsv4_engine_seq_create(e, id), DSV4_OK);
+  assert_int_equal(dsv4_engine_prefill(e, *id, tok, prompt_len(0), NULL, NULL, next), DSV4_OK);
+  return e;
+}
+
 /* One TP rank fails on its own in a decode step; variant 0: the last rank, inside a layer
  * (its partner waits in the MoE all-reduce); variant 1: the stage's TP rank 0, at a layer's
  * start (its partner waits in that layer's first all-reduce). */
 static void tp_fail_case(int variant) {
-  dsv4_engine_params p;
-  params(&p, 1); /* dist_timeout_ms 60000: a report by the timeout would take a minute */
-  dsv4_engine *e = NULL;
-  assert_int_equal(dsv4_engine_create_from_dir(tu_fixture_or_skip("tiny-v41-a"), &p, &e), DSV4_OK);
   int64_t id;
-  int32_t tok[64], next;
-  prompt(0, tok);
-  assert_int_equal(dsv4_engine_seq_create(e, &id), DSV4_OK);
-  assert_int_equal(dsv4_engine_prefill(e, id, tok, prompt_len(0), NULL, NULL, &next), DSV4_OK);
+  int32_t next;
+  /* dist_timeout_ms 60000: a report by the timeout would take a minute */
+  dsv4_engine *e = prefilled_engine(0, &id, &next);
   const int failing = variant == 0 ? g_size - 1 : g_size - g_tp;
   if (g_rank == failing) { /* its stage's second block of the next step */
     dsv4i_backend *be = ((struct dsv4_engine *)e)->be;
@@ -449,16 +459,9 @@ static void memory_per_rank(void **state) {
 static void stalled_rank(void **state) {
   (void)state;
   const int32_t timeout_ms = 1500;
-  dsv4_engine_params p;
-  params(&p, 1);
-  p.dist_timeout_ms = timeout_ms;
-  dsv4_engine *e = NULL;
-  assert_int_equal(dsv4_engine_create_from_dir(tu_fixture_or_skip("tiny-v41-a"), &p, &e), DSV4_OK);
   int64_t id;
-  int32_t tok[64], next;
-  prompt(0, tok);
-  assert_int_equal(dsv4_engine_seq_create(e, &id), DSV4_OK);
-  assert_int_equal(dsv4_engine_prefill(e, id, tok, prompt_len(0), NULL, NULL, &next), DSV4_OK);
+  int32_t next;
+  dsv4_engine *e = prefilled_engine(timeout_ms, &id, &next);
   const int stalled = g_rank == g_size - 1;
   if (stalled) usleep(3 * timeout_ms * 1000);
   double t0 = now_s();
