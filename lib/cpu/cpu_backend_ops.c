@@ -5,6 +5,7 @@
  * reference's order (spec §5.1-§5.6); no arithmetic of its own except the
  * DSpark tap mean.
  */
+#include <stdlib.h>
 #include <string.h>
 
 #include "cpu/cpu_backend.h"
@@ -37,8 +38,17 @@ dsv4_status dsv4i_cpu_be_engram(dsv4i_backend *be, int32_t layer, dsv4i_bbuf hb)
                        (int)layer);
   const cpu_block *k = &b->blocks[layer];
   const int64_t n_cols = k->engram.n_cols;
-  return dsv4i_cpu_engram(&k->engram, b->n_tok, b->engram_ids + k->engram_slot * n_cols,
-                          b->n_engram_cols, b->has_image ? b->image : NULL, hb.impl);
+  /* the gate's exp split is per reference call (docs/cpu-numerics.md): a prefill
+   * chunk's tokens are one call, a decode-layout token (decode, verify) one of its own */
+  int32_t *run = dsv4i_malloc((size_t)b->n_tok * sizeof *run, "engram calls");
+  if (!run) return DSV4_ERR_OUT_OF_MEMORY;
+  for (int32_t t = 0; t < b->n_tok; t++)
+    run[t] = b->layout[t] == DSV4I_LAYOUT_DECODE ? -1 : b->seq[t];
+  const dsv4_status s =
+      dsv4i_cpu_engram_runs(&k->engram, b->n_tok, run, b->engram_ids + k->engram_slot * n_cols,
+                            b->n_engram_cols, b->has_image ? b->image : NULL, hb.impl);
+  free(run);
+  return s;
 }
 
 /* DSpark tap (spec §5.6 item 4): bf16 mean over the hc copies of the block input. */

@@ -297,18 +297,51 @@ static void gate_weight(const dsv4i_engram_layer *e, float *w) {
     w[i] = dsv4i_bf16_to_f32(e->q_weight[i]) * dsv4i_bf16_to_f32(e->k_weight[i]);
 }
 
-/* Update n tokens of a call over n_tok tokens: token tok[i] (NULL: i) takes
- * kv row i, or kv row tok[i] when kv_by_token. No checks. */
-static void update_tokens(const dsv4i_engram_layer *e, int64_t n_tok, int64_t n,
-                          const int64_t *tok, const uint16_t *kv, int64_t ld_kv, int kv_by_token,
-                          const float *w, float *tmp, uint16_t *h) {
+/* The reference call of a token: [r0, r1) of the batch. */
+typedef struct gate_call {
+  int64_t r0, r1;
+} gate_call;
+
+/* The call token t belongs to: its run of equal run[] (the tokens of one
+ * sequence's prefill chunk in a step; run[t] < 0: t alone, a decode row),
+ * or with run NULL the whole batch; *c is the last call found (tokens come in
+ * order, so each run is scanned once). */
+static void gate_call_of(int64_t n_tok, const int32_t *run, int64_t t, gate_call *c) {
+  if (t >= c->r0 && t < c->r1) return;
+  c->r0 = 0, c->r1 = n_tok;
+  if (!run) return;
+  if (run[t] < 0) { /* a call of its own */
+    c->r0 = t, c->r1 = t + 1;
+    return;
+  }
+  for (c->r0 = t; c->r0 > 0 && run[c->r0 - 1] == run[t]; c->r0--) {}
+  for (c->r1 = t + 1; c->r1 < n_tok && run[c->r1] == run[t]; c->r1++) {}
+}
+
+/* Update n (<= ENGRAM_CHUNK when run is given) tokens of a batch of n_tok
+ * tokens (calls: gate_call_of, *c carried between chunks): token tok[i] (NULL:
+ * i) takes kv row i, or kv row tok[i] when kv_by_token. Each gate's exp split
+ * is that of its token's call. No checks. */
+static void update_tokens(const dsv4i_engram_layer *e, int64_t n_tok, const int32_t *run,
+                          gate_call *c, int64_t n, const int64_t *tok, const uint16_t *kv,
+                          int64_t ld_kv, int kv_by_token, const float *w, float *tmp,
+                          uint16_t *h) {
   const float scale = dot_scale(e->dim);
   const int64_t stride = (int64_t)e->hc * e->dim;
-  const int64_t n_vec = (n_tok * e->hc) / TORCH_VEC_STEP * TORCH_VEC_STEP;
+  int64_t first[ENGRAM_CHUNK], n_vec[ENGRAM_CHUNK]; /* of token i (run given) */
+  if (run)
+    for (int64_t i = 0; i < n; i++) {
+      const int64_t t = tok ? tok[i] : i;
+      gate_call_of(n_tok, run, t, c);
+      first[i] = (t - c->r0) * e->hc;
+      n_vec[i] = ((c->r1 - c->r0) * e->hc) / TORCH_VEC_STEP * TORCH_VEC_STEP;
+    }
+  const int64_t n_vec_all = (n_tok * e->hc) / TORCH_VEC_STEP * TORCH_VEC_STEP;
   DSV4I_OMP(omp parallel for schedule(static) if (n > 1))
   for (int64_t i = 0; i < n; i++) {
     const int64_t t = tok ? tok[i] : i;
-    update_token(e, kv + (kv_by_token ? t : i) * ld_kv, w, scale, t * e->hc, n_vec,
+    update_token(e, kv + (kv_by_token ? t : i) * ld_kv, w, scale,
+                 run ? first[i] : t * e->hc, run ? n_vec[i] : n_vec_all,
                  tmp + i * (int64_t)e->dim, h + t * stride);
   }
 }
@@ -336,7 +369,7 @@ dsv4_status dsv4i_cpu_engram_update(const dsv4i_engram_layer *e, int64_t n_tok,
   int64_t j = 0;
   for (int64_t t = 0; t < n_tok; t++)
     if (!(is_image && is_image[t])) tok[j++] = t;
-  update_tokens(e, n_tok, n_text, tok, kv, ld_kv, 1, w, tmp, h);
+  update_tokens(e, n_tok, NULL, NULL, n_text, tok, kv, ld_kv, 1, w, tmp, h);
   free(w);
   free(tok);
   free(tmp);
@@ -347,6 +380,12 @@ dsv4_status dsv4i_cpu_engram_update(const dsv4i_engram_layer *e, int64_t n_tok,
 
 dsv4_status dsv4i_cpu_engram(const dsv4i_engram_layer *e, int64_t n_tok, const int64_t *ids,
                              int64_t ld_ids, const uint8_t *is_image, uint16_t *h) {
+  return dsv4i_cpu_engram_runs(e, n_tok, NULL, ids, ld_ids, is_image, h);
+}
+
+dsv4_status dsv4i_cpu_engram_runs(const dsv4i_engram_layer *e, int64_t n_tok, const int32_t *run,
+                                  const int64_t *ids, int64_t ld_ids, const uint8_t *is_image,
+                                  uint16_t *h) {
   if (!layer_valid(e))
     return dsv4i_error(DSV4_ERR_INVALID_ARG, "engram: invalid layer description");
   if (n_tok < 0 || (n_tok > 0 && (!ids || !h)) || ld_ids < e->n_cols)
@@ -373,6 +412,7 @@ dsv4_status dsv4i_cpu_engram(const dsv4i_engram_layer *e, int64_t n_tok, const i
     goto done;
   }
   gate_weight(e, w);
+  gate_call call = {0, 0};
   int64_t t = 0;
   while (t < n_tok) {
     /* the next chunk of text tokens */
@@ -389,7 +429,7 @@ dsv4_status dsv4i_cpu_engram(const dsv4i_engram_layer *e, int64_t n_tok, const i
       dsv4i_error_prefix("engram wkv");
       goto done;
     }
-    update_tokens(e, n_tok, n, tok, kv, kvw, 0, w, tmp, h);
+    update_tokens(e, n_tok, run, &call, n, tok, kv, kvw, 0, w, tmp, h);
   }
   st = DSV4_OK;
 done:

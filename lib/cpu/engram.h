@@ -119,6 +119,20 @@ dsv4_status dsv4i_cpu_engram(const dsv4i_engram_layer *e, int64_t n_tok, const i
                              int64_t ld_ids, const uint8_t *is_image, uint16_t *h);
 
 /**
+ * dsv4i_cpu_engram over a batch of several reference calls: run int32
+ * [n_tok] (host) names each token's call, a run of consecutive equal
+ * values >= 0 (a prefill chunk of one sequence), or < 0 for a token that
+ * is a call of its own (a decode row; each token of a verify row is fed
+ * as a decode); run NULL = one call. Each
+ * token's gate split (vectorised exp or libm, docs/cpu-numerics.md) is
+ * that of its own call, so a token's result does not depend on the other
+ * calls of the batch. Same statuses and state as dsv4i_cpu_engram.
+ */
+dsv4_status dsv4i_cpu_engram_runs(const dsv4i_engram_layer *e, int64_t n_tok, const int32_t *run,
+                                  const int64_t *ids, int64_t ld_ids, const uint8_t *is_image,
+                                  uint16_t *h);
+
+/**
  * Σ a[0..n) in fp32 in exactly the order of torch's CPU sum over a
  * contiguous last dimension (ATen cascade_sum / vectorized_inner_sum, AVX2
  * dispatch: 8-lane accumulators, 4-way interleave, a 4-level cascade of

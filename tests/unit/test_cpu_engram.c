@@ -225,6 +225,31 @@ static void threads_and_batching_invariant(void **state) {
     printf("    token by token, slot %d: %zu of %zu differ from the one-call golden, "
            "max |diff| %.3g\n", (int)slot, s1.n_diff, s1.n, s1.max_abs);
     assert_true(s1.rel_l2 <= 1e-2 && s1.n_beyond_2ulp * 100 <= s1.n);
+    /* one batch of several calls (runs of uneven lengths, as a mixed step's
+     * decodes and chunks): each run's bits are those of its own call */
+    uint16_t *h5 = stream_in(&f, slot), *h6 = stream_in(&f, slot);
+    int32_t *run = malloc((size_t)f.n_tok * sizeof *run);
+    assert_non_null(run);
+    static const int64_t uneven[] = {1, 13, 1, 7, 22, 3};
+    for (int64_t t0 = 0, k = 0; t0 < f.n_tok; k++) {
+      const int64_t m = uneven[k % 6] < f.n_tok - t0 ? uneven[k % 6] : f.n_tok - t0;
+      assert_int_equal(dsv4i_cpu_engram(&e, m, ids + t0 * ld, ld, NULL, h5 + t0 * per_tok), DSV4_OK);
+      for (int64_t t = t0; t < t0 + m; t++) run[t] = (int32_t)k;
+      t0 += m;
+    }
+    assert_int_equal(dsv4i_cpu_engram_runs(&e, f.n_tok, run, ids, ld, NULL, h6), DSV4_OK);
+    assert_memory_equal(h5, h6, n * sizeof *h5);
+    for (int64_t t = 0; t < f.n_tok; t++) /* calls of one token (< 0 or own run): decode steps */
+      run[t] = t % 2 ? -1 : (int32_t)t;
+    uint16_t *h7 = stream_in(&f, slot);
+    assert_int_equal(dsv4i_cpu_engram_runs(&e, f.n_tok, run, ids, ld, NULL, h7), DSV4_OK);
+    assert_memory_equal(h1, h7, n * sizeof *h1);
+    printf("    uneven runs, slot %d: %s the one-call bits\n", (int)slot,
+           memcmp(h6, ref, n * sizeof *ref) ? "differ from" : "equal");
+    free(run);
+    free(h5);
+    free(h6);
+    free(h7);
     /* the split API: gather + linear + update gives the same bits */
     const int64_t width = (int64_t)e.n_cols * e.head_dim, kvw = (int64_t)(e.hc + 1) * e.dim;
     uint16_t *rows = malloc((size_t)(f.n_tok * width) * sizeof *rows);

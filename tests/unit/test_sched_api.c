@@ -200,6 +200,11 @@ static void test_same_as_alone(void **state) {
     if (j->n_got != j->n_want || memcmp(j->got, j->want, (size_t)j->n_got * sizeof(int32_t)))
       fail_msg("request %d: %d tokens differ from its %d tokens alone", i, j->n_got, j->n_want);
     assert_int_equal(j->got_finish, j->want_finish);
+    /* every row of a step equals its call alone: the logits, so the logprobs, bit for bit */
+    for (int32_t k = 0; !j->poll && k < j->n_got; k++)
+      if (memcmp(&j->lp_got[k], &j->lp_want[k], sizeof(float)))
+        fail_msg("request %d token %d: logprob %.9g, alone %.9g", i, (int)k, (double)j->lp_got[k],
+                 (double)j->lp_want[k]);
   }
   assert_true(cancelled > 0);
   dsv4_scheduler_stats st;
