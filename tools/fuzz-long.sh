@@ -17,7 +17,8 @@
 #
 # OUTDIR gets summary.txt (per target: executions summed over the workers
 # from libFuzzer's stat::number_of_executed_units, workers, new corpus units,
-# findings), logs/NAME/fuzz-N.log (each cut to its last 60 lines),
+# findings; then each finding's input in base64 and its report lines),
+# logs/NAME/fuzz-N.log (each cut to its last 60 lines),
 # corpus-NAME.tar.gz (the corpus after the run) and artifacts/ (crash-,
 # leak-, timeout-, oom- files: the findings). Exit status 1 when any target
 # had a finding or a worker that did not report its final stats.
@@ -94,5 +95,15 @@ status=0
   echo "seconds per worker: $secs; ASAN_OPTIONS=$ASAN_OPTIONS"
 } > "$out/summary.txt"
 rm -rf "$out/corpus"
+# Each finding goes to the output too (its input in base64 when it is at most 4 KiB, and the
+# report lines of the logs): a device run may bring back few of the files under OUTDIR.
+for a in "$out"/artifacts/*; do
+  [ -f "$a" ] || continue
+  name=$(basename "$a")
+  echo "finding $name ($(wc -c < "$a") bytes)"
+  [ "$(wc -c < "$a")" -le 4096 ] && echo "input (base64): $(base64 -w0 "$a")"
+  grep -h -m 8 -E 'ERROR: |runtime error|SUMMARY: |Test unit written|out-of-memory|timeout after' \
+    "$out/logs/${name%%-*}"/*.log 2>/dev/null || true
+done >> "$out/summary.txt"
 cat "$out/summary.txt"
 exit $status
