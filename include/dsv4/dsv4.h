@@ -1010,7 +1010,10 @@ DSV4_API const dsv4_model *dsv4_engine_model(const dsv4_engine *engine);
  * Engine facts: memory plan and current use. Size-prefixed output struct
  * (as dsv4_model_info). On a rank of a distributed engine every figure is
  * that rank's: the caches of its stage's layers, its prepared weights and
- * checkpoint bytes (its layers, its TP shard), its buffers.
+ * checkpoint bytes (its layers, its TP shard), its buffers. The 0.1 size ends
+ * at mapped_bytes: a caller compiled against it passes that size and gets
+ * exactly those bytes; comm_bytes and create_bytes, appended, are filled
+ * when struct_size covers them.
  * @since 0.1
  */
 typedef struct dsv4_engine_info {

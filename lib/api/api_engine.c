@@ -233,9 +233,14 @@ static void plan_info(const dsv4i_plan *p, int32_t backend, int32_t n_threads,
   v->create_bytes = p->create_bytes;
 }
 
+/* The 0.1 size of dsv4_engine_info ends at mapped_bytes: a caller built against it passes
+ * that size, and the members appended since are filled only when struct_size covers them. */
+#define ENGINE_INFO_V01_SIZE offsetof(dsv4_engine_info, comm_bytes)
+
 DSV4_API dsv4_status dsv4_engine_get_info(const dsv4_engine *engine, dsv4_engine_info *info,
                                           size_t struct_size) {
-  dsv4_status s = out_struct(engine, info, struct_size, sizeof *info, "dsv4_engine_get_info");
+  dsv4_status s = out_struct(engine, info, struct_size, ENGINE_INFO_V01_SIZE,
+                             "dsv4_engine_get_info");
   if (s) return s;
   dsv4i_kv_usage u;
   dsv4i_kv_usage_get(&engine->kv, &u);
@@ -247,7 +252,7 @@ DSV4_API dsv4_status dsv4_engine_get_info(const dsv4_engine *engine, dsv4_engine
   v.kv_pages_total = u.pages_total; /* the pool the backend allocated */
   v.kv_pages_used = u.pages_used;
   memset(info, 0, struct_size);
-  memcpy(info, &v, sizeof v);
+  memcpy(info, &v, min_size(struct_size, sizeof v));
   return DSV4_OK;
 }
 
@@ -258,9 +263,9 @@ DSV4_API dsv4_status dsv4_engine_plan_query(const dsv4_model *model,
   if (!model || !info)
     return dsv4i_error(DSV4_ERR_INVALID_ARG, "dsv4_engine_plan_query: %s is NULL",
                        model ? "info" : "model");
-  if (struct_size < sizeof *info || struct_size > UINT32_MAX)
+  if (struct_size < ENGINE_INFO_V01_SIZE || struct_size > UINT32_MAX)
     return dsv4i_error(DSV4_ERR_INVALID_ARG, "dsv4_engine_plan_query: struct_size %zu is below "
-                       "the 0.1 size %zu", struct_size, sizeof *info);
+                       "the 0.1 size %zu", struct_size, ENGINE_INFO_V01_SIZE);
   dsv4i_engine_args a;
   dsv4_status s = make_args(params, dsv4i_model_config(model)->max_position_embeddings, &a,
                             "dsv4_engine_plan_query");
@@ -283,7 +288,7 @@ DSV4_API dsv4_status dsv4_engine_plan_query(const dsv4_model *model,
   v.struct_size = (uint32_t)min_size(struct_size, sizeof v);
   plan_info(&p, a.backend, a.n_threads, &v);
   memset(info, 0, struct_size);
-  memcpy(info, &v, sizeof v);
+  memcpy(info, &v, min_size(struct_size, sizeof v));
   return DSV4_OK;
 }
 

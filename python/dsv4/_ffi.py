@@ -132,7 +132,7 @@ class EngineInfo(Structure):
         (n, c_int64) for n in (
             "max_context", "kv_page_bytes", "kv_pages_total", "kv_pages_used",
             "kv_pages_per_sequence", "kv_bytes", "kv_bytes_per_token", "workspace_bytes",
-            "prepared_weight_bytes", "mapped_bytes")]
+            "prepared_weight_bytes", "mapped_bytes", "comm_bytes", "create_bytes")]
 
 
 class SamplingParams(Structure):

@@ -7,6 +7,7 @@
  * Prompts are synthetic token ids (> window, so compressed attention and
  * the indexer run); goldens are in test_engine_golden.c.
  */
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -170,7 +171,24 @@ static void params_and_create_errors(void **st) {
   assert_ptr_equal(dsv4_engine_model(e), m);
   dsv4_engine_info info;
   assert_int_equal(dsv4_engine_get_info(e, &info, 4), DSV4_ERR_INVALID_ARG);
+  /* a caller compiled against the 0.1 struct (it ends at mapped_bytes) gets exactly its
+   * bytes, from both calls (the Python binding's old struct failed once comm_bytes and
+   * create_bytes were appended) */
+  const size_t v01 = offsetof(dsv4_engine_info, comm_bytes);
+  memset(&info, 0x5a, sizeof info);
+  assert_int_equal(dsv4_engine_get_info(e, &info, v01), DSV4_OK);
+  assert_int_equal(info.struct_size, v01);
+  assert_int_equal(info.max_sequences, 8);
+  assert_int_equal(info.comm_bytes, 0x5a5a5a5a5a5a5a5a);
+  assert_int_equal(info.create_bytes, 0x5a5a5a5a5a5a5a5a);
+  memset(&info, 0x5a, sizeof info);
+  assert_int_equal(dsv4_engine_plan_query(m, NULL, &info, v01), DSV4_OK);
+  assert_int_equal(info.struct_size, v01);
+  assert_int_equal(info.create_bytes, 0x5a5a5a5a5a5a5a5a);
+  assert_int_equal(dsv4_engine_plan_query(m, NULL, &info, v01 - 8), DSV4_ERR_INVALID_ARG);
   assert_int_equal(dsv4_engine_get_info(e, &info, sizeof info), DSV4_OK);
+  assert_int_equal(info.struct_size, sizeof info);
+  assert_true(info.create_bytes > 0);
   assert_int_equal(info.backend, DSV4_BACKEND_CPU);
   assert_int_equal(info.max_sequences, 8);
   assert_int_equal(info.max_context, 4096);
