@@ -223,9 +223,12 @@ int rf_layer(rf *r, const char *dir, int device, int prompt) {
       fprintf(stderr, "dsv4-roofline: cuEventCreate failed (event %d)\n", i);
       exit(1);
     }
+  /* Prompt ids the tokenizer defines (n_valid): the generator's checkpoints carry a
+   * tokenizer far narrower than the head, and Engram refuses ids past it. */
+  const int64_t ids = u->e->n_valid, lo = ids > 400 ? 100 : 0, span = ids > 400 ? ids - 200 : ids;
   int32_t *in = malloc(sizeof(int32_t) * (size_t)prompt);
   for (int s = 0; s < N_SEQ; s++) {
-    for (int i = 0; i < prompt; i++) in[i] = 100 + (i * 7919 + s * 131) % (c->vocab_size - 200);
+    for (int i = 0; i < prompt; i++) in[i] = (int32_t)(lo + (i * 7919LL + s * 131LL) % span);
     die_engine(dsv4_engine_seq_create(u->e, &u->ids[s]), "seq");
     die_engine(dsv4_engine_prefill(u->e, u->ids[s], in, prompt, NULL, NULL, &u->tok[s]), "prefill");
     u->len[s] = prompt;
