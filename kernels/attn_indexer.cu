@@ -12,6 +12,30 @@
 
 #define IHD 128        /* index_head_dim the score kernel is written for */
 #define MAX_IH 64      /* largest index_n_heads */
+#define KT 64          /* keys per tile (4 warps x 16) */
+#define QLD (IHD + 8)  /* bf16 row stride of the query tile */
+#define NOFAST 1000    /* qe: an all-zero q block */
+#define NANQ 2000      /* qe / qlo: a q block holding an inf or NaN */
+
+namespace {
+
+__device__ __forceinline__ unsigned int pack_bf16(float lo, float hi) {
+  unsigned int r;
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+
+__device__ __forceinline__ void mma_bf16(float c[4], unsigned int a0, unsigned int a1,
+                                         unsigned int a2, unsigned int a3, unsigned int b0,
+                                         unsigned int b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+      "{%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+}  // namespace
 
 /*
  * scores[t][i] for the visible keys i < (pos + 1) / ratio of each token:
@@ -19,76 +43,195 @@
  * rounded to bf16 (stored as f32). q: bf16 [n][ih][128], post-RoPE, before
  * the MXFP4 QDQ (done here); w: bf16 [n][ih] weights_proj output, scaled by
  * wscale and rounded to bf16 here. cand: int32 [n][cand_ld] kept candidate
- * blocks ascending, −1 padded, or 0: keys of other blocks score −inf.
- * Grid: n · per_tok blocks of 128 threads; block (t, c) takes keys
- * c·128 + tid, stepping per_tok·128 (any context length, fixed grid).
+ * blocks ascending, −1 padded, or 0: keys of other blocks score −inf and
+ * are not computed. Grid: n · per_tok blocks of 128 threads; block (t, c)
+ * takes the 64-key tiles c, c + per_tok, ... (any context length, fixed grid).
+ *
+ * The dots q_h · k_i run on mma.sync (bf16 in, fp32 accumulation). Both
+ * sides are E2M1 codes times powers of two, so every product is exact and
+ * a multiple of u = 2^(min q exponent + min k exponent − 2); when the sum of
+ * |products| stays below 2^24·u (exponent spreads of q's head and of the key
+ * adding up to 9 or less, all far from the fp32 range ends), every partial
+ * sum in any order is exact, so the mma's result is the reference's
+ * sequential fp32 dot bit for bit. (Key, head) pairs outside that bound
+ * (and NaN scales or queries) take the reference's sequential loop instead.
  */
 extern "C" __global__ void __launch_bounds__(128) dsv4_k_attn_index_scores_e2m1(
     dsv4i_gpu_kvtab idxk, const dsv4i_gpu_attn_tok *__restrict__ tok, int per_tok, int ih,
     int ratio, float wscale, const unsigned short *__restrict__ q,
     const unsigned short *__restrict__ w, const int *__restrict__ cand, int cand_ld, int cand_bs,
     float *__restrict__ scores, long long score_ld) {
-  __shared__ float qs[MAX_IH * IHD];
+  __shared__ __align__(16) unsigned short qb[MAX_IH * QLD];
   __shared__ float ws[MAX_IH];
-  const int t = blockIdx.x / per_tok, c = blockIdx.x % per_tok;
+  __shared__ float dots[KT][MAX_IH + 1];
+  __shared__ unsigned long long kptr[KT];
+  __shared__ int qe[MAX_IH * (IHD / 32)];
+  __shared__ int qlo[MAX_IH], qhi[MAX_IH];
+  const int t = blockIdx.x / per_tok, cblk = blockIdx.x % per_tok;
+  const int tid = threadIdx.x, lane = tid & 31, wid = tid >> 5, g = lane >> 2, c = lane & 3;
   const dsv4i_gpu_attn_tok tk = tok[t];
   const long long vis = (tk.pos + 1) / ratio;
-  /* index query QDQ (fp4_act_quant, 32, UE8M0): one thread per 32-block */
-  for (int b = threadIdx.x; b < ih * (IHD / 32); b += blockDim.x) {
+  const int n_mt = (ih + 15) / 16;
+  /* index query QDQ (fp4_act_quant, 32, UE8M0): one thread per 32-block;
+   * qe: the block's scale exponent, NOFAST when all its values are zero */
+  for (int b = tid; b < ih * (IHD / 32); b += blockDim.x) {
     const unsigned short *src = q + ((long long)t * ih) * IHD + b * 32;
+    unsigned short *dst = qb + (b / 4) * QLD + (b % 4) * 32;
     unsigned int m = 0;
     for (int j = 0; j < 32; j++) m = max(m, (unsigned int)src[j] & 0x7FFFu);
     if (m >= 0x7F80u) {
-      for (int j = 0; j < 32; j++) qs[b * 32 + j] = __uint_as_float((((unsigned int)src[j] & 0x8000u) << 16) | 0x7FC00000u);
+      for (int j = 0; j < 32; j++) dst[j] = (unsigned short)((src[j] & 0x8000u) | 0x7FC0u);
+      qe[b] = NANQ;
       continue;
     }
     float a = dsv4i_bf16_to_f32(m);
     a = a > 0x1.8p-124f ? a : 0x1.8p-124f;
     const int e = dsv4i_ceil_log2_bits(__fmul_rn(a, 1.0f / 6.0f));
     const float inv = dsv4_pow2f(-e), s = dsv4_pow2f(e);
-    for (int j = 0; j < 32; j++)
-      qs[b * 32 + j] = dsv4i_bf16_to_f32(dsv4_fp4_val(dsv4i_f32_to_e2m1(__fmul_rn(dsv4i_bf16_to_f32(src[j]), inv)), s));
+    unsigned int nz = 0;
+    for (int j = 0; j < 32; j++) {
+      dst[j] = (unsigned short)dsv4_fp4_val(dsv4i_f32_to_e2m1(__fmul_rn(dsv4i_bf16_to_f32(src[j]), inv)), s);
+      nz |= dst[j] & 0x7FFFu;
+    }
+    qe[b] = nz ? e : NOFAST;
   }
-  for (int h = threadIdx.x; h < ih; h += blockDim.x)
+  for (int i = tid; i < (n_mt * 16 - ih) * QLD; i += blockDim.x) qb[ih * QLD + i] = 0;
+  for (int h = tid; h < ih; h += blockDim.x)
     ws[h] = dsv4i_bf16_to_f32(dsv4i_f32_to_bf16(__fmul_rn(dsv4i_bf16_to_f32(w[(long long)t * ih + h]), wscale)));
   __syncthreads();
-  for (long long i = (long long)c * blockDim.x + threadIdx.x; i < vis; i += (long long)per_tok * blockDim.x) {
-    float key = -__int_as_float(0x7F800000);
-    bool keep = true;
-    if (cand) { /* binary search of block i / cand_bs among the kept blocks (−1 = end) */
-      const int *cr = cand + (long long)t * cand_ld;
-      const long long blk = i / cand_bs;
-      int lo = 0, hi = cand_ld;
-      while (lo < hi) {
-        const int mid = (lo + hi) >> 1;
-        const int v = cr[mid];
-        if (v >= 0 && v < blk) lo = mid + 1; else hi = mid;
-      }
-      keep = lo < cand_ld && cr[lo] == blk;
+  /* per head: the scale exponents of its nonzero q blocks (a nonzero q
+   * value of block b is a multiple of 2^(qe[b] − 1), at most 12 such units),
+   * lowest and highest; qlo = NANQ when a block is not finite */
+  for (int h = tid; h < ih; h += blockDim.x) {
+    int lo = NOFAST, hi = -NOFAST;
+    bool bad = false;
+    for (int b = 0; b < IHD / 32; b++) {
+      const int e = qe[h * (IHD / 32) + b];
+      bad |= e == NANQ;
+      if (e == NOFAST || e == NANQ) continue;
+      lo = min(lo, e);
+      hi = max(hi, e);
     }
-    if (keep) {
-      const unsigned char *rec = dsv4_kv_rec(idxk, tk.seq, i);
-      float kf[IHD];
+    if (hi < lo) lo = hi = 0; /* all zero: exact zeros */
+    qlo[h] = bad ? NANQ : lo;
+    qhi[h] = hi;
+  }
+  __syncthreads();
+  const int *cr = cand ? cand + (long long)t * cand_ld : cand;
+  for (long long base = (long long)cblk * KT; base < vis; base += (long long)per_tok * KT) {
+    /* the tile's keys: visible and candidate, or skipped (null) */
+    if (tid < KT) {
+      const long long i = base + tid;
+      bool keep = i < vis;
+      if (keep && cr) { /* binary search of block i / cand_bs among the kept blocks (−1 = end) */
+        const long long blk = i / cand_bs;
+        int lo = 0, hi = cand_ld;
+        while (lo < hi) {
+          const int mid = (lo + hi) >> 1;
+          const int v = cr[mid];
+          if (v >= 0 && v < blk) lo = mid + 1; else hi = mid;
+        }
+        keep = lo < cand_ld && cr[lo] == blk;
+      }
+      kptr[tid] = keep ? (unsigned long long)dsv4_kv_rec(idxk, tk.seq, i) : 0ull;
+    }
+    __syncthreads();
+    /* dots of the warp's 16 keys (two n tiles) with every head: lane (g, c)
+     * loads dims kc + 16c .. + 15 of key 16w + 8nt + g (the mma's k order
+     * permuted the same way for q and k) */
+    float acc[MAX_IH / 16][2][4];
+    #pragma unroll
+    for (int mt = 0; mt < MAX_IH / 16; mt++)
       #pragma unroll
-      for (int j = 0; j < IHD / 8; j++) {
-        const unsigned int wd = ((const unsigned int *)rec)[j];
-        const float s = dsv4i_e8m0_to_f32(rec[IHD / 2 + j / 4]);
-        #pragma unroll
-        for (int u = 0; u < 8; u++) kf[8 * j + u] = dsv4i_bf16_to_f32(dsv4_fp4_val(wd >> (4 * u), s));
+      for (int nt = 0; nt < 2; nt++) acc[mt][nt][0] = acc[mt][nt][1] = acc[mt][nt][2] = acc[mt][nt][3] = 0.0f;
+    #pragma unroll
+    for (int kc = 0; kc < IHD; kc += 64) {
+      const int d0 = kc + 16 * c;
+      unsigned int kb[2][8];
+      #pragma unroll
+      for (int nt = 0; nt < 2; nt++) {
+        const unsigned char *rec = (const unsigned char *)kptr[wid * 16 + nt * 8 + g];
+        if (rec) {
+          const unsigned int w0 = ((const unsigned int *)(rec + d0 / 2))[0];
+          const unsigned int w1 = ((const unsigned int *)(rec + d0 / 2))[1];
+          const float s = dsv4i_e8m0_to_f32(rec[IHD / 2 + d0 / 32]);
+          #pragma unroll
+          for (int i = 0; i < 8; i++) { /* byte i: elements 2i (low nibble), 2i + 1 */
+            const unsigned int byte = ((i < 4 ? w0 : w1) >> (8 * (i & 3))) & 0xFFu;
+            kb[nt][i] = pack_bf16(__fmul_rn(dsv4i_e2m1_to_f32(byte & 0xFu), s),
+                                  __fmul_rn(dsv4i_e2m1_to_f32(byte >> 4), s));
+          }
+        } else {
+          #pragma unroll
+          for (int i = 0; i < 8; i++) kb[nt][i] = 0u;
+        }
       }
-      float total = 0.0f;
-      for (int h = 0; h < ih; h++) {
-        const float *qh = qs + h * IHD;
-        float dot = 0.0f;
+      #pragma unroll
+      for (int mt = 0; mt < MAX_IH / 16; mt++) {
+        if (mt >= n_mt) break;
+        const uint4 *ra = (const uint4 *)(qb + (mt * 16 + g) * QLD + d0);
+        const uint4 *rb = (const uint4 *)(qb + (mt * 16 + g + 8) * QLD + d0);
+        const uint4 x0 = ra[0], x1 = ra[1], y0 = rb[0], y1 = rb[1];
+        const unsigned int wa[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
+        const unsigned int wb[8] = {y0.x, y0.y, y0.z, y0.w, y1.x, y1.y, y1.z, y1.w};
         #pragma unroll
-        for (int j = 0; j < IHD; j++) dot = __fadd_rn(dot, __fmul_rn(qh[j], kf[j]));
-        float v = dsv4i_bf16_to_f32(dsv4i_f32_to_bf16(dot));
-        v = v > 0.0f ? v : 0.0f;
-        total = __fadd_rn(total, dsv4i_bf16_to_f32(dsv4i_f32_to_bf16(__fmul_rn(v, ws[h]))));
+        for (int ks = 0; ks < 4; ks++)
+          #pragma unroll
+          for (int nt = 0; nt < 2; nt++)
+            mma_bf16(acc[mt][nt], wa[2 * ks], wb[2 * ks], wa[2 * ks + 1], wb[2 * ks + 1],
+                     kb[nt][2 * ks], kb[nt][2 * ks + 1]);
       }
-      key = dsv4i_bf16_to_f32(dsv4i_f32_to_bf16(total));
     }
-    scores[(long long)t * score_ld + i] = key;
+    /* acc[mt][nt][j]: head 16mt + g (+ 8 for j >= 2), key 16w + 8nt + 2c + (j & 1) */
+    #pragma unroll
+    for (int mt = 0; mt < MAX_IH / 16; mt++) {
+      if (mt >= n_mt) break;
+      #pragma unroll
+      for (int nt = 0; nt < 2; nt++)
+        #pragma unroll
+        for (int j = 0; j < 4; j++)
+          dots[wid * 16 + nt * 8 + 2 * c + (j & 1)][mt * 16 + g + 8 * (j >> 1)] = acc[mt][nt][j];
+    }
+    __syncthreads();
+    if (tid < KT && base + tid < vis) {
+      const long long i = base + tid;
+      const unsigned char *rec = (const unsigned char *)kptr[tid];
+      float key = -__int_as_float(0x7F800000);
+      if (rec) {
+        int klo = 1000, khi = -1000;
+        bool nan_scale = false;
+        for (int b = 0; b < IHD / 32; b++) {
+          const int e = rec[IHD / 2 + b];
+          nan_scale |= e == 0xFF;
+          klo = min(klo, e - 127);
+          khi = max(khi, e - 127);
+        }
+        /* per head: the mma's dot when the bound holds, else the reference's
+         * sequential one; then the head sum in head order */
+        float total = 0.0f;
+        for (int h = 0; h < ih; h++) {
+          float d;
+          if (!nan_scale && qlo[h] != NANQ && (qhi[h] - qlo[h]) + (khi - klo) <= 9 &&
+              qlo[h] + klo - 2 >= -100 && qhi[h] + khi <= 100) {
+            d = dots[tid][h];
+          } else {
+            const unsigned short *qh = qb + h * QLD;
+            d = 0.0f;
+            for (int j = 0; j < IHD; j++) {
+              const float kv = dsv4i_bf16_to_f32(dsv4_fp4_val(rec[j / 2] >> (4 * (j & 1)),
+                                                               dsv4i_e8m0_to_f32(rec[IHD / 2 + j / 32])));
+              d = __fadd_rn(d, __fmul_rn(dsv4i_bf16_to_f32(qh[j]), kv));
+            }
+          }
+          float v = dsv4i_bf16_to_f32(dsv4i_f32_to_bf16(d));
+          v = v > 0.0f ? v : 0.0f;
+          total = __fadd_rn(total, dsv4i_bf16_to_f32(dsv4i_f32_to_bf16(__fmul_rn(v, ws[h]))));
+        }
+        key = dsv4i_bf16_to_f32(dsv4i_f32_to_bf16(total));
+      }
+      scores[(long long)t * score_ld + i] = key;
+    }
+    __syncthreads();
   }
 }
 

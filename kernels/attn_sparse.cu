@@ -7,15 +7,20 @@
  *
  * The reference's online softmax rounds each block's probabilities to bf16
  * relative to the running max after that block, so the work splits over
- * blocks without changing a rounding point:
- *   1. qk:      per (token, block, 64 heads): s = (q · kv) · scale (bf16
- *               mma.sync, fp32 accumulation) and each head's block max;
- *   2. pv:      per (token, block, 64 heads, 128 dims): the running max M_b
- *               (prefix max of the block maxima), p = exp(s − M_b), the
- *               block's fp32 Σp (entry order) and Σ bf16(p)·kv (mma.sync);
- *   3. combine: per (token, head) the reference's recurrence over blocks
- *               (acc·f + block, sum·f + Σp), the sink, the division.
- * Batch 1 therefore runs (row blocks × head groups × dim chunks) blocks.
+ * blocks (split-K) without changing a rounding point:
+ *   1. split:   one thread block per (64-entry block, token, 16 heads): the
+ *               scores s = (q · kv) · scale (bf16 mma.sync, fp32
+ *               accumulation, the records decoded straight into fragments),
+ *               the block max per head published to the blocks after it;
+ *               then the running max M_b = max(block maxima <= b) read back
+ *               from the blocks before it (they run earlier in the grid and
+ *               never wait, so the wait ends), p = exp(s − M_b), the block's
+ *               fp32 Σp (entry order) and Σ bf16(p)·kv (mma.sync);
+ *   2. combine: per (token, head) the reference's recurrence over blocks
+ *               (acc·f + block, sum·f + Σp), the sink, the division: a
+ *               fixed order, so the result does not depend on the schedule.
+ * Batch 1 therefore runs (row blocks × head groups) blocks in the first
+ * launch and (heads) in the second.
  * A token with layout −B is a DSpark draft-block query (spec §6.1): its row
  * is the stage ring's slots 0 .. min(window, anchor + 1) − 1 in slot order,
  * then the B rows of its block (first = anchor + 1, row0 = the block's first
@@ -25,10 +30,9 @@
 #include "kvrec.cuh"
 
 #define BLK DSV4I_GPU_ATTN_BLOCK /* entries per online-softmax block */
-#define HG 64                    /* heads per thread block (4 warps x 16) */
-#define KC 64                    /* head dims per qk chunk */
-#define DC 128                   /* head dims per pv block */
-#define LDS (64 + 8)             /* smem row stride in bf16 (conflict-free fragments) */
+#define SG 16                    /* heads per split thread block (one mma row tile) */
+#define LDP (BLK + 8)            /* bf16 row stride of the probability tile */
+#define FLAGS DSV4I_GPU_ATTN_SPLIT_FLAGS
 
 namespace {
 
@@ -94,44 +98,69 @@ __device__ __forceinline__ void load_words(const unsigned char *p, unsigned int 
   }
 }
 
-/* Dims [d0, d0 + 32) of an entry's row as 16 packed bf16 pairs. */
-__device__ __forceinline__ void load32(int kind, unsigned long long ptr, int d0, int hd,
-                                       unsigned int out[16]) {
-  if (kind == E_WIN) {
+/* bf16 pair (lo, hi) from two f32, round to nearest even (finite values as
+ * dsv4i_f32_to_bf16; a NaN stays a NaN) */
+__device__ __forceinline__ unsigned int pack_bf16(float lo, float hi) {
+  unsigned int r;
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+
+/* E4M3 byte -> f32 (dsv4i_e4m3_to_f32 without the uint8_t round trip) */
+__device__ __forceinline__ float e4m3f(unsigned int b) {
+  const unsigned int mag = b & 0x7Fu;
+  const float v = __fmul_rn(__uint_as_float(((b & 0x80u) << 24) | (mag << 20)), 0x1p120f);
+  return mag == 0x7Fu ? __uint_as_float(((b & 0x80u) << 24) | 0x7FC00000u) : v;
+}
+
+/* Dims [d0, d0 + N) of an entry's row as N/2 packed bf16 pairs (element 2i
+ * in the low half of out[i]); N = 4 or 16, d0 a multiple of N. The values
+ * are the records' (kvrec.cuh: bf16(code · scale)). */
+template <int N>
+__device__ __forceinline__ void load_dims(int kind, unsigned long long ptr, int d0, int hd,
+                                          unsigned int out[N / 2]) {
+  if (kind == E_WIN) { /* N bytes of E4M3, one UE8M0 scale per 32 */
     const unsigned char *rec = (const unsigned char *)ptr;
-    unsigned int w[8];
-    load_words<8>(rec + d0, w);
+    unsigned int w[N / 4];
+    if constexpr (N == 16) load_words<4>(rec + d0, w);
+    else w[0] = *(const unsigned int *)(rec + d0);
     const float s = dsv4i_e8m0_to_f32(rec[hd + d0 / 32]);
     #pragma unroll
-    for (int i = 0; i < 16; i++) {
+    for (int i = 0; i < N / 2; i++) {
       const unsigned int wd = w[i >> 1] >> (16 * (i & 1));
-      out[i] = dsv4_window_val(wd & 0xFFu, s) | (dsv4_window_val((wd >> 8) & 0xFFu, s) << 16);
+      out[i] = pack_bf16(__fmul_rn(e4m3f(wd & 0xFFu), s), __fmul_rn(e4m3f((wd >> 8) & 0xFFu), s));
     }
-  } else if (kind == E_COMP) {
+  } else if (kind == E_COMP) { /* N/2 bytes of packed E2M1, one E4M3 scale per 16 */
     const unsigned char *rec = (const unsigned char *)ptr;
-    unsigned int w[4];
-    load_words<4>(rec + d0 / 2, w);
-    const float s0 = dsv4i_e4m3_to_f32(rec[hd / 2 + d0 / 16]);
-    const float s1 = dsv4i_e4m3_to_f32(rec[hd / 2 + d0 / 16 + 1]);
+    unsigned int w[(N / 2 + 3) / 4];
+    if constexpr (N == 16) {
+      w[0] = ((const unsigned int *)(rec + d0 / 2))[0];
+      w[1] = ((const unsigned int *)(rec + d0 / 2))[1];
+    } else {
+      w[0] = ((const unsigned short *)(rec + d0 / 2))[0];
+    }
+    const float s = dsv4i_e4m3_to_f32(rec[hd / 2 + d0 / 16]);
     #pragma unroll
-    for (int i = 0; i < 16; i++) { /* byte i holds elements 2i (low nibble) and 2i + 1 */
+    for (int i = 0; i < N / 2; i++) { /* byte i holds elements 2i (low nibble) and 2i + 1 */
       const unsigned int byte = (w[i >> 2] >> (8 * (i & 3))) & 0xFFu;
-      const float s = i < 8 ? s0 : s1;
-      out[i] = dsv4_fp4_val(byte & 0xFu, s) | (dsv4_fp4_val(byte >> 4, s) << 16);
+      out[i] = pack_bf16(__fmul_rn(dsv4i_e2m1_to_f32(byte & 0xFu), s),
+                         __fmul_rn(dsv4i_e2m1_to_f32(byte >> 4), s));
     }
   } else if (kind == E_ROW) {
-    const uint4 *src = (const uint4 *)((const unsigned short *)ptr + d0);
-    #pragma unroll
-    for (int j = 0; j < 4; j++) {
-      const uint4 v = src[j];
-      out[4 * j] = v.x; out[4 * j + 1] = v.y; out[4 * j + 2] = v.z; out[4 * j + 3] = v.w;
+    const unsigned short *src = (const unsigned short *)ptr + d0;
+    if constexpr (N == 16) {
+      const uint4 v0 = ((const uint4 *)src)[0], v1 = ((const uint4 *)src)[1];
+      out[0] = v0.x; out[1] = v0.y; out[2] = v0.z; out[3] = v0.w;
+      out[4] = v1.x; out[5] = v1.y; out[6] = v1.z; out[7] = v1.w;
+    } else {
+      const uint2 v = *(const uint2 *)src;
+      out[0] = v.x; out[1] = v.y;
     }
   } else {
     #pragma unroll
-    for (int i = 0; i < 16; i++) out[i] = 0;
+    for (int i = 0; i < N / 2; i++) out[i] = 0;
   }
 }
-
 __device__ __forceinline__ void mma_bf16(float c[4], unsigned int a0, unsigned int a1,
                                          unsigned int a2, unsigned int a3, unsigned int b0,
                                          unsigned int b1) {
@@ -146,179 +175,237 @@ __device__ __forceinline__ unsigned int lds32(const unsigned short *p) {
   return *(const unsigned int *)p;
 }
 
+/* Flags of the split pass (module memory, zero at load): flag i holds the
+ * epoch + 1 of the launch that last published block maxima at i. The epoch
+ * advances once per launch (the last block to finish moves it), so no flag
+ * needs clearing. One launch of the split pass at a time per loaded module
+ * (the launchers are handle-exclusive per stream). */
+__device__ unsigned int g_split_flag[FLAGS];
+__device__ unsigned int g_split_epoch;
+__device__ unsigned int g_split_done;
+
+__device__ __forceinline__ unsigned int ld_acquire(const unsigned int *p) {
+  unsigned int v;
+  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+
 }  // namespace
 
 /*
- * Pass 1. Grid: n · nblk · n_hg blocks of 128 threads. q: bf16 [n][H][hd]
- * post-RoPE; kvw: bf16 [call tokens][hd] this call's QDQ'd window rows;
- * sel: int32 [n][sel_ld] compressed selection (ascending, −1 padded) or 0.
- * Writes s: f32 [n][nblk][H][64] (−inf for skipped entries) and
- * bmax: f32 [n][nblk][H] (−inf for a block without entries).
+ * Pass 1. Grid: nblk · n · n_hg blocks of 128 threads, block-major (blocks
+ * of entry block b come after every block of b − 1, so a thread block only
+ * waits for earlier ones). q: bf16 [n][H][hd] post-RoPE; kvw: bf16 [call
+ * tokens][hd] this call's QDQ'd window rows; sel: int32 [n][sel_ld]
+ * compressed selection (ascending, −1 padded) or 0. Writes bmax: f32
+ * [n][nblk][H] (−inf for a block without entries), and for blocks with
+ * entries psum: f32 [n][nblk][H] (Σ of the fp32 probabilities in entry
+ * order) and part: f32 [n][nblk][H][hd] (Σ bf16(p)·kv), both relative to
+ * the running max after the block. n · nblk · n_hg <= FLAGS; hd a multiple
+ * of 128.
+ *
+ * Scores: warp w takes entries 16w .. 16w + 15 (two 8-entry n tiles) over
+ * all dims; lane (g, c) loads the 16 dims kc + 16c .. + 15 of its entry and
+ * of its two heads (g, g + 8) per 64-dim chunk kc, which is the mma's k
+ * order permuted the same way for q and kv (the dot is a sum over dims).
+ * P·V: warp w takes dims [w·hd/4, (w+1)·hd/4) of each 512- (or 128-) dim
+ * chunk; lane (g, c) loads N contiguous dims of its four entries per k step
+ * and n tile j of the warp is dim g'·N + j of lane g''s run (N = 16 or 4).
  */
-extern "C" __global__ void __launch_bounds__(128) dsv4_k_attn_sparse_qk_e4m3(
-    dsv4i_gpu_kvtab win, dsv4i_gpu_kvtab comp, const dsv4i_gpu_attn_tok *__restrict__ tok,
-    int nblk, int n_hg, int H, int hd, int window, const unsigned short *__restrict__ q,
-    const unsigned short *__restrict__ kvw, const int *__restrict__ sel, int sel_ld, float scale,
-    float *__restrict__ s_out, float *__restrict__ bmax) {
-  __shared__ __align__(16) unsigned short Qs[HG * LDS];
-  __shared__ __align__(16) unsigned short Ks[BLK * LDS];
-  __shared__ unsigned long long e_ptr[BLK];
-  __shared__ int e_kind[BLK];
-  const int hg = blockIdx.x % n_hg, b = (blockIdx.x / n_hg) % nblk, t = blockIdx.x / (n_hg * nblk);
+template <int N>
+__device__ __forceinline__ void split_pv(const unsigned long long *e_ptr, const int *e_kind,
+                                         const unsigned short *Pb, int hd, int H, int head0,
+                                         float *part_tb) {
   const int tid = threadIdx.x, lane = tid & 31, wid = tid >> 5, g = lane >> 2, c = lane & 3;
-  const dsv4i_gpu_attn_tok tk = tok[t];
-  if (tid < BLK)
-    resolve_entry(win, comp, tk, b * BLK + tid, window, hd, kvw,
-                  sel ? sel + (long long)t * sel_ld : sel, sel ? sel_ld : 0, &e_ptr[tid], &e_kind[tid]);
-  __syncthreads();
-  float acc[8][4];
-  #pragma unroll
-  for (int i = 0; i < 8; i++) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.0f;
-  const int me = tid >> 1, half = tid & 1;
-  for (int kc = 0; kc < hd; kc += KC) {
-    for (int v = tid; v < HG * KC / 8; v += blockDim.x) {
-      const int h = v / (KC / 8), c8 = v % (KC / 8), head = hg * HG + h;
-      uint4 val = make_uint4(0, 0, 0, 0);
-      if (head < H) val = *(const uint4 *)(q + ((long long)t * H + head) * hd + kc + c8 * 8);
-      *(uint4 *)&Qs[h * LDS + c8 * 8] = val;
-    }
-    unsigned int kv[16];
-    load32(e_kind[me], e_ptr[me], kc + half * 32, hd, kv);
-    uint4 *dst = (uint4 *)&Ks[me * LDS + half * 32];
+  const int DCH = 32 * N; /* dims per chunk: 4 warps x 8 lanes x N */
+  const unsigned short *pa = Pb + g * LDP;
+  for (int ch = 0; ch < hd; ch += DCH) {
+    const int dw = ch + wid * (DCH / 4); /* the warp's dims */
+    float acc[N][4];
     #pragma unroll
-    for (int j = 0; j < 4; j++) dst[j] = make_uint4(kv[4 * j], kv[4 * j + 1], kv[4 * j + 2], kv[4 * j + 3]);
-    __syncthreads();
-    const unsigned short *qa = Qs + (wid * 16 + g) * LDS;
+    for (int j = 0; j < N; j++) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
     #pragma unroll
-    for (int ks = 0; ks < KC; ks += 16) {
-      const unsigned int a0 = lds32(qa + ks + 2 * c), a1 = lds32(qa + 8 * LDS + ks + 2 * c);
-      const unsigned int a2 = lds32(qa + ks + 2 * c + 8), a3 = lds32(qa + 8 * LDS + ks + 2 * c + 8);
+    for (int ks = 0; ks < BLK; ks += 16) {
+      const unsigned int a0 = lds32(pa + ks + 2 * c), a1 = lds32(pa + 8 * LDP + ks + 2 * c);
+      const unsigned int a2 = lds32(pa + ks + 2 * c + 8), a3 = lds32(pa + 8 * LDP + ks + 2 * c + 8);
+      unsigned int v[4][N / 2]; /* entries ks + 2c, + 1, + 8, + 9: dims dw + g·N .. + N − 1 */
       #pragma unroll
-      for (int nt = 0; nt < 8; nt++) {
-        const unsigned short *kb = Ks + (nt * 8 + g) * LDS + ks + 2 * c;
-        mma_bf16(acc[nt], a0, a1, a2, a3, lds32(kb), lds32(kb + 8));
+      for (int r = 0; r < 4; r++) {
+        const int e = ks + 2 * c + (r & 1) + 8 * (r >> 1);
+        load_dims<N>(e_kind[e], e_ptr[e], dw + g * N, hd, v[r]);
+      }
+      #pragma unroll
+      for (int j = 0; j < N; j++) { /* n tile j: column g is dim dw + g·N + j */
+        const unsigned int sel = (j & 1) ? 0x7632u : 0x5410u;
+        const unsigned int b0 = __byte_perm(v[0][j >> 1], v[1][j >> 1], sel);
+        const unsigned int b1 = __byte_perm(v[2][j >> 1], v[3][j >> 1], sel);
+        mma_bf16(acc[j], a0, a1, a2, a3, b0, b1);
       }
     }
-    __syncthreads();
-  }
-  const float ninf = -__int_as_float(0x7F800000);
-  #pragma unroll
-  for (int r = 0; r < 2; r++) {
-    const int head = hg * HG + wid * 16 + g + 8 * r;
-    float m = ninf;
-    float vals[16];
+    /* acc[j][0..1]: head g, dims dw + (2c)·N + j and dw + (2c + 1)·N + j;
+     * acc[j][2..3]: head g + 8, the same dims */
     #pragma unroll
-    for (int nt = 0; nt < 8; nt++) {
+    for (int hh = 0; hh < 2; hh++) {
+      const int head = head0 + g + 8 * hh;
+      if (head >= H) continue;
+      float *po = part_tb + (long long)head * hd + dw;
       #pragma unroll
-      for (int j = 0; j < 2; j++) {
-        const int e = nt * 8 + 2 * c + j;
-        const float v = e_kind[e] != E_NONE ? __fmul_rn(acc[nt][2 * r + j], scale) : ninf;
-        vals[2 * nt + j] = v;
-        m = v > m ? v : m;
+      for (int cc = 0; cc < 2; cc++) {
+        float *dst = po + (2 * c + cc) * N;
+        #pragma unroll
+        for (int j = 0; j < N; j += 4)
+          *(float4 *)(dst + j) = make_float4(acc[j][2 * hh + cc], acc[j + 1][2 * hh + cc],
+                                             acc[j + 2][2 * hh + cc], acc[j + 3][2 * hh + cc]);
       }
-    }
-    m = fmaxf(m, __shfl_xor_sync(0xFFFFFFFFu, m, 1));
-    m = fmaxf(m, __shfl_xor_sync(0xFFFFFFFFu, m, 2));
-    if (head < H) {
-      float *so = s_out + (((long long)t * nblk + b) * H + head) * BLK;
-      #pragma unroll
-      for (int nt = 0; nt < 8; nt++)
-        *(float2 *)(so + nt * 8 + 2 * c) = make_float2(vals[2 * nt], vals[2 * nt + 1]);
-      if (c == 0) bmax[((long long)t * nblk + b) * H + head] = m;
     }
   }
 }
 
-/*
- * Pass 2. Grid: n · nblk · n_hg · (hd / 128) blocks of 128 threads. Reads s
- * and bmax of pass 1; writes psum: f32 [n][nblk][H] (Σ of the fp32
- * probabilities in entry order) and part: f32 [n][nblk][H][hd] (Σ bf16(p)·kv),
- * both relative to the running max after the block.
- */
-extern "C" __global__ void __launch_bounds__(128) dsv4_k_attn_sparse_pv_e4m3(
+extern "C" __global__ void __launch_bounds__(128) dsv4_k_attn_sparse_split_e4m3(
     dsv4i_gpu_kvtab win, dsv4i_gpu_kvtab comp, const dsv4i_gpu_attn_tok *__restrict__ tok,
-    int nblk, int n_hg, int H, int hd, int window, const unsigned short *__restrict__ kvw,
-    const int *__restrict__ sel, int sel_ld, const float *__restrict__ s_in,
-    const float *__restrict__ bmax, float *__restrict__ psum, float *__restrict__ part) {
-  __shared__ __align__(16) unsigned short Ps[HG * LDS];
-  __shared__ __align__(16) unsigned short Vt[DC * LDS];
+    int n, int nblk, int n_hg, int H, int hd, int window, const unsigned short *__restrict__ q,
+    const unsigned short *__restrict__ kvw, const int *__restrict__ sel, int sel_ld, float scale,
+    float *__restrict__ bmax, float *__restrict__ psum, float *__restrict__ part) {
+  __shared__ __align__(16) unsigned short Pb[SG * LDP];
+  __shared__ float Pf[SG][BLK + 1];
+  __shared__ float wmax[4][SG];
+  __shared__ float Ms[SG];
   __shared__ unsigned long long e_ptr[BLK];
   __shared__ int e_kind[BLK];
-  const int n_dc = hd / DC;
-  int r = blockIdx.x;
-  const int dc = r % n_dc; r /= n_dc;
-  const int hg = r % n_hg; r /= n_hg;
-  const int b = r % nblk, t = r / nblk;
+  __shared__ unsigned int s_epoch;
+  __shared__ int s_any;
+  const int hg = blockIdx.x % n_hg, t = (blockIdx.x / n_hg) % n, b = blockIdx.x / (n_hg * n);
   const int tid = threadIdx.x, lane = tid & 31, wid = tid >> 5, g = lane >> 2, c = lane & 3;
+  const int head0 = hg * SG;
   const dsv4i_gpu_attn_tok tk = tok[t];
-  if (tid < BLK)
+  if (tid == 0) {
+    s_epoch = ld_acquire(&g_split_epoch);
+    s_any = 0;
+  }
+  __syncthreads();
+  if (tid < BLK) {
     resolve_entry(win, comp, tk, b * BLK + tid, window, hd, kvw,
                   sel ? sel + (long long)t * sel_ld : sel, sel ? sel_ld : 0, &e_ptr[tid], &e_kind[tid]);
-  __syncthreads();
-  /* probabilities: one thread per head, entries in order (the fp32 sum's order) */
-  if (tid < HG) {
-    const int head = hg * HG + tid;
-    float psum_h = 0.0f;
-    if (head < H) {
-      float M = -1e30f;
-      for (int bb = 0; bb <= b; bb++) {
-        const float bm = bmax[((long long)t * nblk + bb) * H + head];
-        M = bm > M ? bm : M;
-      }
-      const float *sr = s_in + (((long long)t * nblk + b) * H + head) * BLK;
-      for (int e = 0; e < BLK; e += 2) {
-        unsigned int pb[2] = {0, 0};
-        for (int j = 0; j < 2; j++) {
-          if (e_kind[e + j] == E_NONE) continue;
-          const float p = expf(__fsub_rn(sr[e + j], M));
-          psum_h = __fadd_rn(psum_h, p);
-          pb[j] = dsv4i_f32_to_bf16(p);
-        }
-        *(unsigned int *)&Ps[tid * LDS + e] = pb[0] | (pb[1] << 16);
-      }
-      if (dc == 0) psum[((long long)t * nblk + b) * H + head] = psum_h;
-    } else {
-      for (int e = 0; e < BLK; e += 2) *(unsigned int *)&Ps[tid * LDS + e] = 0u;
-    }
+    if (e_kind[tid] != E_NONE) s_any = 1;
   }
-  /* V chunk transposed: Vt[d][e] */
-  {
-    const int me = tid >> 1, half = tid & 1;
-    #pragma unroll
-    for (int h2 = 0; h2 < 2; h2++) {
-      unsigned int kv[16];
-      const int dl = half * 64 + h2 * 32;
-      load32(e_kind[me], e_ptr[me], dc * DC + dl, hd, kv);
+  __syncthreads();
+  const unsigned int want = s_epoch + 1u;
+  const long long tb = (long long)t * nblk + b;
+  const int any = s_any;
+  /* 1. scores of the warp's 16 entries for heads head0 + g, head0 + g + 8 */
+  float acc[2][4];
+  #pragma unroll
+  for (int i = 0; i < 2; i++) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.0f;
+  if (any) {
+    const int ea = wid * 16 + g, eb = ea + 8;
+    const int ka = e_kind[ea], kb = e_kind[eb];
+    const unsigned long long pa = e_ptr[ea], pb = e_ptr[eb];
+    const bool va = head0 + g < H, vb = head0 + g + 8 < H;
+    const unsigned short *qa = q + ((long long)t * H + (va ? head0 + g : 0)) * hd;
+    const unsigned short *qb = q + ((long long)t * H + (vb ? head0 + g + 8 : 0)) * hd;
+    for (int kc = 0; kc < hd; kc += 64) {
+      const int d0 = kc + 16 * c;
+      uint4 z = make_uint4(0, 0, 0, 0);
+      const uint4 qa0 = va ? ((const uint4 *)(qa + d0))[0] : z, qa1 = va ? ((const uint4 *)(qa + d0))[1] : z;
+      const uint4 qb0 = vb ? ((const uint4 *)(qb + d0))[0] : z, qb1 = vb ? ((const uint4 *)(qb + d0))[1] : z;
+      const unsigned int wa[8] = {qa0.x, qa0.y, qa0.z, qa0.w, qa1.x, qa1.y, qa1.z, qa1.w};
+      const unsigned int wb[8] = {qb0.x, qb0.y, qb0.z, qb0.w, qb1.x, qb1.y, qb1.z, qb1.w};
+      unsigned int k0[8], k1[8];
+      load_dims<16>(ka, pa, d0, hd, k0);
+      load_dims<16>(kb, pb, d0, hd, k1);
       #pragma unroll
-      for (int i = 0; i < 16; i++) {
-        Vt[(dl + 2 * i) * LDS + me] = (unsigned short)(kv[i] & 0xFFFFu);
-        Vt[(dl + 2 * i + 1) * LDS + me] = (unsigned short)(kv[i] >> 16);
+      for (int ks = 0; ks < 4; ks++) { /* mma k 2c, 2c+1 | 2c+8, 2c+9 = dims d0 + 4ks + 0,1 | 2,3 */
+        mma_bf16(acc[0], wa[2 * ks], wb[2 * ks], wa[2 * ks + 1], wb[2 * ks + 1], k0[2 * ks], k0[2 * ks + 1]);
+        mma_bf16(acc[1], wa[2 * ks], wb[2 * ks], wa[2 * ks + 1], wb[2 * ks + 1], k1[2 * ks], k1[2 * ks + 1]);
       }
     }
   }
-  __syncthreads();
-  float acc[DC / 8][4];
+  /* acc[nt][j]: head g (j < 2) / g + 8, entry 16w + 8nt + 2c + (j & 1) */
+  const float ninf = -__int_as_float(0x7F800000);
+  float sv[2][4];
+  float m0 = ninf, m1 = ninf;
   #pragma unroll
-  for (int i = 0; i < DC / 8; i++) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.0f;
-  const unsigned short *pa = Ps + (wid * 16 + g) * LDS;
-  #pragma unroll
-  for (int ks = 0; ks < BLK; ks += 16) {
-    const unsigned int a0 = lds32(pa + ks + 2 * c), a1 = lds32(pa + 8 * LDS + ks + 2 * c);
-    const unsigned int a2 = lds32(pa + ks + 2 * c + 8), a3 = lds32(pa + 8 * LDS + ks + 2 * c + 8);
+  for (int nt = 0; nt < 2; nt++)
     #pragma unroll
-    for (int nt = 0; nt < DC / 8; nt++) {
-      const unsigned short *vb = Vt + (nt * 8 + g) * LDS + ks + 2 * c;
-      mma_bf16(acc[nt], a0, a1, a2, a3, lds32(vb), lds32(vb + 8));
+    for (int j = 0; j < 4; j++) {
+      const int e = wid * 16 + nt * 8 + 2 * c + (j & 1);
+      const float v = e_kind[e] != E_NONE ? __fmul_rn(acc[nt][j], scale) : ninf;
+      sv[nt][j] = v;
+      if (j < 2) m0 = v > m0 ? v : m0; else m1 = v > m1 ? v : m1;
     }
+  m0 = fmaxf(m0, __shfl_xor_sync(0xFFFFFFFFu, m0, 1));
+  m0 = fmaxf(m0, __shfl_xor_sync(0xFFFFFFFFu, m0, 2));
+  m1 = fmaxf(m1, __shfl_xor_sync(0xFFFFFFFFu, m1, 1));
+  m1 = fmaxf(m1, __shfl_xor_sync(0xFFFFFFFFu, m1, 2));
+  if (c == 0) {
+    wmax[wid][g] = m0;
+    wmax[wid][g + 8] = m1;
   }
-  #pragma unroll
-  for (int rr = 0; rr < 2; rr++) {
-    const int head = hg * HG + wid * 16 + g + 8 * rr;
-    if (head >= H) continue;
-    float *po = part + (((long long)t * nblk + b) * H + head) * hd + dc * DC;
+  __syncthreads();
+  /* 2. publish this block's maxima, then wait for the blocks before it */
+  if (tid < SG) {
+    float m = ninf;
     #pragma unroll
-    for (int nt = 0; nt < DC / 8; nt++)
-      *(float2 *)(po + nt * 8 + 2 * c) = make_float2(acc[nt][2 * rr], acc[nt][2 * rr + 1]);
+    for (int w = 0; w < 4; w++) m = fmaxf(m, wmax[w][tid]);
+    Ms[tid] = m;
+    if (head0 + tid < H) bmax[tb * H + head0 + tid] = m;
+  }
+  __threadfence();
+  __syncthreads();
+  if (tid == 0) atomicExch(&g_split_flag[tb * n_hg + hg], want);
+  if (any) {
+    for (int bb = tid; bb < b; bb += blockDim.x) {
+      const unsigned int *f = &g_split_flag[((long long)t * nblk + bb) * n_hg + hg];
+      unsigned int spins = 0;
+      while (ld_acquire(f) != want) {
+        __nanosleep(128);
+        if (++spins > (1u << 23)) __trap(); /* a lost block: fail loudly, never hang */
+      }
+    }
+    __syncthreads();
+    if (tid < SG) {
+      float M = -1e30f; /* the reference's initial running max */
+      if (head0 + tid < H)
+        for (int bb = 0; bb <= b; bb++) {
+          const float bm = bb == b ? Ms[tid] : __ldcg(&bmax[((long long)t * nblk + bb) * H + head0 + tid]);
+          M = bm > M ? bm : M;
+        }
+      Ms[tid] = head0 + tid < H ? M : 0.0f; /* padding heads: finite, discarded */
+    }
+    __syncthreads();
+    /* 3. probabilities relative to the running max: fp32 for Σp, bf16 for P·V */
+    #pragma unroll
+    for (int nt = 0; nt < 2; nt++)
+      #pragma unroll
+      for (int j = 0; j < 4; j++) {
+        const int e = wid * 16 + nt * 8 + 2 * c + (j & 1), h = g + 8 * (j >> 1);
+        const float p = e_kind[e] != E_NONE ? expf(__fsub_rn(sv[nt][j], Ms[h])) : 0.0f;
+        Pf[h][e] = p;
+        Pb[h * LDP + e] = (unsigned short)dsv4i_f32_to_bf16(p);
+      }
+    __syncthreads();
+    if (tid < SG && head0 + tid < H) {
+      float s = 0.0f;
+      for (int e = 0; e < BLK; e++)
+        if (e_kind[e] != E_NONE) s = __fadd_rn(s, Pf[tid][e]);
+      psum[tb * H + head0 + tid] = s;
+    }
+    __syncwarp(); /* warp 0 reconverges after the sums before its mma.sync */
+    float *part_tb = part + tb * H * hd;
+    if (hd % 512 == 0)
+      split_pv<16>(e_ptr, e_kind, Pb, hd, H, head0, part_tb);
+    else
+      split_pv<4>(e_ptr, e_kind, Pb, hd, H, head0, part_tb);
+  }
+  /* the last block to finish moves the epoch for the next launch */
+  __syncthreads();
+  if (tid == 0) {
+    __threadfence();
+    if (atomicAdd(&g_split_done, 1u) == gridDim.x - 1) {
+      g_split_done = 0;
+      *(volatile unsigned int *)&g_split_epoch = want;
+      __threadfence();
+    }
   }
 }
 

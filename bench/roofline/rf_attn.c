@@ -15,17 +15,23 @@
 
 enum { PAGE = 64 * 1024 };
 
-/* A table of n_seq sequences of n_rec records each, sequence s on pages [s·ld, (s+1)·ld). */
-static dsv4i_gpu_kvtab table(rf *r, int n_seq, int64_t n_rec, int rec_bytes, int ring) {
+/* A table of n_seq sequences of n_rec records each, sequence s on pages [s·ld, (s+1)·ld),
+ * every 32-bit word of the pool (random & mask) | bits. */
+static dsv4i_gpu_kvtab table_fill(rf *r, int n_seq, int64_t n_rec, int rec_bytes, int ring,
+                                  unsigned int mask, unsigned int bits) {
   const int rpp = PAGE / rec_bytes;
   const int ld = (int)(((ring ? ring : n_rec) + rpp - 1) / rpp);
   int32_t *pages = malloc(sizeof(int32_t) * (size_t)n_seq * (size_t)ld);
   for (int64_t i = 0; i < (int64_t)n_seq * ld; i++) pages[i] = (int32_t)i;
-  dsv4i_gpu_kvtab t = {rf_rand(r, (size_t)n_seq * ld * PAGE, 0x3F3F3F3Fu, 0),
+  dsv4i_gpu_kvtab t = {rf_rand(r, (size_t)n_seq * ld * PAGE, mask, bits),
                        rf_upload(r, pages, sizeof(int32_t) * (size_t)n_seq * (size_t)ld), PAGE,
                        ld, rpp, rec_bytes, ring};
   free(pages);
   return t;
+}
+
+static dsv4i_gpu_kvtab table(rf *r, int n_seq, int64_t n_rec, int rec_bytes, int ring) {
+  return table_fill(r, n_seq, n_rec, rec_bytes, ring, 0x3F3F3F3Fu, 0);
 }
 
 /* Token records of `calls` calls of n decode tokens: call c, token t -> sequence c·n + t. */
@@ -177,7 +183,10 @@ static void indexer(rf *r) {
     c.q = rf_rand(r, (size_t)n_seq * IH * ihd * 2, 0x3F7F3F7Fu, 0);
     c.w = rf_rand(r, (size_t)n_seq * IH * 2, 0x3F7F3F7Fu, 0);
     c.out = rf_take(r, sizeof(int32_t) * (size_t)n * c.k_max);
-    c.a = (dsv4i_gpu_index_args){.idxk = table(r, n_seq, keys, 68, 0), .n = n, .n_heads = IH,
+    /* every byte 0x7C..0x7F: UE8M0 scales 2^-3..2^0 as an encoded key row has (its four
+     * blocks within a few binades: the scores' mma path); codes of both signs */
+    c.a = (dsv4i_gpu_index_args){.idxk = table_fill(r, n_seq, keys, 68, 0, 0x03030303u, 0x7C7C7C7Cu),
+                                 .n = n, .n_heads = IH,
                                  .head_dim = ihd, .ratio = ratio,
                                  .wscale = 1.0f / 64.0f,
                                  .scores = rf_take(r, sizeof(float) * (size_t)n * keys),

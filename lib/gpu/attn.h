@@ -36,7 +36,7 @@
 typedef struct dsv4i_gpu_attn_kernels {
   const dsv4i_kreg *kr; /**< borrowed registry */
   dsv4i_kernel_id window_store, comp_store, idxk_store, compress_pool, cstate_store;
-  dsv4i_kernel_id index_scores, topk, sparse_qk, sparse_pv, sparse_combine;
+  dsv4i_kernel_id index_scores, topk, sparse_split, sparse_combine;
 } dsv4i_gpu_attn_kernels;
 
 /**

@@ -55,4 +55,11 @@ _Static_assert(sizeof(dsv4i_gpu_attn_tok) == 32, "dsv4i_gpu_attn_tok layout");
 /** Entries per online-softmax block of the sparse attention (spec §5.4 step 4). */
 #define DSV4I_GPU_ATTN_BLOCK 64
 
+/** Heads per thread block of the sparse attention's split pass. */
+#define DSV4I_GPU_ATTN_SPLIT_HEADS 16
+
+/** (token, entry block, head group) triples one split launch can take: the
+ * size of its flag table in module memory (kernels/attn_sparse.cu). */
+#define DSV4I_GPU_ATTN_SPLIT_FLAGS 16384
+
 #endif /* DSV4I_GPU_ATTN_ABI_H */

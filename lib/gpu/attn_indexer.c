@@ -14,7 +14,7 @@ dsv4_status dsv4i_gpu_attn_index_scores(const dsv4i_gpu_attn_kernels *k, dsv4i_c
   /* blocks per token: enough to cover the keys the scores row can hold, and
    * about four waves of the device in all (fixed by the arguments, not by
    * positions, so the grid survives graph replay) */
-  const int64_t keys_blocks = (a->score_ld + 127) / 128;
+  const int64_t keys_blocks = (a->score_ld + 63) / 64; /* 64-key tiles */
   int64_t per_tok = 4 * (int64_t)k->kr->dev->n_sm / a->n;
   if (per_tok < 1) per_tok = 1;
   if (per_tok > keys_blocks) per_tok = keys_blocks;

@@ -1,16 +1,15 @@
 /* Launcher of the sparse attention with sink (kernels/attn_sparse.cu):
- * three passes per slice of tokens, the slice as large as the workspace. */
+ * the split pass and the combine per slice of tokens, the slice as large as
+ * the workspace and the split pass's flag table allow. */
 #include "gpu/attn.h"
 
 static int32_t n_blocks(int32_t window, int32_t sel_ld) {
   return (window + sel_ld + DSV4I_GPU_ATTN_BLOCK - 1) / DSV4I_GPU_ATTN_BLOCK;
 }
 
-/* f32 per token: scores [nblk][H][64], block max and Σp [nblk][H] each,
- * partial outputs [nblk][H][hd] */
+/* f32 per token: block max and Σp [nblk][H] each, partial outputs [nblk][H][hd] */
 static size_t ws_per_tok(int32_t H, int32_t hd, int32_t window, int32_t sel_ld) {
-  return (size_t)n_blocks(window, sel_ld) * (size_t)H *
-         ((size_t)DSV4I_GPU_ATTN_BLOCK + 2 + (size_t)hd) * sizeof(float);
+  return (size_t)n_blocks(window, sel_ld) * (size_t)H * (2 + (size_t)hd) * sizeof(float);
 }
 
 size_t dsv4i_gpu_attn_sparse_ws(int32_t n_heads, int32_t head_dim, int32_t window,
@@ -32,36 +31,34 @@ dsv4_status dsv4i_gpu_attn_sparse(const dsv4i_gpu_attn_kernels *k, dsv4i_custrea
                        (int)sel_ld);
   if (a->n == 0) return DSV4_OK;
   const size_t per = ws_per_tok(H, hd, a->window, width);
-  const int64_t slice_max = (int64_t)(a->ws_bytes / per);
+  int64_t slice_max = (int64_t)(a->ws_bytes / per);
   if (slice_max < 1)
     return dsv4i_error(DSV4_ERR_INVALID_ARG, "sparse attention: workspace of %zu bytes, one token "
                        "needs %zu", a->ws_bytes, per);
-  int nblk = n_blocks(a->window, width), n_hg = (H + 63) / 64, n_dc = hd / 128;
+  int nblk = n_blocks(a->window, width);
+  int n_hg = (H + DSV4I_GPU_ATTN_SPLIT_HEADS - 1) / DSV4I_GPU_ATTN_SPLIT_HEADS;
+  const int64_t flag_max = DSV4I_GPU_ATTN_SPLIT_FLAGS / ((int64_t)nblk * n_hg);
+  if (flag_max < 1)
+    return dsv4i_error(DSV4_ERR_UNSUPPORTED, "sparse attention: %d entry blocks x %d head groups "
+                       "exceed the split pass's %d flags", nblk, n_hg, DSV4I_GPU_ATTN_SPLIT_FLAGS);
+  if (slice_max > flag_max) slice_max = flag_max;
   int Hh = H, hdd = hd, win_arg = a->window, sld = sel_ld;
   float scale = a->scale;
   dsv4i_gpu_kvtab win = a->win, comp = a->comp;
   dsv4_status st = DSV4_OK;
   for (int32_t t0 = 0; t0 < a->n && st == DSV4_OK; t0 += (int32_t)slice_max) {
     const int64_t ns = a->n - t0 < slice_max ? a->n - t0 : slice_max;
-    if (ns * nblk * n_hg * n_dc > INT32_MAX || ns * H > INT32_MAX)
-      return dsv4i_error(DSV4_ERR_INVALID_ARG, "sparse attention: slice of %lld tokens",
-                         (long long)ns);
+    int nsi = (int)ns;
     dsv4i_cuptr tok = a->tok + (dsv4i_cuptr)t0 * sizeof(dsv4i_gpu_attn_tok);
     dsv4i_cuptr q = a->q + (dsv4i_cuptr)t0 * (dsv4i_cuptr)H * (dsv4i_cuptr)hd * 2u;
     dsv4i_cuptr o = a->o + (dsv4i_cuptr)t0 * (dsv4i_cuptr)H * (dsv4i_cuptr)hd * 2u;
     dsv4i_cuptr sel = a->sel ? a->sel + (dsv4i_cuptr)t0 * (dsv4i_cuptr)sel_ld * 4u : 0;
     dsv4i_cuptr kvw = a->kvw, sink = a->sink;
     const dsv4i_cuptr nbh = (dsv4i_cuptr)ns * (dsv4i_cuptr)nblk * (dsv4i_cuptr)H;
-    dsv4i_cuptr s_ws = a->ws, bmax = s_ws + nbh * DSV4I_GPU_ATTN_BLOCK * 4u;
-    dsv4i_cuptr psum = bmax + nbh * 4u, part = psum + nbh * 4u;
-    void *qk[] = {&win, &comp, &tok, &nblk, &n_hg, &Hh, &hdd, &win_arg, &q, &kvw, &sel, &sld,
-                  &scale, &s_ws, &bmax};
-    st = dsv4i_kreg_launch(k->kr, k->sparse_qk, (uint32_t)(ns * nblk * n_hg), 0, stream, qk);
-    void *pv[] = {&win, &comp, &tok, &nblk, &n_hg, &Hh, &hdd, &win_arg, &kvw, &sel, &sld,
-                  &s_ws, &bmax, &psum, &part};
-    if (st == DSV4_OK)
-      st = dsv4i_kreg_launch(k->kr, k->sparse_pv, (uint32_t)(ns * nblk * n_hg * n_dc), 0, stream,
-                             pv);
+    dsv4i_cuptr bmax = a->ws, psum = bmax + nbh * 4u, part = psum + nbh * 4u;
+    void *sp[] = {&win, &comp, &tok, &nsi, &nblk, &n_hg, &Hh, &hdd, &win_arg, &q, &kvw, &sel,
+                  &sld, &scale, &bmax, &psum, &part};
+    st = dsv4i_kreg_launch(k->kr, k->sparse_split, (uint32_t)(ns * nblk * n_hg), 0, stream, sp);
     void *cb[] = {&nblk, &Hh, &hdd, &bmax, &psum, &part, &sink, &o};
     if (st == DSV4_OK)
       st = dsv4i_kreg_launch(k->kr, k->sparse_combine, (uint32_t)(ns * H), 0, stream, cb);

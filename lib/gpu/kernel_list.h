@@ -48,8 +48,7 @@
   X(ATTN_CSTATE_STORE, "attn_cstate_store")                                                      \
   X(ATTN_INDEX_SCORES, "attn_index_scores")                                                      \
   X(ATTN_TOPK, "attn_topk")                                                                      \
-  X(ATTN_SPARSE_QK, "attn_sparse_qk")                                                            \
-  X(ATTN_SPARSE_PV, "attn_sparse_pv")                                                            \
+  X(ATTN_SPARSE_SPLIT, "attn_sparse_split")                                                      \
   X(ATTN_SPARSE_COMBINE, "attn_sparse_combine")                                                  \
   X(DSPARK_MARKOV, "dspark_markov")
 
@@ -90,8 +89,7 @@
   X(ATTN_CSTATE_STORE_F32, ATTN_CSTATE_STORE, F32, ANY, 80, attn_cache, dsv4_k_attn_cstate_store_f32, 256) \
   X(ATTN_INDEX_SCORES_E2M1, ATTN_INDEX_SCORES, E2M1_UE8M0, ANY, 80, attn_indexer, dsv4_k_attn_index_scores_e2m1, 128) \
   X(ATTN_TOPK_F32, ATTN_TOPK, F32, ANY, 80, attn_indexer, dsv4_k_attn_topk_f32, 512) \
-  X(ATTN_SPARSE_QK_E4M3, ATTN_SPARSE_QK, E4M3_UE8M0, ANY, 80, attn_sparse, dsv4_k_attn_sparse_qk_e4m3, 128) \
-  X(ATTN_SPARSE_PV_E4M3, ATTN_SPARSE_PV, E4M3_UE8M0, ANY, 80, attn_sparse, dsv4_k_attn_sparse_pv_e4m3, 128) \
+  X(ATTN_SPARSE_SPLIT_E4M3, ATTN_SPARSE_SPLIT, E4M3_UE8M0, ANY, 80, attn_sparse, dsv4_k_attn_sparse_split_e4m3, 128) \
   X(ATTN_SPARSE_COMBINE_F32, ATTN_SPARSE_COMBINE, F32, ANY, 80, attn_sparse, dsv4_k_attn_sparse_combine_f32, 128) \
   X(DSPARK_MARKOV_BF16, DSPARK_MARKOV, BF16, ANY, 80, dspark, dsv4_k_dspark_markov_bf16, 256)
 
