@@ -273,26 +273,47 @@ __device__ __forceinline__ int2 block_scan(int v, int *sh) {
 /*
  * The k best of key[0, n) (larger first, equal keys: lower index first)
  * written ascending to out[0, k): radix select of the k-th best 32-bit
- * order key (4 passes of 8 bits over the keys still tied with the prefix),
- * then one ordered pass that keeps every key above the threshold and the
- * first ones equal to it. The whole block calls it.
+ * order key, 8 bits per pass over the keys still tied with the prefix
+ * (warp-aggregated histogram: __match_any_sync, one shared atomic per
+ * distinct digit of a warp), stopping once the tied keys agree on every
+ * lower bit (the scores are bf16 values: two passes); then one ordered
+ * pass in which thread i takes the i-th contiguous chunk of keys: counts,
+ * two block scans (equal keys before the chunk; selected keys before it),
+ * and the writes. The whole block calls it; blockDim.x a multiple of 32.
  */
 __device__ __forceinline__ void block_topk(const float *key, long long n, int k, int *out) {
   __shared__ unsigned int hist[256];
-  __shared__ unsigned int s_prefix;
-  __shared__ int s_kk;
+  __shared__ unsigned int s_prefix, s_or, s_and;
+  __shared__ int s_kk, s_done;
   __shared__ int scan_sh[32];
+  const int tid = threadIdx.x, lane = tid & 31, bd = blockDim.x;
   unsigned int prefix = 0, mask = 0;
   int kk = k;
   for (int shift = 24; shift >= 0; shift -= 8) {
-    for (int b = threadIdx.x; b < 256; b += blockDim.x) hist[b] = 0;
-    __syncthreads();
-    for (long long i = threadIdx.x; i < n; i += blockDim.x) {
-      const unsigned int u = order_key(key[i]);
-      if ((u & mask) == prefix) atomicAdd(&hist[(u >> shift) & 255u], 1u);
+    for (int b = tid; b < 256; b += bd) hist[b] = 0;
+    if (tid == 0) {
+      s_or = 0u;
+      s_and = 0xFFFFFFFFu;
     }
     __syncthreads();
-    if (threadIdx.x == 0) {
+    const unsigned int low = (1u << shift) - 1u; /* the bits below this digit */
+    const bool check = shift == 16;              /* where bf16 keys end */
+    for (long long i0 = 0; i0 < n; i0 += bd) {   /* warp-uniform trip count */
+      const long long i = i0 + tid;
+      const unsigned int u = i < n ? order_key(key[i]) : 0u;
+      const bool m = i < n && (u & mask) == prefix;
+      const unsigned int bin = m ? (u >> shift) & 255u : 256u;
+      const unsigned int peers = __match_any_sync(0xFFFFFFFFu, bin);
+      if (m && lane == __ffs(peers) - 1) atomicAdd(&hist[bin], (unsigned int)__popc(peers));
+      if (check) {
+        const unsigned int o = __reduce_or_sync(0xFFFFFFFFu, m ? (u & low) : 0u);
+        const unsigned int a = __reduce_and_sync(0xFFFFFFFFu, m ? (u & low) : 0xFFFFFFFFu);
+        if (lane == 0 && o) atomicOr(&s_or, o);
+        if (lane == 0 && a != 0xFFFFFFFFu) atomicAnd(&s_and, a);
+      }
+    }
+    __syncthreads();
+    if (tid == 0) {
       unsigned int cum = 0;
       for (int b = 255; b >= 0; b--) {
         if (cum + hist[b] >= (unsigned int)kk) {
@@ -302,25 +323,38 @@ __device__ __forceinline__ void block_topk(const float *key, long long n, int k,
         }
         cum += hist[b];
       }
+      /* every key tied with the prefix has the same lower bits: the k-th is known */
+      s_done = check && (s_or & low) == (s_and & low);
+      if (s_done) s_prefix |= s_and & low;
     }
     __syncthreads();
     prefix = s_prefix;
     kk = s_kk;
+    const int done = s_done;
     mask |= 255u << shift;
     __syncthreads();
+    if (done) {
+      mask = 0xFFFFFFFFu;
+      break;
+    }
   }
   /* prefix: the k-th best key; take all above it and the first kk equal */
-  int eq_base = 0, out_base = 0;
-  for (long long i0 = 0; i0 < n; i0 += blockDim.x) {
-    const long long i = i0 + threadIdx.x;
-    const unsigned int u = i < n ? order_key(key[i]) : 0u;
-    const int gt = i < n && u > prefix, eq = i < n && u == prefix;
-    const int2 es = block_scan(eq, scan_sh);
-    const int sel = gt || (eq && eq_base + es.x < kk);
-    const int2 ss = block_scan(sel, scan_sh);
-    if (sel) out[out_base + ss.x] = (int)i;
-    eq_base += es.y;
-    out_base += ss.y;
+  const long long chunk = (n + bd - 1) / bd, c0 = (long long)tid * chunk;
+  const long long c1 = c0 + chunk < n ? c0 + chunk : n;
+  int gt = 0, eq = 0;
+  for (long long i = c0; i < c1; i++) {
+    const unsigned int u = order_key(key[i]);
+    gt += u > prefix;
+    eq += u == prefix;
+  }
+  const int2 es = block_scan(eq, scan_sh);
+  int take = kk - es.x;
+  take = take < 0 ? 0 : take > eq ? eq : take;
+  const int2 ss = block_scan(gt + take, scan_sh);
+  int o = ss.x, seen = 0;
+  for (long long i = c0; i < c1; i++) {
+    const unsigned int u = order_key(key[i]);
+    if (u > prefix || (u == prefix && seen++ < take)) out[o++] = (int)i;
   }
 }
 
