@@ -359,7 +359,7 @@ extern "C" __global__ void __launch_bounds__(128) dsv4_k_attn_sparse_split_e4m3(
       unsigned int spins = 0;
       while (ld_acquire(f) != want) {
         __nanosleep(128);
-        if (++spins > (1u << 23)) __trap(); /* a lost block: fail loudly, never hang */
+        if (++spins > (1u << 26)) __trap(); /* a lost block: fail loudly, never hang */
       }
     }
     __syncthreads();
