@@ -50,4 +50,33 @@ __device__ __forceinline__ void load_block(const unsigned char *w, long long ld,
   }
 }
 
+/* Four E4M3 bytes of v (little-endian) decoded to fp32, dsv4i_e4m3_to_f32
+ * each: sign | mag << 20 scaled by 2^120 (exact; subnormal codes land on
+ * fp32 subnormals, which the kernels keep), 0x7F / 0xFF give NaN. The NaN
+ * test is one word-wide check, so the common path has no per-byte select. */
+__device__ __forceinline__ void e4m3x4_to_f32(uint32_t v, float *o) {
+#pragma unroll
+  for (int j = 0; j < 4; j++) {
+    const uint32_t b = (v >> (8 * j)) & 0xFFu;
+    o[j] = __fmul_rn(__uint_as_float(((b & 0x80u) << 24) | ((b & 0x7Fu) << 20)), 0x1p120f);
+  }
+  if (((v & 0x7F7F7F7Fu) + 0x01010101u) & 0x80808080u) {
+#pragma unroll
+    for (int j = 0; j < 4; j++)
+      if (((v >> (8 * j)) & 0x7Fu) == 0x7Fu) o[j] = __uint_as_float((((v >> (8 * j)) & 0x80u) << 24) | 0x7FC00000u);
+  }
+}
+
+/* cp.async (compute_80): 16 bytes global -> shared, bypassing L1; src_bytes 0
+ * zero-fills the destination without reading src (rows past the matrix). */
+__device__ __forceinline__ void cp_async16(void *smem, const void *gmem, int src_bytes) {
+  const unsigned s = (unsigned)__cvta_generic_to_shared(smem);
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(src_bytes)
+               : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+/* Wait until at most N of this thread's committed groups are still in flight. */
+template <int N>
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory"); }
+
 #endif /* DSV4_KERNELS_GEMV_CUH */

@@ -5,17 +5,28 @@
  * activations, bf16 weights with a bf16 or fp32 result (wo_a; the upcast
  * head / router gate), fp32 weights with an fp32 result.
  *
- * Small-M GEMV shape (decode, M <= a few dozen tokens): one thread per
- * output row, 128 rows per block, a chunk of TM tokens per block row of
- * the grid. The thread decodes its row's 32-column block in registers
- * (fp8/fp4 never leave the SM as anything but bytes) and runs the dot
- * products sequentially in k, the activation tile staged in shared memory.
- * That is the CPU oracle's order exactly, so results are bit-equal:
+ * Every kernel here computes each output with the CPU oracle's operations in
+ * its order, so results are bit-equal whatever the grid:
  *   fp8/fp4: p = Σ_{k in block} xq·wq (fp32, increasing k, from 0);
  *            acc += (p · sx[t][kb]) · sw;  y = bf16(acc)
  *   bf16/f32: acc = Σ_k x·w over all of K, increasing k, from 0.
- * Weight rows are read as whole 32-byte sectors (16 B for fp4); K must be
- * a multiple of 32 and the weight rows 16-byte aligned (the launcher checks).
+ * (The build passes -fmad=false; the in-block products are exact — E4M3 ×
+ * E4M3, bf16 × bf16 — so the kernels below write fmaf for multiply-then-add.)
+ * Speed follows from that order: the per-block partials p of one output are
+ * independent (K can be split over warps, their in-order sum through shared
+ * memory), the whole-K bf16 chain is not (K stays in one thread).
+ *
+ * Kernels (grid.y walks the token chunks):
+ * - fp8 (dsv4_k_linear_e4m3_ue8m0): 32-row tiles, K blocks over 8 warps,
+ *   weights streamed by cp.async through shared memory; see its comment.
+ * - bf16 -> fp32, the head and router gate (dsv4_k_linear_bf16_f32out):
+ *   32 rows per warp, streamed by cp.async through a per-warp ring.
+ * - MXFP4, bf16 -> bf16 (wo_a, grouped), fp32: one thread per output row,
+ *   128 rows per block, TM tokens per block, the row's 32-column block
+ *   decoded in registers and the activation tile staged in shared memory;
+ *   the warp-per-row variants (*_warp) behind gpu_ops' warp_rows_max.
+ * K must be a multiple of 32 and the weight rows 16-byte aligned (the
+ * launcher checks).
  */
 #include "gemv.cuh"
 
@@ -164,18 +175,13 @@ __device__ __forceinline__ void gemv_warp_body(int n_tok, int rows, int k, const
       void *y, long long ldy, int group_rows, long long group_x
 #define GEMV_PASS n_tok, rows, k, w, ld, scale, scale_ld, xq, sx, x, ldx, y, ldy, group_rows, group_x
 
-/* Grid (ceil(rows/128), ceil(n_tok/8)), 128 threads; one signature for all. */
-extern "C" __global__ void __launch_bounds__(ROWS) dsv4_k_linear_e4m3_ue8m0(GEMV_ARGS) {
-  gemv_body<W_E4M3, 0>(GEMV_PASS);
-}
+/* Grid (ceil(rows/128), ceil(n_tok/8)), 128 threads; one signature for all
+ * (fp8 and the bf16 -> fp32 head have their own kernels below). */
 extern "C" __global__ void __launch_bounds__(ROWS) dsv4_k_linear_e2m1_ue8m0(GEMV_ARGS) {
   gemv_body<W_E2M1, 0>(GEMV_PASS);
 }
 extern "C" __global__ void __launch_bounds__(ROWS) dsv4_k_linear_bf16(GEMV_ARGS) {
   gemv_body<W_BF16, 0>(GEMV_PASS);
-}
-extern "C" __global__ void __launch_bounds__(ROWS) dsv4_k_linear_bf16_f32out(GEMV_ARGS) {
-  gemv_body<W_BF16, 1>(GEMV_PASS);
 }
 extern "C" __global__ void __launch_bounds__(ROWS) dsv4_k_linear_f32_f32out(GEMV_ARGS) {
   gemv_body<W_F32, 1>(GEMV_PASS);
@@ -189,6 +195,249 @@ extern "C" __global__ void __launch_bounds__(256) dsv4_k_linear_e4m3_ue8m0_warp(
 extern "C" __global__ void __launch_bounds__(256) dsv4_k_linear_e2m1_ue8m0_warp(GEMV_ARGS) {
   (void)x, (void)ldx, (void)group_rows, (void)group_x;
   gemv_warp_body<W_E2M1>(n_tok, rows, k, w, ld, scale, scale_ld, xq, sx, static_cast<uint16_t *>(y), ldy);
+}
+
+/* ---- fp8 projections: 32-row tiles, K streamed through shared memory -----
+ * Block = 8 warps over one 32-row tile (one UE8M0 scale row block) and all
+ * of K, in chunks of 8 K blocks (8 KB of weights): the chunk is copied by
+ * cp.async in 16-byte pieces (a warp copies two 256-byte row segments, whole
+ * sectors), Q_STAGES chunks in flight. Warp w takes K block w of the chunk,
+ * lane = row: it reads its row's 32 bytes from shared memory (pieces XOR-
+ * swizzled by row, so the 32 lanes hit distinct banks), decodes them in
+ * registers and runs p = Σ_i xq·w (fmaf, i increasing, from 0: the product
+ * of two E4M3 values is exact, so fmaf == the CPU's multiply then add) and
+ * q = (p · sx) · sw for each token, x read by all lanes at the same address
+ * (one broadcast). The 8 q of the chunk go to shared memory, and one thread
+ * per (row, token) adds them to its running sum in K-block order. Every
+ * output is thus computed with the CPU oracle's operations in its order
+ * (lib/cpu/linear.c qgemm_tile): bit-equal, and independent of the schedule;
+ * the split of K over the warps costs only the q round trip through shared
+ * memory (4 bytes per 32 weight bytes per token).
+ * Grid (ceil(rows/32), ceil(n_tok/16)), 256 threads, 48 KB static shared. */
+#define Q_ROWS 32
+#define Q_WARPS 8
+#ifndef Q_STAGES
+#define Q_STAGES 4 /* 3 chunks (24 KB) in flight per block */
+#endif
+#define Q_TOK 16
+#define Q_RSEG (Q_WARPS * 32)        /* bytes of a row per chunk */
+#define Q_CHUNK (Q_ROWS * Q_RSEG)    /* 8 KB */
+
+__device__ __forceinline__ void q8_issue(int c, int nch, int tid, int o0, int rows, int nkb,
+                                         const unsigned char *w, long long ld, unsigned char *ws) {
+  if (c < nch) {
+    unsigned char *st = ws + (c % Q_STAGES) * Q_CHUNK;
+#pragma unroll
+    for (int h = 0; h < Q_CHUNK / 16 / 256; h++) {
+      const int j = tid + 256 * h, r = j >> 4, pc = j & 15;
+      const bool ok = o0 + r < rows && c * Q_WARPS + (pc >> 1) < nkb;
+      const unsigned char *src = ok ? w + (long long)(o0 + r) * ld + (long long)c * Q_RSEG + pc * 16 : w;
+      cp_async16(st + r * Q_RSEG + ((pc ^ (r & 7)) << 4), src, ok ? 16 : 0);
+    }
+  }
+  cp_async_commit(); /* an empty group past the end keeps the wait count uniform */
+}
+
+/* q of K block kb for tokens [0, nt) (NT >= nt, a multiple of G or < 4),
+ * two tokens' chains interleaved. */
+template <int NT>
+__device__ __forceinline__ void q8_dot(int nt, int t0, int k, int kb, const float *wv, float sw,
+                                       const float *xq, const float *sx, int nkb,
+                                       float (*qs)[Q_WARPS][Q_ROWS], int wp, int lane) {
+  constexpr int G = NT < 2 ? NT : 2;
+#pragma unroll
+  for (int t = 0; t < NT; t += G) {
+    if (t >= nt) break;
+    const float4 *xr[G];
+    float p[G];
+#pragma unroll
+    for (int g = 0; g < G; g++) {
+      const int tt = t + g < nt ? t + g : nt - 1;
+      xr[g] = reinterpret_cast<const float4 *>(xq + (long long)(t0 + tt) * k + kb * 32);
+      p[g] = 0.0f;
+    }
+#pragma unroll
+    for (int i = 0; i < 8; i++) {
+#pragma unroll
+      for (int g = 0; g < G; g++) {
+        const float4 v = __ldg(xr[g] + i);
+        p[g] = __fmaf_rn(v.x, wv[4 * i], p[g]);
+        p[g] = __fmaf_rn(v.y, wv[4 * i + 1], p[g]);
+        p[g] = __fmaf_rn(v.z, wv[4 * i + 2], p[g]);
+        p[g] = __fmaf_rn(v.w, wv[4 * i + 3], p[g]);
+      }
+    }
+#pragma unroll
+    for (int g = 0; g < G; g++)
+      if (t + g < nt)
+        qs[t + g][wp][lane] = __fmul_rn(__fmul_rn(p[g], sx[(long long)(t0 + t + g) * nkb + kb]), sw);
+  }
+}
+
+template <int NT>
+__device__ __forceinline__ void q8_tile(int n_tok, int rows, int k, const unsigned char *w, long long ld,
+                                        const unsigned char *scale, long long scale_ld, const float *xq,
+                                        const float *sx, uint16_t *y, long long ldy, unsigned char *ws,
+                                        float (*qs)[Q_WARPS][Q_ROWS]) {
+  const int tid = threadIdx.x, lane = tid & 31, wp = tid >> 5;
+  const int o0 = blockIdx.x * Q_ROWS, t0 = blockIdx.y * Q_TOK;
+  const int nt = n_tok - t0 < NT ? n_tok - t0 : NT;
+  const int nkb = k >> 5, nch = (nkb + Q_WARPS - 1) / Q_WARPS;
+  const unsigned char *srow = scale + (long long)(o0 >> 5) * scale_ld;
+  float acc0 = 0.0f, acc1 = 0.0f; /* (row lane, token wp) and (row lane, token wp + 8) */
+#pragma unroll
+  for (int c = 0; c < Q_STAGES - 1; c++) q8_issue(c, nch, tid, o0, rows, nkb, w, ld, ws);
+  for (int c = 0; c < nch; c++) {
+    cp_async_wait<Q_STAGES - 2>();
+    __syncthreads(); /* chunk c landed for every thread; chunk c-1 and its q consumed */
+    q8_issue(c + Q_STAGES - 1, nch, tid, o0, rows, nkb, w, ld, ws);
+    const int kb = c * Q_WARPS + wp;
+    if (kb < nkb) {
+      const unsigned char *st = ws + (c % Q_STAGES) * Q_CHUNK + lane * Q_RSEG;
+      const uint4 a = *reinterpret_cast<const uint4 *>(st + (((2 * wp) ^ (lane & 7)) << 4));
+      const uint4 b = *reinterpret_cast<const uint4 *>(st + (((2 * wp + 1) ^ (lane & 7)) << 4));
+      float wv[32];
+      e4m3x4_to_f32(a.x, wv), e4m3x4_to_f32(a.y, wv + 4), e4m3x4_to_f32(a.z, wv + 8);
+      e4m3x4_to_f32(a.w, wv + 12), e4m3x4_to_f32(b.x, wv + 16), e4m3x4_to_f32(b.y, wv + 20);
+      e4m3x4_to_f32(b.z, wv + 24), e4m3x4_to_f32(b.w, wv + 28);
+      q8_dot<NT>(nt, t0, k, kb, wv, dsv4i_e8m0_to_f32(srow[kb]), xq, sx, nkb, qs, wp, lane);
+    }
+    __syncthreads(); /* the chunk's q are in shared memory */
+    const int nb = nkb - c * Q_WARPS < Q_WARPS ? nkb - c * Q_WARPS : Q_WARPS;
+    if (wp < nt)
+      for (int j = 0; j < nb; j++) acc0 = __fadd_rn(acc0, qs[wp][j][lane]);
+    if (NT > 8 && wp + 8 < nt)
+      for (int j = 0; j < nb; j++) acc1 = __fadd_rn(acc1, qs[wp + 8][j][lane]);
+  }
+  cp_async_wait<0>();
+  const int o = o0 + lane;
+  if (o >= rows) return;
+  if (wp < nt) y[(long long)(t0 + wp) * ldy + o] = dsv4i_f32_to_bf16(acc0);
+  if (NT > 8 && wp + 8 < nt) y[(long long)(t0 + wp + 8) * ldy + o] = dsv4i_f32_to_bf16(acc1);
+}
+
+extern "C" __global__ void __launch_bounds__(256) dsv4_k_linear_e4m3_ue8m0(GEMV_ARGS) {
+  (void)x, (void)ldx, (void)group_rows, (void)group_x;
+  __shared__ __align__(16) unsigned char ws[Q_STAGES * Q_CHUNK];
+  __shared__ float qs[Q_TOK][Q_WARPS][Q_ROWS];
+  const int nt = n_tok - (int)blockIdx.y * Q_TOK;
+  uint16_t *yb = static_cast<uint16_t *>(y);
+#define Q8(NT) q8_tile<NT>(n_tok, rows, k, w, ld, scale, scale_ld, xq, sx, yb, ldy, ws, qs)
+  if (nt <= 1) Q8(1);
+  else if (nt <= 2) Q8(2);
+  else if (nt <= 4) Q8(4);
+  else if (nt <= 8) Q8(8);
+  else Q8(16);
+#undef Q8
+}
+
+/* ---- the head (bf16 weight, fp32 logits): 32 rows per warp ---------------
+ * The CPU oracle (lib/cpu/linear.c fgemm_tile) sums x·w over all of K in one
+ * sequential fp32 chain per (row, token), so K cannot be split: a warp owns
+ * 32 rows (lane = row) and streams them through its own shared-memory ring,
+ * H_STAGES stages of 64 bytes per row, by cp.async (a warp copies eight
+ * 64-byte row segments per instruction, whole sectors). x is converted to
+ * fp32 once per warp and stage (lane = column) into shared memory and read
+ * by all lanes at one address. acc = fmaf(x, w, acc), k increasing from 0:
+ * a bf16 × bf16 product is exact in fp32, so this is the CPU's multiply then
+ * add, bit for bit. Warps never wait for each other (no block barrier), so
+ * the 1,010 blocks of the head drain without a tail of idle warps.
+ * Grid (ceil(rows/128), ceil(n_tok/16)), 128 threads, 48 KB static shared. */
+#define H_WARPS 4
+#ifndef H_STAGES
+#define H_STAGES 4
+#endif
+#define H_K 32                /* columns per row and stage */
+#define H_SEG (32 * H_K * 2)  /* bytes per warp and stage: 2 KB */
+
+__device__ __forceinline__ void head_issue(int c, int nch, int lane, int o0, int rows, const uint16_t *w,
+                                           long long ld, unsigned char *ws) {
+  if (c < nch) {
+    unsigned char *st = ws + (c % H_STAGES) * H_SEG;
+#pragma unroll
+    for (int h = 0; h < 4; h++) {
+      const int j = lane + 32 * h, r = j >> 2, pc = j & 3;
+      const bool ok = o0 + r < rows;
+      const uint16_t *src = ok ? w + (long long)(o0 + r) * ld + (long long)c * H_K + pc * 8 : w;
+      cp_async16(st + r * (H_K * 2) + ((pc ^ ((r >> 1) & 3)) << 4), src, ok ? 16 : 0);
+    }
+  }
+  cp_async_commit();
+}
+
+template <int NT>
+__device__ __forceinline__ void head_tile(int n_tok, int rows, int k, const uint16_t *w, long long ld,
+                                          const uint16_t *x, long long ldx, float *y, long long ldy,
+                                          unsigned char *ws, float (*xs)[Q_TOK][32]) {
+  const int lane = threadIdx.x & 31;
+  const int o0 = ((int)blockIdx.x * H_WARPS + (int)(threadIdx.x >> 5)) * 32, t0 = blockIdx.y * Q_TOK;
+  if (o0 >= rows) return; /* warp-uniform; only warp barriers below */
+  const int nt = n_tok - t0 < NT ? n_tok - t0 : NT;
+  const int nch = k / H_K;
+  const uint16_t *xt = x + (long long)t0 * ldx + lane;
+  float acc[NT];
+  uint16_t xr[NT];
+#pragma unroll
+  for (int t = 0; t < NT; t++) acc[t] = 0.0f, xr[t] = t < nt ? xt[(long long)t * ldx] : 0;
+#pragma unroll
+  for (int c = 0; c < H_STAGES - 1; c++) head_issue(c, nch, lane, o0, rows, w, ld, ws);
+  for (int c = 0; c < nch; c++) {
+    float(*xc)[32] = xs[c & 1];
+#pragma unroll
+    for (int t = 0; t < NT; t++) xc[t][lane] = dsv4i_bf16_to_f32(xr[t]);
+    if (c + 1 < nch)
+#pragma unroll
+      for (int t = 0; t < NT; t++) xr[t] = t < nt ? xt[(long long)t * ldx + (c + 1) * H_K] : 0;
+    cp_async_wait<H_STAGES - 2>();
+    __syncwarp(); /* stage c and x of chunk c visible to the warp; stage c-1 consumed */
+    head_issue(c + H_STAGES - 1, nch, lane, o0, rows, w, ld, ws);
+    const unsigned char *st = ws + (c % H_STAGES) * H_SEG + lane * (H_K * 2);
+    float wv[H_K];
+#pragma unroll
+    for (int pc = 0; pc < 4; pc++) {
+      const uint4 u = *reinterpret_cast<const uint4 *>(st + ((pc ^ ((lane >> 1) & 3)) << 4));
+      const uint32_t words[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+      for (int i = 0; i < 4; i++) {
+        wv[pc * 8 + 2 * i] = __uint_as_float(words[i] << 16);
+        wv[pc * 8 + 2 * i + 1] = __uint_as_float(words[i] & 0xFFFF0000u);
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < H_K / 4; i++) {
+#pragma unroll
+      for (int t = 0; t < NT; t++) {
+        const float4 v = *reinterpret_cast<const float4 *>(&xc[t][4 * i]);
+        acc[t] = __fmaf_rn(v.x, wv[4 * i], acc[t]);
+        acc[t] = __fmaf_rn(v.y, wv[4 * i + 1], acc[t]);
+        acc[t] = __fmaf_rn(v.z, wv[4 * i + 2], acc[t]);
+        acc[t] = __fmaf_rn(v.w, wv[4 * i + 3], acc[t]);
+      }
+    }
+    __syncwarp(); /* stage c and xs[c & 1] consumed */
+  }
+  cp_async_wait<0>();
+  const int o = o0 + lane;
+  if (o >= rows) return;
+#pragma unroll
+  for (int t = 0; t < NT; t++)
+    if (t < nt) y[(long long)(t0 + t) * ldy + o] = acc[t];
+}
+
+extern "C" __global__ void __launch_bounds__(H_WARPS * 32, 4) dsv4_k_linear_bf16_f32out(GEMV_ARGS) {
+  (void)xq, (void)sx, (void)scale, (void)scale_ld, (void)group_rows, (void)group_x;
+  __shared__ __align__(16) unsigned char ws[H_WARPS][H_STAGES * H_SEG];
+  __shared__ __align__(16) float xs[H_WARPS][2][Q_TOK][32];
+  const int wp = threadIdx.x >> 5, nt = n_tok - (int)blockIdx.y * Q_TOK;
+  const uint16_t *wb = reinterpret_cast<const uint16_t *>(w);
+  float *yf = static_cast<float *>(y);
+#define HD(NT) head_tile<NT>(n_tok, rows, k, wb, ld, x, ldx, yf, ldy, ws[wp], xs[wp])
+  if (nt <= 1) HD(1);
+  else if (nt <= 2) HD(2);
+  else if (nt <= 4) HD(4);
+  else if (nt <= 8) HD(8);
+  else HD(16);
+#undef HD
 }
 
 /* fp8 weight -> bf16 (spec §3.2, the wo_a preparation at load; CPU oracle

@@ -5,6 +5,9 @@
 
 #define LIN_ROWS 128 /* kernels/linear.cu ROWS */
 #define LIN_TM 8     /* kernels/linear.cu TM */
+#define Q8_ROWS 32   /* kernels/linear.cu Q_ROWS: the fp8 kernel's rows per block */
+#define Q8_TOK 16    /* kernels/linear.cu Q_TOK: tokens per block of the fp8 and head kernels */
+#define HEAD_ROWS 128 /* kernels/linear.cu H_WARPS x 32: the bf16 -> fp32 kernel's rows per block */
 
 static dsv4_status pick(const dsv4i_kreg *kr, dsv4i_kop op, dsv4i_kfmt fmt, dsv4i_kshape shape,
                         dsv4i_kernel_id *id) {
@@ -166,9 +169,14 @@ static dsv4_status gemv(const dsv4i_gpu_ops *o, dsv4i_custream s, dsv4i_kernel_i
   int gr = group_rows;
   long long gx = group_x;
   void *p[] = {&n, &rows, &k, &data, &ld, &scale, &sld, &xq, &sx, &x, &lx, &y, &ly, &gr, &gx};
-  const int warp = id == o->linear_warp[DSV4I_KFMT_E4M3_UE8M0] ||
-                   id == o->linear_warp[DSV4I_KFMT_E2M1_UE8M0];
-  return launch(o, id, cdiv(w->rows, warp ? 8 : LIN_ROWS), cdiv(n_tok, LIN_TM), s, p);
+  uint32_t bx = cdiv(w->rows, LIN_ROWS), by = cdiv(n_tok, LIN_TM);
+  if (id == o->linear_warp[DSV4I_KFMT_E4M3_UE8M0] || id == o->linear_warp[DSV4I_KFMT_E2M1_UE8M0])
+    bx = cdiv(w->rows, 8);
+  else if (id == o->linear[DSV4I_KFMT_E4M3_UE8M0])
+    bx = cdiv(w->rows, Q8_ROWS), by = cdiv(n_tok, Q8_TOK);
+  else if (id == o->linear_f32out[DSV4I_KFMT_BF16])
+    bx = cdiv(w->rows, HEAD_ROWS), by = cdiv(n_tok, Q8_TOK);
+  return launch(o, id, bx, by, s, p);
 }
 
 static int weight_ok(const dsv4i_gpu_weight *w) {

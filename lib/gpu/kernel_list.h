@@ -63,7 +63,7 @@
   X(HC_POST_BF16, HC_POST, BF16, ANY, 80, hc, dsv4_k_hc_post_bf16, 256)                           \
   X(HC_TAP_BF16, HC_TAP, BF16, ANY, 80, hc, dsv4_k_hc_tap_bf16, 256)                              \
   X(ACT_QUANT_E4M3, ACT_QUANT, E4M3_UE8M0, ANY, 80, linear, dsv4_k_act_quant_e4m3, 256)           \
-  X(LINEAR_E4M3, LINEAR, E4M3_UE8M0, DECODE, 80, linear, dsv4_k_linear_e4m3_ue8m0, 128)           \
+  X(LINEAR_E4M3, LINEAR, E4M3_UE8M0, DECODE, 80, linear, dsv4_k_linear_e4m3_ue8m0, 256)           \
   X(LINEAR_E2M1, LINEAR, E2M1_UE8M0, DECODE, 80, linear, dsv4_k_linear_e2m1_ue8m0, 128)           \
   X(LINEAR_E4M3_WARP, LINEAR, E4M3_UE8M0, DECODE_WARP, 80, linear, dsv4_k_linear_e4m3_ue8m0_warp, 256) \
   X(LINEAR_E2M1_WARP, LINEAR, E2M1_UE8M0, DECODE_WARP, 80, linear, dsv4_k_linear_e2m1_ue8m0_warp, 256) \
