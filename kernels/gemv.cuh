@@ -50,16 +50,22 @@ __device__ __forceinline__ void load_block(const unsigned char *w, long long ld,
   }
 }
 
-/* Four E4M3 bytes of v (little-endian) decoded to fp32, dsv4i_e4m3_to_f32
- * each: sign | mag << 20 scaled by 2^120 (exact; subnormal codes land on
- * fp32 subnormals, which the kernels keep), 0x7F / 0xFF give NaN. The NaN
- * test is one word-wide check, so the common path has no per-byte select. */
-__device__ __forceinline__ void e4m3x4_to_f32(uint32_t v, float *o) {
-#pragma unroll
-  for (int j = 0; j < 4; j++) {
-    const uint32_t b = (v >> (8 * j)) & 0xFFu;
-    o[j] = __fmul_rn(__uint_as_float(((b & 0x80u) << 24) | ((b & 0x7Fu) << 20)), 0x1p120f);
-  }
+/* Four E4M3 bytes of v (little-endian) decoded to fp32 and scaled by 2^-8,
+ * exactly: byte b's sign | mag << 7 is the fp16 of its value × 2^-8
+ * (subnormal codes land on fp16 subnormals, 0 on 0), so a byte permute and
+ * two bit operations make two fp16s and a conversion each makes the fp32.
+ * NaN codes (0x7F / 0xFF) give NaN; their test is one word-wide check, so
+ * the common path has no per-byte select. The kernels multiply their block
+ * sums by 2^8 (an exact scaling: every product of an E4M3 activation and a
+ * scaled weight is a multiple of 2^-26, far above the fp32 subnormals). */
+__device__ __forceinline__ void e4m3x4_to_f32_s8(uint32_t v, float *o) {
+  const uint32_t lo = __byte_perm(v, 0u, 0x1404u), hi = __byte_perm(v, 0u, 0x3424u); /* b << 8 per half */
+  const uint32_t hl = (lo & 0x80008000u) | ((lo >> 1) & 0x3F803F80u);
+  const uint32_t hh = (hi & 0x80008000u) | ((hi >> 1) & 0x3F803F80u);
+  asm("{.reg .b16 a, b;\n mov.b32 {a, b}, %2;\n cvt.f32.f16 %0, a;\n cvt.f32.f16 %1, b;\n}"
+      : "=f"(o[0]), "=f"(o[1]) : "r"(hl));
+  asm("{.reg .b16 a, b;\n mov.b32 {a, b}, %2;\n cvt.f32.f16 %0, a;\n cvt.f32.f16 %1, b;\n}"
+      : "=f"(o[2]), "=f"(o[3]) : "r"(hh));
   if (((v & 0x7F7F7F7Fu) + 0x01010101u) & 0x80808080u) {
 #pragma unroll
     for (int j = 0; j < 4; j++)

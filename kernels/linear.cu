@@ -17,8 +17,8 @@
  * memory), the whole-K bf16 chain is not (K stays in one thread).
  *
  * Kernels (grid.y walks the token chunks):
- * - fp8 (dsv4_k_linear_e4m3_ue8m0): 32-row tiles, K blocks over 8 warps,
- *   weights streamed by cp.async through shared memory; see its comment.
+ * - fp8 (dsv4_k_linear_e4m3_ue8m0): tiles of 8, 16 or 32 rows, K blocks over
+ *   8 warps, weights streamed by cp.async through shared memory; see below.
  * - bf16 -> fp32, the head and router gate (dsv4_k_linear_bf16_f32out):
  *   32 rows per warp, streamed by cp.async through a per-warp ring.
  * - MXFP4, bf16 -> bf16 (wo_a, grouped), fp32: one thread per output row,
@@ -197,54 +197,59 @@ extern "C" __global__ void __launch_bounds__(256) dsv4_k_linear_e2m1_ue8m0_warp(
   gemv_warp_body<W_E2M1>(n_tok, rows, k, w, ld, scale, scale_ld, xq, sx, static_cast<uint16_t *>(y), ldy);
 }
 
-/* ---- fp8 projections: 32-row tiles, K streamed through shared memory -----
- * Block = 8 warps over one 32-row tile (one UE8M0 scale row block) and all
- * of K, in chunks of 8 K blocks (8 KB of weights): the chunk is copied by
- * cp.async in 16-byte pieces (a warp copies two 256-byte row segments, whole
- * sectors), Q_STAGES chunks in flight. Warp w takes K block w of the chunk,
- * lane = row: it reads its row's 32 bytes from shared memory (pieces XOR-
- * swizzled by row, so the 32 lanes hit distinct banks), decodes them in
- * registers and runs p = Σ_i xq·w (fmaf, i increasing, from 0: the product
- * of two E4M3 values is exact, so fmaf == the CPU's multiply then add) and
- * q = (p · sx) · sw for each token, x read by all lanes at the same address
- * (one broadcast). The 8 q of the chunk go to shared memory, and one thread
+/* ---- fp8 projections: row tiles, K streamed through shared memory --------
+ * Block = 8 warps over a tile of RT rows (8, 16 or 32: inside one UE8M0
+ * scale row block) and all of K, in chunks of 256·(32/RT) bytes per row
+ * (8 KB of weights): the chunk is copied by cp.async in 16-byte pieces (a
+ * warp copies whole row segments, whole sectors), Q_STAGES chunks in flight.
+ * Lane = (row lane % RT, sub-block lane / RT): warp w takes K block
+ * w·(32/RT) + sub of the chunk, reads its row's 32 bytes from shared memory
+ * (pieces XOR-swizzled by row, so 8 lanes of a phase hit distinct banks),
+ * decodes them in registers and runs p = Σ_i xq·w (fmaf, i increasing, from
+ * 0: the product of two E4M3 values is exact, so fmaf == the CPU's multiply
+ * then add) and q = (p · sx) · sw for each token, x read from L1 at one
+ * address per sub-block. The chunk's q go to shared memory, and one thread
  * per (row, token) adds them to its running sum in K-block order. Every
  * output is thus computed with the CPU oracle's operations in its order
- * (lib/cpu/linear.c qgemm_tile): bit-equal, and independent of the schedule;
- * the split of K over the warps costs only the q round trip through shared
- * memory (4 bytes per 32 weight bytes per token).
- * Grid (ceil(rows/32), ceil(n_tok/16)), 256 threads, 48 KB static shared. */
-#define Q_ROWS 32
+ * (lib/cpu/linear.c qgemm_tile): bit-equal, and independent of the schedule.
+ * Splitting K over the warps costs only the q round trip through shared
+ * memory (4 bytes per 32 weight bytes per token); smaller RT gives more
+ * blocks (a 5,120-row matrix: 160 blocks at RT 32, 640 at RT 8) at the cost
+ * of more distinct x addresses per load.
+ * Grid (ceil(rows/RT), ceil(n_tok/16)), 256 threads, 48 KB static shared;
+ * RT comes in group_rows (the fp8 kernel has no row groups). */
 #define Q_WARPS 8
 #ifndef Q_STAGES
 #define Q_STAGES 4 /* 3 chunks (24 KB) in flight per block */
 #endif
 #define Q_TOK 16
-#define Q_RSEG (Q_WARPS * 32)        /* bytes of a row per chunk */
-#define Q_CHUNK (Q_ROWS * Q_RSEG)    /* 8 KB */
+#define Q_CHUNK 8192 /* weight bytes per chunk */
 
+template <int RT>
 __device__ __forceinline__ void q8_issue(int c, int nch, int tid, int o0, int rows, int nkb,
                                          const unsigned char *w, long long ld, unsigned char *ws) {
+  constexpr int RSEG = Q_CHUNK / RT, PIECES = RSEG / 16; /* bytes, 16-byte pieces of a row per chunk */
   if (c < nch) {
     unsigned char *st = ws + (c % Q_STAGES) * Q_CHUNK;
 #pragma unroll
     for (int h = 0; h < Q_CHUNK / 16 / 256; h++) {
-      const int j = tid + 256 * h, r = j >> 4, pc = j & 15;
-      const bool ok = o0 + r < rows && c * Q_WARPS + (pc >> 1) < nkb;
-      const unsigned char *src = ok ? w + (long long)(o0 + r) * ld + (long long)c * Q_RSEG + pc * 16 : w;
-      cp_async16(st + r * Q_RSEG + ((pc ^ (r & 7)) << 4), src, ok ? 16 : 0);
+      const int j = tid + 256 * h, r = j / PIECES, pc = j % PIECES;
+      const bool ok = o0 + r < rows && c * (RSEG / 32) + (pc >> 1) < nkb;
+      const unsigned char *src = ok ? w + (long long)(o0 + r) * ld + (long long)c * RSEG + pc * 16 : w;
+      cp_async16(st + r * RSEG + ((pc ^ (r & 7)) << 4), src, ok ? 16 : 0);
     }
   }
   cp_async_commit(); /* an empty group past the end keeps the wait count uniform */
 }
 
-/* q of K block kb for tokens [0, nt) (NT >= nt, a multiple of G or < 4),
- * two tokens' chains interleaved. */
-template <int NT>
+/* q of K block kb for tokens [0, nt) (NT >= nt), two tokens' chains
+ * interleaved; into qs[t][j][row], j = the block's index in the chunk.
+ * wv: the weights × 2^-8 (e4m3x4_to_f32_s8), so p · 2^8 is the CPU's p. */
+template <int NT, int RT>
 __device__ __forceinline__ void q8_dot(int nt, int t0, int k, int kb, const float *wv, float sw,
-                                       const float *xq, const float *sx, int nkb,
-                                       float (*qs)[Q_WARPS][Q_ROWS], int wp, int lane) {
-  constexpr int G = NT < 2 ? NT : 2;
+                                       const float *xq, const float *sx, int nkb, float *qs, int j,
+                                       int row) {
+  constexpr int G = NT < 2 ? NT : 2, NB = Q_CHUNK / RT / 32;
 #pragma unroll
   for (int t = 0; t < NT; t += G) {
     if (t >= nt) break;
@@ -270,65 +275,76 @@ __device__ __forceinline__ void q8_dot(int nt, int t0, int k, int kb, const floa
 #pragma unroll
     for (int g = 0; g < G; g++)
       if (t + g < nt)
-        qs[t + g][wp][lane] = __fmul_rn(__fmul_rn(p[g], sx[(long long)(t0 + t + g) * nkb + kb]), sw);
+        qs[((t + g) * NB + j) * RT + row] =
+            __fmul_rn(__fmul_rn(__fmul_rn(p[g], 0x1p8f), sx[(long long)(t0 + t + g) * nkb + kb]), sw);
   }
 }
 
-template <int NT>
+template <int NT, int RT>
 __device__ __forceinline__ void q8_tile(int n_tok, int rows, int k, const unsigned char *w, long long ld,
                                         const unsigned char *scale, long long scale_ld, const float *xq,
                                         const float *sx, uint16_t *y, long long ldy, unsigned char *ws,
-                                        float (*qs)[Q_WARPS][Q_ROWS]) {
+                                        float *qs) {
+  constexpr int RSEG = Q_CHUNK / RT, NB = RSEG / 32; /* K blocks per chunk */
   const int tid = threadIdx.x, lane = tid & 31, wp = tid >> 5;
-  const int o0 = blockIdx.x * Q_ROWS, t0 = blockIdx.y * Q_TOK;
+  const int row = lane % RT, j = wp * (32 / RT) + lane / RT; /* this thread's block in the chunk */
+  const int o0 = blockIdx.x * RT, t0 = blockIdx.y * Q_TOK;
   const int nt = n_tok - t0 < NT ? n_tok - t0 : NT;
-  const int nkb = k >> 5, nch = (nkb + Q_WARPS - 1) / Q_WARPS;
+  const int nkb = k >> 5, nch = (nkb + NB - 1) / NB;
   const unsigned char *srow = scale + (long long)(o0 >> 5) * scale_ld;
-  float acc0 = 0.0f, acc1 = 0.0f; /* (row lane, token wp) and (row lane, token wp + 8) */
+  /* the ordered sums: (row pr % RT, token pr / RT) for pr = tid and tid + 256 */
+  float acc0 = 0.0f, acc1 = 0.0f;
+  const int pr0 = tid, pr1 = tid + 256;
 #pragma unroll
-  for (int c = 0; c < Q_STAGES - 1; c++) q8_issue(c, nch, tid, o0, rows, nkb, w, ld, ws);
+  for (int c = 0; c < Q_STAGES - 1; c++) q8_issue<RT>(c, nch, tid, o0, rows, nkb, w, ld, ws);
   for (int c = 0; c < nch; c++) {
     cp_async_wait<Q_STAGES - 2>();
     __syncthreads(); /* chunk c landed for every thread; chunk c-1 and its q consumed */
-    q8_issue(c + Q_STAGES - 1, nch, tid, o0, rows, nkb, w, ld, ws);
-    const int kb = c * Q_WARPS + wp;
+    q8_issue<RT>(c + Q_STAGES - 1, nch, tid, o0, rows, nkb, w, ld, ws);
+    const int kb = c * NB + j;
     if (kb < nkb) {
-      const unsigned char *st = ws + (c % Q_STAGES) * Q_CHUNK + lane * Q_RSEG;
-      const uint4 a = *reinterpret_cast<const uint4 *>(st + (((2 * wp) ^ (lane & 7)) << 4));
-      const uint4 b = *reinterpret_cast<const uint4 *>(st + (((2 * wp + 1) ^ (lane & 7)) << 4));
+      const unsigned char *st = ws + (c % Q_STAGES) * Q_CHUNK + row * RSEG;
+      const uint4 a = *reinterpret_cast<const uint4 *>(st + (((2 * j) ^ (row & 7)) << 4));
+      const uint4 b = *reinterpret_cast<const uint4 *>(st + (((2 * j + 1) ^ (row & 7)) << 4));
       float wv[32];
-      e4m3x4_to_f32(a.x, wv), e4m3x4_to_f32(a.y, wv + 4), e4m3x4_to_f32(a.z, wv + 8);
-      e4m3x4_to_f32(a.w, wv + 12), e4m3x4_to_f32(b.x, wv + 16), e4m3x4_to_f32(b.y, wv + 20);
-      e4m3x4_to_f32(b.z, wv + 24), e4m3x4_to_f32(b.w, wv + 28);
-      q8_dot<NT>(nt, t0, k, kb, wv, dsv4i_e8m0_to_f32(srow[kb]), xq, sx, nkb, qs, wp, lane);
+      e4m3x4_to_f32_s8(a.x, wv), e4m3x4_to_f32_s8(a.y, wv + 4), e4m3x4_to_f32_s8(a.z, wv + 8);
+      e4m3x4_to_f32_s8(a.w, wv + 12), e4m3x4_to_f32_s8(b.x, wv + 16), e4m3x4_to_f32_s8(b.y, wv + 20);
+      e4m3x4_to_f32_s8(b.z, wv + 24), e4m3x4_to_f32_s8(b.w, wv + 28);
+      q8_dot<NT, RT>(nt, t0, k, kb, wv, dsv4i_e8m0_to_f32(srow[kb]), xq, sx, nkb, qs, j, row);
     }
     __syncthreads(); /* the chunk's q are in shared memory */
-    const int nb = nkb - c * Q_WARPS < Q_WARPS ? nkb - c * Q_WARPS : Q_WARPS;
-    if (wp < nt)
-      for (int j = 0; j < nb; j++) acc0 = __fadd_rn(acc0, qs[wp][j][lane]);
-    if (NT > 8 && wp + 8 < nt)
-      for (int j = 0; j < nb; j++) acc1 = __fadd_rn(acc1, qs[wp + 8][j][lane]);
+    const int nb = nkb - c * NB < NB ? nkb - c * NB : NB;
+    if (pr0 < RT * nt)
+      for (int b = 0; b < nb; b++) acc0 = __fadd_rn(acc0, qs[((pr0 / RT) * NB + b) * RT + pr0 % RT]);
+    if (RT * NT > 256 && pr1 < RT * nt)
+      for (int b = 0; b < nb; b++) acc1 = __fadd_rn(acc1, qs[((pr1 / RT) * NB + b) * RT + pr1 % RT]);
   }
   cp_async_wait<0>();
-  const int o = o0 + lane;
-  if (o >= rows) return;
-  if (wp < nt) y[(long long)(t0 + wp) * ldy + o] = dsv4i_f32_to_bf16(acc0);
-  if (NT > 8 && wp + 8 < nt) y[(long long)(t0 + wp + 8) * ldy + o] = dsv4i_f32_to_bf16(acc1);
+  if (pr0 < RT * nt && o0 + pr0 % RT < rows)
+    y[(long long)(t0 + pr0 / RT) * ldy + o0 + pr0 % RT] = dsv4i_f32_to_bf16(acc0);
+  if (RT * NT > 256 && pr1 < RT * nt && o0 + pr1 % RT < rows)
+    y[(long long)(t0 + pr1 / RT) * ldy + o0 + pr1 % RT] = dsv4i_f32_to_bf16(acc1);
 }
 
-extern "C" __global__ void __launch_bounds__(256) dsv4_k_linear_e4m3_ue8m0(GEMV_ARGS) {
-  (void)x, (void)ldx, (void)group_rows, (void)group_x;
-  __shared__ __align__(16) unsigned char ws[Q_STAGES * Q_CHUNK];
-  __shared__ float qs[Q_TOK][Q_WARPS][Q_ROWS];
+template <int RT>
+__device__ __forceinline__ void q8_kernel(GEMV_ARGS, unsigned char *ws, float *qs) {
   const int nt = n_tok - (int)blockIdx.y * Q_TOK;
   uint16_t *yb = static_cast<uint16_t *>(y);
-#define Q8(NT) q8_tile<NT>(n_tok, rows, k, w, ld, scale, scale_ld, xq, sx, yb, ldy, ws, qs)
+#define Q8(NT) q8_tile<NT, RT>(n_tok, rows, k, w, ld, scale, scale_ld, xq, sx, yb, ldy, ws, qs)
   if (nt <= 1) Q8(1);
   else if (nt <= 2) Q8(2);
   else if (nt <= 4) Q8(4);
   else if (nt <= 8) Q8(8);
   else Q8(16);
 #undef Q8
+}
+
+extern "C" __global__ void __launch_bounds__(256) dsv4_k_linear_e4m3_ue8m0(GEMV_ARGS) {
+  __shared__ __align__(16) unsigned char ws[Q_STAGES * Q_CHUNK];
+  __shared__ float qs[Q_TOK * Q_CHUNK / 32]; /* [token][block of the chunk][row] */
+  if (group_rows == 8) q8_kernel<8>(GEMV_PASS, ws, qs);
+  else if (group_rows == 16) q8_kernel<16>(GEMV_PASS, ws, qs);
+  else q8_kernel<32>(GEMV_PASS, ws, qs);
 }
 
 /* ---- the head (bf16 weight, fp32 logits): 32 rows per warp ---------------

@@ -5,7 +5,6 @@
 
 #define LIN_ROWS 128 /* kernels/linear.cu ROWS */
 #define LIN_TM 8     /* kernels/linear.cu TM */
-#define Q8_ROWS 32   /* kernels/linear.cu Q_ROWS: the fp8 kernel's rows per block */
 #define Q8_TOK 16    /* kernels/linear.cu Q_TOK: tokens per block of the fp8 and head kernels */
 #define HEAD_ROWS 128 /* kernels/linear.cu H_WARPS x 32: the bf16 -> fp32 kernel's rows per block */
 
@@ -19,6 +18,7 @@ dsv4_status dsv4i_gpu_ops_init(const dsv4i_kreg *kr, dsv4i_gpu_ops *o) {
   for (int i = 0; i < DSV4I_KFMT_COUNT_; i++)
     o->linear[i] = o->linear_f32out[i] = o->linear_warp[i] = DSV4I_K_COUNT;
   o->warp_rows_max = 0;
+  o->fp8_row_tile = 0;
   dsv4_status st = DSV4_OK;
 #define PICK(field, op, fmt, shape) \
   if (st == DSV4_OK) st = pick(kr, DSV4I_KOP_##op, DSV4I_KFMT_##fmt, DSV4I_KSHAPE_##shape, &o->field)
@@ -172,8 +172,8 @@ static dsv4_status gemv(const dsv4i_gpu_ops *o, dsv4i_custream s, dsv4i_kernel_i
   uint32_t bx = cdiv(w->rows, LIN_ROWS), by = cdiv(n_tok, LIN_TM);
   if (id == o->linear_warp[DSV4I_KFMT_E4M3_UE8M0] || id == o->linear_warp[DSV4I_KFMT_E2M1_UE8M0])
     bx = cdiv(w->rows, 8);
-  else if (id == o->linear[DSV4I_KFMT_E4M3_UE8M0])
-    bx = cdiv(w->rows, Q8_ROWS), by = cdiv(n_tok, Q8_TOK);
+  else if (id == o->linear[DSV4I_KFMT_E4M3_UE8M0]) /* group_rows: the row tile */
+    bx = cdiv(w->rows, group_rows), by = cdiv(n_tok, Q8_TOK);
   else if (id == o->linear_f32out[DSV4I_KFMT_BF16])
     bx = cdiv(w->rows, HEAD_ROWS), by = cdiv(n_tok, Q8_TOK);
   return launch(o, id, bx, by, s, p);
@@ -194,6 +194,15 @@ static int weight_ok(const dsv4i_gpu_weight *w) {
   }
 }
 
+/* The fp8 kernel's row tile (8, 16 or 32 rows per block): the largest that
+ * still gives every SM of a big GPU (132 SMs, 2 blocks each) a few blocks,
+ * so that a matrix of few rows is not left to a fraction of the SMs. */
+static int32_t fp8_row_tile(int32_t rows) {
+  if (rows >= 32 * 4 * 132) return 32;
+  if (rows >= 16 * 2 * 132) return 16;
+  return 8;
+}
+
 dsv4_status dsv4i_gpu_linear_q(const dsv4i_gpu_ops *o, dsv4i_custream s,
                                const dsv4i_gpu_weight *w, int32_t n_tok, dsv4i_cuptr xq,
                                dsv4i_cuptr sx, dsv4i_cuptr y, int64_t ldy) {
@@ -202,7 +211,9 @@ dsv4_status dsv4i_gpu_linear_q(const dsv4i_gpu_ops *o, dsv4i_custream s,
     return bad("linear_q", "needs a valid fp8/fp4 weight (cols % 32 == 0) and ldy >= rows");
   const dsv4i_kernel_id id =
       w->rows <= o->warp_rows_max ? o->linear_warp[w->fmt] : o->linear[w->fmt];
-  return gemv(o, s, id, w, n_tok, xq, sx, 0, w->cols, y, ldy, 0, 0);
+  return gemv(o, s, id, w, n_tok, xq, sx, 0, w->cols, y, ldy,
+              id != o->linear[DSV4I_KFMT_E4M3_UE8M0] ? 0
+              : o->fp8_row_tile ? o->fp8_row_tile : fp8_row_tile(w->rows), 0);
 }
 
 dsv4_status dsv4i_gpu_linear(const dsv4i_gpu_ops *o, dsv4i_custream s, const dsv4i_gpu_weight *w,

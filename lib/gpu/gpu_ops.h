@@ -32,6 +32,9 @@ typedef struct dsv4i_gpu_ops {
    * but have not run on a device yet; tests/gpu/test_cuda_ops.c checks both
    * variants. */
   int32_t warp_rows_max;
+  /** Rows per block of the fp8 kernel (8, 16 or 32); 0 (default): chosen by
+   * the row count. Any value gives the same bits (tests run all three). */
+  int32_t fp8_row_tile;
   dsv4i_kernel_id linear_f32out[DSV4I_KFMT_COUNT_]; /**< BF16 / F32 weights, fp32 out */
 } dsv4i_gpu_ops;
 
@@ -99,7 +102,8 @@ dsv4_status dsv4i_gpu_act_quant(const dsv4i_gpu_ops *o, dsv4i_custream s, int32_
                                 dsv4i_cuptr sx);
 
 /** fp8 / MXFP4 linear on act_quant output, dsv4i_cpu_linear_q bit for bit
- * (either kernel variant, see warp_rows_max): y bf16 [n][ldy]. w->cols % 32 == 0. */
+ * (every kernel variant, see warp_rows_max and fp8_row_tile): y bf16 [n][ldy].
+ * w->cols % 32 == 0. */
 dsv4_status dsv4i_gpu_linear_q(const dsv4i_gpu_ops *o, dsv4i_custream s,
                                const dsv4i_gpu_weight *w, int32_t n_tok, dsv4i_cuptr xq,
                                dsv4i_cuptr sx, dsv4i_cuptr y, int64_t ldy);

@@ -177,16 +177,20 @@ static void linear_q_case(int fmt, int rows, int cols, int n, uint64_t seed) {
   dsv4i_cuptr dx = gt_up(&G, x, 2 * (size_t)n * cols), dq = gt_up(&G, NULL, 4 * (size_t)n * cols),
               ds = gt_up(&G, NULL, 4 * (size_t)n * cols / 32), dy = gt_up(&G, NULL, 2 * (size_t)n * rows);
   gt_check(dsv4i_gpu_act_quant(&O, G.stream, n, cols, dx, cols, dq, ds));
-  /* both kernel variants: thread per row, and warp per row */
-  for (int variant = 0; variant < 2; variant++) {
+  /* every kernel variant: the default (fp8: row tiles by row count; fp4: thread
+   * per row), warp per row, and the fp8 kernel's three row tiles */
+  static const char *const names[] = {"default", "warp-per-row", "tile 8", "tile 16", "tile 32"};
+  for (int variant = 0; variant < (fp8 ? 5 : 2); variant++) {
     dsv4i_gpu_ops ov = O;
-    ov.warp_rows_max = variant ? INT32_MAX : 0;
+    ov.warp_rows_max = variant == 1 ? INT32_MAX : 0;
+    ov.fp8_row_tile = variant >= 2 ? 8 << (variant - 2) : 0;
     memset(yg, 0, 2 * (size_t)n * rows);
+    dy = gt_up(&G, NULL, 2 * (size_t)n * rows); /* zeroed: a variant that writes nothing fails */
     gt_check(dsv4i_gpu_linear_q(&ov, G.stream, &gw, n, dq, ds, dy, rows));
     gt_down(&G, yg, dy, 2 * (size_t)n * rows);
     char what[80];
     snprintf(what, sizeof what, "linear %s %dx%d n=%d %s", fp8 ? "fp8" : "fp4", rows, cols, n,
-             variant ? "warp-per-row" : "thread-per-row");
+             names[variant]);
     assert_int_equal(gt_diff_bits(yg, yc, (size_t)n * rows, 2, what), 0);
   }
   free(w), free(sc), free(x), free(xq), free(sx), free(yc), free(yg);
@@ -200,6 +204,9 @@ static void linear_fp8_fp4_equal_cpu(void **state) {
   linear_q_case(DSV4I_W_FP4, 256, 4096, 9, 11);
   linear_q_case(DSV4I_W_FP8, 300, 1056, 3, 22); /* 33 K blocks: a partial lane chunk */
   linear_q_case(DSV4I_W_FP4, 65, 1056, 17, 23);
+  linear_q_case(DSV4I_W_FP8, 100, 1280, 16, 24); /* 16 tokens: two sums per thread at tile 32 */
+  linear_q_case(DSV4I_W_FP8, 64, 2048, 8, 25);
+  linear_q_case(DSV4I_W_FP8, 40, 992, 12, 26);  /* 31 K blocks: a partial chunk at every tile */
 }
 
 static void linear_float_case(int fmt, int out_f32, int rows, int cols, int n, uint64_t seed) {
@@ -234,6 +241,8 @@ static void linear_bf16_f32_equal_cpu(void **state) {
   (void)state;
   linear_float_case(DSV4I_W_BF16, 0, 1024, 2048, 5, 12); /* wo_a path */
   linear_float_case(DSV4I_W_BF16, 1, 3000, 1024, 3, 13); /* head / gate upcast */
+  linear_float_case(DSV4I_W_BF16, 1, 1000, 512, 16, 15); /* 16 tokens, rows not a multiple of 32 */
+  linear_float_case(DSV4I_W_BF16, 1, 77, 2048, 20, 16);  /* two token chunks */
   linear_float_case(DSV4I_W_F32, 1, 384, 512, 17, 14);
 }
 
