@@ -358,7 +358,11 @@ extern "C" __global__ void __launch_bounds__(256) dsv4_k_linear_e4m3_ue8m0(GEMV_
  * a bf16 × bf16 product is exact in fp32, so this is the CPU's multiply then
  * add, bit for bit. Warps never wait for each other (no block barrier), so
  * the 1,010 blocks of the head drain without a tail of idle warps.
- * Grid (ceil(rows/128), ceil(n_tok/16)), 128 threads, 48 KB static shared. */
+ * Few rows (the router gate: 384 rows, 12 warps in all) leave every warp
+ * far more bytes than a 4-stage ring keeps in flight: there (group_rows 1)
+ * the block's first warp alone takes the whole 16-stage ring.
+ * Grid (ceil(rows/128), ceil(n_tok/16)), or ceil(rows/32) with group_rows 1;
+ * 128 threads, 48 KB static shared. */
 #define H_WARPS 4
 #ifndef H_STAGES
 #define H_STAGES 4
@@ -366,10 +370,11 @@ extern "C" __global__ void __launch_bounds__(256) dsv4_k_linear_e4m3_ue8m0(GEMV_
 #define H_K 32                /* columns per row and stage */
 #define H_SEG (32 * H_K * 2)  /* bytes per warp and stage: 2 KB */
 
+template <int NS>
 __device__ __forceinline__ void head_issue(int c, int nch, int lane, int o0, int rows, const uint16_t *w,
                                            long long ld, unsigned char *ws) {
   if (c < nch) {
-    unsigned char *st = ws + (c % H_STAGES) * H_SEG;
+    unsigned char *st = ws + (c % NS) * H_SEG;
 #pragma unroll
     for (int h = 0; h < 4; h++) {
       const int j = lane + 32 * h, r = j >> 2, pc = j & 3;
@@ -381,12 +386,12 @@ __device__ __forceinline__ void head_issue(int c, int nch, int lane, int o0, int
   cp_async_commit();
 }
 
-template <int NT>
+template <int NT, int NS, int WPB>
 __device__ __forceinline__ void head_tile(int n_tok, int rows, int k, const uint16_t *w, long long ld,
                                           const uint16_t *x, long long ldx, float *y, long long ldy,
                                           unsigned char *ws, float (*xs)[Q_TOK][32]) {
   const int lane = threadIdx.x & 31;
-  const int o0 = ((int)blockIdx.x * H_WARPS + (int)(threadIdx.x >> 5)) * 32, t0 = blockIdx.y * Q_TOK;
+  const int o0 = ((int)blockIdx.x * WPB + (int)(threadIdx.x >> 5)) * 32, t0 = blockIdx.y * Q_TOK;
   if (o0 >= rows) return; /* warp-uniform; only warp barriers below */
   const int nt = n_tok - t0 < NT ? n_tok - t0 : NT;
   const int nch = k / H_K;
@@ -396,7 +401,7 @@ __device__ __forceinline__ void head_tile(int n_tok, int rows, int k, const uint
 #pragma unroll
   for (int t = 0; t < NT; t++) acc[t] = 0.0f, xr[t] = t < nt ? xt[(long long)t * ldx] : 0;
 #pragma unroll
-  for (int c = 0; c < H_STAGES - 1; c++) head_issue(c, nch, lane, o0, rows, w, ld, ws);
+  for (int c = 0; c < NS - 1; c++) head_issue<NS>(c, nch, lane, o0, rows, w, ld, ws);
   for (int c = 0; c < nch; c++) {
     float(*xc)[32] = xs[c & 1];
 #pragma unroll
@@ -404,10 +409,10 @@ __device__ __forceinline__ void head_tile(int n_tok, int rows, int k, const uint
     if (c + 1 < nch)
 #pragma unroll
       for (int t = 0; t < NT; t++) xr[t] = t < nt ? xt[(long long)t * ldx + (c + 1) * H_K] : 0;
-    cp_async_wait<H_STAGES - 2>();
+    cp_async_wait<NS - 2>();
     __syncwarp(); /* stage c and x of chunk c visible to the warp; stage c-1 consumed */
-    head_issue(c + H_STAGES - 1, nch, lane, o0, rows, w, ld, ws);
-    const unsigned char *st = ws + (c % H_STAGES) * H_SEG + lane * (H_K * 2);
+    head_issue<NS>(c + NS - 1, nch, lane, o0, rows, w, ld, ws);
+    const unsigned char *st = ws + (c % NS) * H_SEG + lane * (H_K * 2);
     float wv[H_K];
 #pragma unroll
     for (int pc = 0; pc < 4; pc++) {
@@ -440,20 +445,30 @@ __device__ __forceinline__ void head_tile(int n_tok, int rows, int k, const uint
     if (t < nt) y[(long long)(t0 + t) * ldy + o] = acc[t];
 }
 
-extern "C" __global__ void __launch_bounds__(H_WARPS * 32, 4) dsv4_k_linear_bf16_f32out(GEMV_ARGS) {
-  (void)xq, (void)sx, (void)scale, (void)scale_ld, (void)group_rows, (void)group_x;
-  __shared__ __align__(16) unsigned char ws[H_WARPS][H_STAGES * H_SEG];
-  __shared__ __align__(16) float xs[H_WARPS][2][Q_TOK][32];
-  const int wp = threadIdx.x >> 5, nt = n_tok - (int)blockIdx.y * Q_TOK;
+template <int NS, int WPB>
+__device__ __forceinline__ void head_kernel(GEMV_ARGS, unsigned char *ws, float (*xs)[Q_TOK][32]) {
+  const int nt = n_tok - (int)blockIdx.y * Q_TOK;
   const uint16_t *wb = reinterpret_cast<const uint16_t *>(w);
   float *yf = static_cast<float *>(y);
-#define HD(NT) head_tile<NT>(n_tok, rows, k, wb, ld, x, ldx, yf, ldy, ws[wp], xs[wp])
+#define HD(NT) head_tile<NT, NS, WPB>(n_tok, rows, k, wb, ld, x, ldx, yf, ldy, ws, xs)
   if (nt <= 1) HD(1);
   else if (nt <= 2) HD(2);
   else if (nt <= 4) HD(4);
   else if (nt <= 8) HD(8);
   else HD(16);
 #undef HD
+}
+
+extern "C" __global__ void __launch_bounds__(H_WARPS * 32, 4) dsv4_k_linear_bf16_f32out(GEMV_ARGS) {
+  (void)xq, (void)sx, (void)scale, (void)scale_ld, (void)group_x;
+  __shared__ __align__(16) unsigned char ws[H_WARPS * H_STAGES * H_SEG];
+  __shared__ __align__(16) float xs[H_WARPS][2][Q_TOK][32];
+  const int wp = threadIdx.x >> 5;
+  if (group_rows == 1) { /* one warp per block, the whole ring */
+    if (wp == 0) head_kernel<H_WARPS * H_STAGES, 1>(GEMV_PASS, ws, xs[0]);
+  } else {
+    head_kernel<H_STAGES, H_WARPS>(GEMV_PASS, ws + wp * (H_STAGES * H_SEG), xs[wp]);
+  }
 }
 
 /* fp8 weight -> bf16 (spec §3.2, the wo_a preparation at load; CPU oracle

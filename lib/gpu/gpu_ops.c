@@ -19,6 +19,7 @@ dsv4_status dsv4i_gpu_ops_init(const dsv4i_kreg *kr, dsv4i_gpu_ops *o) {
     o->linear[i] = o->linear_f32out[i] = o->linear_warp[i] = DSV4I_K_COUNT;
   o->warp_rows_max = 0;
   o->fp8_row_tile = 0;
+  o->f32out_narrow = 0;
   dsv4_status st = DSV4_OK;
 #define PICK(field, op, fmt, shape) \
   if (st == DSV4_OK) st = pick(kr, DSV4I_KOP_##op, DSV4I_KFMT_##fmt, DSV4I_KSHAPE_##shape, &o->field)
@@ -174,8 +175,8 @@ static dsv4_status gemv(const dsv4i_gpu_ops *o, dsv4i_custream s, dsv4i_kernel_i
     bx = cdiv(w->rows, 8);
   else if (id == o->linear[DSV4I_KFMT_E4M3_UE8M0]) /* group_rows: the row tile */
     bx = cdiv(w->rows, group_rows), by = cdiv(n_tok, Q8_TOK);
-  else if (id == o->linear_f32out[DSV4I_KFMT_BF16])
-    bx = cdiv(w->rows, HEAD_ROWS), by = cdiv(n_tok, Q8_TOK);
+  else if (id == o->linear_f32out[DSV4I_KFMT_BF16]) /* group_rows 1: one warp per block */
+    bx = cdiv(w->rows, group_rows == 1 ? 32 : HEAD_ROWS), by = cdiv(n_tok, Q8_TOK);
   return launch(o, id, bx, by, s, p);
 }
 
@@ -225,7 +226,11 @@ dsv4_status dsv4i_gpu_linear(const dsv4i_gpu_ops *o, dsv4i_custream s, const dsv
   if (w->fmt == DSV4I_KFMT_F32 && !out_f32)
     return bad("linear", "fp32 weights give an fp32 result (out_f32 = 1)");
   const dsv4i_kernel_id id = out_f32 ? o->linear_f32out[w->fmt] : o->linear[w->fmt];
-  return gemv(o, s, id, w, n_tok, 0, 0, x, ldx, y, ldy, 0, 0);
+  /* bf16 -> fp32 with fewer rows than 4 warps per SM of a big GPU (the router
+   * gate): one warp per block with the block's whole ring in flight */
+  const int narrow = id == o->linear_f32out[DSV4I_KFMT_BF16] &&
+                     (o->f32out_narrow ? o->f32out_narrow > 0 : w->rows < 4 * 132 * 32);
+  return gemv(o, s, id, w, n_tok, 0, 0, x, ldx, y, ldy, narrow, 0);
 }
 
 dsv4_status dsv4i_gpu_linear_grouped(const dsv4i_gpu_ops *o, dsv4i_custream s,

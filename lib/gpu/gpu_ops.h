@@ -35,6 +35,10 @@ typedef struct dsv4i_gpu_ops {
   /** Rows per block of the fp8 kernel (8, 16 or 32); 0 (default): chosen by
    * the row count. Any value gives the same bits (tests run all three). */
   int32_t fp8_row_tile;
+  /** bf16 -> fp32 linear: 0 (default) uses one-warp blocks with a deep ring
+   * for fewer than 16,896 rows (the router gate), 4-warp blocks otherwise (the
+   * head); 1 / -1 force one or the other (tests). Same bits either way. */
+  int32_t f32out_narrow;
   dsv4i_kernel_id linear_f32out[DSV4I_KFMT_COUNT_]; /**< BF16 / F32 weights, fp32 out */
 } dsv4i_gpu_ops;
 

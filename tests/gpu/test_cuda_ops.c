@@ -228,12 +228,19 @@ static void linear_float_case(int fmt, int out_f32, int rows, int cols, int n, u
   dsv4i_gpu_weight gw = {fmt == DSV4I_W_F32 ? DSV4I_KFMT_F32 : DSV4I_KFMT_BF16, rows, cols, cols, 0,
                          gt_up(&G, w, esz * (size_t)rows * cols), 0};
   dsv4i_cuptr dx = gt_up(&G, x, 2 * (size_t)n * ldx), dy = gt_up(&G, NULL, osz * (size_t)n * rows);
-  gt_check(dsv4i_gpu_linear(&O, G.stream, &gw, n, dx, ldx, dy, rows, out_f32));
-  gt_down(&G, yg, dy, osz * (size_t)n * rows);
-  char what[64];
-  snprintf(what, sizeof what, "linear %s->%s %dx%d n=%d", esz == 4 ? "f32" : "bf16",
-           out_f32 ? "f32" : "bf16", rows, cols, n);
-  assert_int_equal(gt_diff_bits(yg, yc, (size_t)n * rows, osz, what), 0);
+  /* bf16 -> fp32: both block shapes (one warp with a deep ring, four warps) */
+  for (int variant = 0; variant < (fmt == DSV4I_W_BF16 && out_f32 ? 2 : 1); variant++) {
+    dsv4i_gpu_ops ov = O;
+    ov.f32out_narrow = variant ? -1 : 1;
+    dy = gt_up(&G, NULL, osz * (size_t)n * rows); /* zeroed: a variant that writes nothing fails */
+    gt_check(dsv4i_gpu_linear(&ov, G.stream, &gw, n, dx, ldx, dy, rows, out_f32));
+    gt_down(&G, yg, dy, osz * (size_t)n * rows);
+    char what[80];
+    snprintf(what, sizeof what, "linear %s->%s %dx%d n=%d%s", esz == 4 ? "f32" : "bf16",
+             out_f32 ? "f32" : "bf16", rows, cols, n,
+             fmt == DSV4I_W_BF16 && out_f32 ? (variant ? " 4-warp blocks" : " 1-warp blocks") : "");
+    assert_int_equal(gt_diff_bits(yg, yc, (size_t)n * rows, osz, what), 0);
+  }
   free(w), free(x), free(yc), free(yg);
 }
 
