@@ -170,14 +170,15 @@ int main(int argc, char **argv) {
   float temp[8] = {0, 0.8f, 0, 0.8f, 0, 0.8f, 0, 0.8f};
   uint64_t seeds[8] = {1, 2, 3, 4, 5, 6, 7, 8};
   uint32_t zeros[8] = {0};
-  const int32_t chunks = dsv4i_gpu_dspark_markov_chunks(V);
+  int32_t n_valid[8] = {V, V, V, V, V, V, V, V};
   for (int32_t b = 1; b <= 8; b *= 8) {
     dsv4i_gpu_markov_args ma = {.n = b, .block = B, .vocab = V, .rank = R,
                                 .toks = host_buf(toks, sizeof toks), .logits = logits,
                                 .embed = embed, .head = head, .temp = host_buf(temp, sizeof temp),
                                 .seed = host_buf(seeds, sizeof seeds),
                                 .counter = host_buf(seeds, sizeof seeds),
-                                .part = rand_buf((size_t)8 * 8 * chunks, 0),
+                                .n_valid = host_buf(n_valid, sizeof n_valid),
+                                .part = rand_buf(dsv4i_gpu_dspark_markov_scratch(8, V, R), 0),
                                 .ticket = host_buf(zeros, sizeof zeros)};
     snprintf(label, sizeof label, "markov step (bias + sample), batch %d", (int)b);
     TIME(label, (double)V * R * 2, check(dsv4i_gpu_dspark_markov(&dk, NULL, &ma, 0), label));

@@ -12,10 +12,14 @@
  *   gate = 1/(1 + exp(−copysign(sqrt(max(|dot|, 1e-6)), dot))),
  *   h[t][c][d] = bf16(x + gate·value),
  * the sums in torch's order (reduce.cuh). The exp follows the reference's
- * split of the call's gate tensor [n_tok][hc]: flat index < n_vec (a
- * multiple of 32) torch's vectorised exp (bit-equal to the CPU), the rest
- * libm's expf on the CPU — CUDA's expf here, which can differ by an ulp,
- * and then the gate and h by a rounding (the test bounds it).
+ * split of each call's gate tensor [len][hc] (a step's batch holds several
+ * calls: a prefill chunk, a decode-layout token alone; docs/cpu-numerics.md):
+ * its first floor(len·hc/32)·32 gates take torch's vectorised exp (bit-equal
+ * to the CPU), the rest libm's expf on the CPU — CUDA's expf here, which can
+ * differ by an ulp, and then the gate and h by a rounding (the test bounds
+ * it). The host gives per token how many of its copies are vectorised
+ * (dsv4i_engram_gate_vec), so a token's result does not depend on the other
+ * calls of the batch.
  */
 #include "model/ref_math.h"
 #include "reduce.cuh"
@@ -40,11 +44,13 @@ dsv4_k_engram_gather(int n_tok, int n_cols, int head_dim, const long long *ids, 
 }
 
 /* h bf16 [n_tok][hc][dim] in place; kv bf16 [n_tok][ld_kv] ((hc+1)·dim used);
- * q_weight, k_weight bf16 [hc][dim]. Grid ceil(n_tok·hc / 4), 128 threads. */
+ * q_weight, k_weight bf16 [hc][dim]; gate_vec int32 [n_tok]: copies c <
+ * gate_vec[t] of token t take the vectorised exp (NULL: the batch is one
+ * call). Grid ceil(n_tok·hc / 4), 128 threads. */
 extern "C" __global__ void __launch_bounds__(128)
 dsv4_k_engram_update(int n_tok, int hc, int dim, const uint16_t *kv, long long ld_kv,
                      const uint16_t *q_weight, const uint16_t *k_weight, float eps, float scale,
-                     const uint8_t *is_image, uint16_t *h) {
+                     const uint8_t *is_image, const int *gate_vec, uint16_t *h) {
   const long long flat = (long long)blockIdx.x * 4 + (threadIdx.x >> 5);
   if (flat >= (long long)n_tok * hc) return;
   const int t = (int)(flat / hc), c = (int)(flat % hc), lane = threadIdx.x & 31;
@@ -70,8 +76,8 @@ dsv4_k_engram_update(int n_tok, int hc, int dim, const uint16_t *kv, long long l
   const float dot = (sd * rstd) * scale;
   const float mag = sqrtf(fmaxf(fabsf(dot), 1e-6f));
   const float z = copysignf(mag, dot);
-  const long long n_vec = (long long)n_tok * hc / 32 * 32;
-  const float e = flat < n_vec ? dsv4i_expf_torch(0.0f - z) : expf(-z);
+  const bool vec = gate_vec ? c < gate_vec[t] : flat < (long long)n_tok * hc / 32 * 32;
+  const float e = vec ? dsv4i_expf_torch(0.0f - z) : expf(-z);
   const float gate = 1.0f / (1.0f + e);
   __syncwarp();
   for (int d = lane; d < dim; d += 32) {

@@ -11,55 +11,10 @@
  * the same factor within an ulp or two: the pick equals the CPU's except
  * when two candidates' p/q agree to within a few ulps.
  */
+#include "best.cuh"
 #include "model/ref_math.h"
 
 #define THREADS 1024
-
-struct best_t {
-  float v;
-  int i; /* -1: none yet */
-};
-
-/* a better than b: a number beats NaN/none, larger wins, lower index on ties. */
-__device__ __forceinline__ bool better(best_t a, best_t b) {
-  if (a.i < 0) return false;
-  if (b.i < 0) return true;
-  const bool an = isnan(a.v), bn = isnan(b.v);
-  if (an != bn) return bn;
-  if (!an && a.v != b.v) return a.v > b.v;
-  return a.i < b.i;
-}
-
-__device__ best_t block_best(best_t b) {
-  __shared__ float sv[THREADS / 32];
-  __shared__ int si[THREADS / 32];
-  for (int off = 16; off > 0; off >>= 1) {
-    best_t o;
-    o.v = __shfl_down_sync(0xFFFFFFFFu, b.v, off);
-    o.i = __shfl_down_sync(0xFFFFFFFFu, b.i, off);
-    if (better(o, b)) b = o;
-  }
-  const int w = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  __syncthreads();
-  if (lane == 0) sv[w] = b.v, si[w] = b.i;
-  __syncthreads();
-  if (w == 0) {
-    b.v = lane < THREADS / 32 ? sv[lane] : 0.0f;
-    b.i = lane < THREADS / 32 ? si[lane] : -1;
-    for (int off = 16; off > 0; off >>= 1) {
-      best_t o;
-      o.v = __shfl_down_sync(0xFFFFFFFFu, b.v, off);
-      o.i = __shfl_down_sync(0xFFFFFFFFu, b.i, off);
-      if (better(o, b)) b = o;
-    }
-    if (lane == 0) sv[0] = b.v, si[0] = b.i;
-  }
-  __syncthreads();
-  best_t r;
-  r.v = sv[0];
-  r.i = si[0];
-  return r;
-}
 
 /* Block-wide reduction over the THREADS threads: a shuffle tree in each warp,
  * then warp 0 over the warps' results (`fill` past them); op(a, b) combines
@@ -90,13 +45,11 @@ struct max_op {
 
 /* The best of logits over NaN-free values, as dsv4i_cpu_argmax (0 if all NaN). */
 __device__ int row_argmax(const float *l, int vocab) {
-  best_t b = {0.0f, -1};
-  for (int i = threadIdx.x; i < vocab; i += THREADS) {
-    const best_t c = {l[i], isnan(l[i]) ? -1 : i};
-    if (better(c, b)) b = c;
-  }
-  b = block_best(b);
-  return b.i < 0 ? 0 : b.i;
+  float v = 0.0f;
+  int b = -1;
+  for (int i = threadIdx.x; i < vocab; i += THREADS) dsv4_best_merge(v, b, l[i], i);
+  dsv4_block_best<THREADS>(v, b);
+  return b < 0 ? 0 : b;
 }
 
 /* logits: fp32 [n_rows][ld]; out: int32 [n_rows]. Grid n_rows. */
@@ -145,14 +98,14 @@ dsv4_k_sample_f32(int n_rows, int vocab, const float *logits, long long ld,
     return;
   }
   const float t = temp > 1e-5f ? temp : 1e-5f;
-  best_t m = {-INFINITY, 0};
+  float m = -INFINITY;
   for (int i = threadIdx.x; i < vocab; i += THREADS) {
     const float v = l[i] / t;
-    if (v > m.v) m.v = v; /* NaN never wins, as the CPU's `l > mx ? l : mx` */
+    if (v > m) m = v; /* NaN never wins, as the CPU's `l > mx ? l : mx` */
   }
   __shared__ float mx_s;
   {
-    float v = m.v;
+    float v = m;
     for (int off = 16; off > 0; off >>= 1) v = fmaxf(v, __shfl_down_sync(0xFFFFFFFFu, v, off));
     __shared__ float wm[THREADS / 32];
     if ((threadIdx.x & 31) == 0) wm[threadIdx.x >> 5] = v;
@@ -168,48 +121,18 @@ dsv4_k_sample_f32(int n_rows, int vocab, const float *logits, long long ld,
   float s = 0.0f;
   for (int i = threadIdx.x; i < vocab; i += THREADS) s += expf(l[i] / t - mx);
   const float inv = 1.0f / block_reduce(s, 0.0f, sum_op());
-  best_t b = {0.0f, -1};
+  float bv = 0.0f;
+  int tok = -1;
   for (int i = threadIdx.x; i < vocab; i += THREADS) {
     const float p = expf(l[i] / t - mx) * inv;
-    const float r = p / dsv4i_sample_noise_at(seed[row], counter[row], i);
-    const best_t c = {r, isnan(r) ? -1 : i};
-    if (better(c, b)) b = c;
+    dsv4_best_merge(bv, tok, p / dsv4i_sample_noise_at(seed[row], counter[row], i), i);
   }
-  b = block_best(b);
-  int tok = b.i;
+  dsv4_block_best<THREADS>(bv, tok);
   if (tok < 0) tok = row_argmax(l, vocab);
   if (threadIdx.x == 0) out[row] = tok;
 }
 
 /* ---- sampled verification's accept rule (model/accept.h) ------------------- */
-
-/* (value, index) maximum: larger wins, the lower index on ties (the host loop's first) */
-__device__ void block_best_d(double &v, int &i) {
-  __shared__ double sv[THREADS / 32];
-  __shared__ int si[THREADS / 32];
-  for (int off = 16; off > 0; off >>= 1) {
-    const double v2 = __shfl_down_sync(0xFFFFFFFFu, v, off);
-    const int i2 = __shfl_down_sync(0xFFFFFFFFu, i, off);
-    if (i2 >= 0 && (i < 0 || v2 > v || (v2 == v && i2 < i))) v = v2, i = i2;
-  }
-  const int w = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  __syncthreads();
-  if (lane == 0) sv[w] = v, si[w] = i;
-  __syncthreads();
-  if (w == 0) {
-    v = lane < THREADS / 32 ? sv[lane] : 0.0;
-    i = lane < THREADS / 32 ? si[lane] : -1;
-    for (int off = 16; off > 0; off >>= 1) {
-      const double v2 = __shfl_down_sync(0xFFFFFFFFu, v, off);
-      const int i2 = __shfl_down_sync(0xFFFFFFFFu, i, off);
-      if (i2 >= 0 && (i < 0 || v2 > v || (v2 == v && i2 < i))) v = v2, i = i2;
-    }
-    if (lane == 0) sv[0] = v, si[0] = i;
-  }
-  __syncthreads();
-  v = sv[0];
-  i = si[0];
-}
 
 /* max and Σ exp((l - max) / t) of l[0..V) in double (the host's softmax, summed as a tree) */
 __device__ void softmax_stats(const float *l, int V, double t, double &mx, double &sum) {
@@ -256,7 +179,7 @@ dsv4_k_accept_f32(int V, const float *logits, const float *q, float T, float Tq,
       const double r = w / -log(dsv4i_accept_uniform_at(seed, tag_resid, pos, v));
       if (bi < 0 || r > best) best = r, bi = v;
     }
-    block_best_d(best, bi);
+    dsv4_block_best<THREADS>(best, bi);
     if (bi >= 0) {
       if (threadIdx.x == 0) out[0] = 0, out[1] = bi;
       return;

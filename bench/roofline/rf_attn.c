@@ -250,7 +250,8 @@ void rf_markov(rf *r) {
     const int n = bs[q];
     float *temp = malloc(sizeof(float) * (size_t)n);
     uint64_t *seed = malloc(sizeof(uint64_t) * (size_t)n);
-    for (int i = 0; i < n; i++) temp[i] = 1.0f, seed[i] = 1000u + (uint64_t)i;
+    int32_t *n_valid = malloc(sizeof(int32_t) * (size_t)n);
+    for (int i = 0; i < n; i++) temp[i] = 1.0f, seed[i] = 1000u + (uint64_t)i, n_valid[i] = V;
     mk_case c;
     memset(&c, 0, sizeof c);
     c.a = (dsv4i_gpu_markov_args){
@@ -260,11 +261,12 @@ void rf_markov(rf *r) {
         .embed = embed, .head = head, .temp = rf_upload(r, temp, sizeof(float) * (size_t)n),
         .seed = rf_upload(r, seed, sizeof(uint64_t) * (size_t)n),
         .counter = rf_upload(r, seed, sizeof(uint64_t) * (size_t)n),
-        .part = rf_take(r, (size_t)8 * n * dsv4i_gpu_dspark_markov_chunks(V)),
-        .ticket = rf_take(r, sizeof(uint32_t) * (size_t)n)};
+        .n_valid = rf_upload(r, n_valid, sizeof(int32_t) * (size_t)n),
+        .part = rf_take(r, dsv4i_gpu_dspark_markov_scratch(n, V, R)),
+        .ticket = rf_take(r, sizeof(uint32_t))};
     r->g.dev.cu->MemsetD8Async(c.a.toks, 0, sizeof(int32_t) * (size_t)n * (B + 1), r->g.stream);
-    r->g.dev.cu->MemsetD8Async(c.a.ticket, 0, sizeof(uint32_t) * (size_t)n, r->g.stream);
-    free(temp), free(seed);
+    r->g.dev.cu->MemsetD8Async(c.a.ticket, 0, sizeof(uint32_t), r->g.stream);
+    free(temp), free(seed), free(n_valid);
     /* the head once, each sequence's logits row read and written, its embedding row */
     const double bytes = (double)V * R * 2 + (double)n * (8.0 * V + 2.0 * R);
     const double us = rf_time(r, rec_markov, &c, 2 * B);

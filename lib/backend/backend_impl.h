@@ -28,6 +28,24 @@ typedef struct dsv4i_backend_entry {
 dsv4_status dsv4i_backend_init(dsv4i_backend *be, const dsv4i_backend_ops *ops, int32_t kind,
                                const dsv4i_backend_desc *d, int32_t max_tp);
 
+/**
+ * The Engram gate's reference calls of a step's n_tok tokens (docs/cpu-numerics.md):
+ * run[t] = seq[t] for a prefill-layout token (the consecutive tokens of one sequence's
+ * chunk are one call), -1 for a decode-layout token (a decode row, each token of a
+ * verify row: a call of its own). layout, seq int32 [n_tok] (dsv4i_batch); run int32
+ * [n_tok] out (host). The CPU backend passes run to dsv4i_cpu_engram_runs.
+ */
+void dsv4i_engram_calls(int32_t n_tok, const int32_t *layout, const int32_t *seq, int32_t *run);
+
+/**
+ * For each token of a batch split into calls by run (dsv4i_engram_calls), how many
+ * of its hc gates, copy 0 first, fall in the vectorised part of its call's exp
+ * split (the first floor(len·hc/32)·32 gates of a call of len tokens; the rest
+ * take the scalar exp): 0..hc, the per-token table the CUDA Engram kernel reads.
+ * run, vec int32 [n_tok] (host); vec may be run (in place).
+ */
+void dsv4i_engram_gate_vec(int32_t n_tok, int32_t hc, const int32_t *run, int32_t *vec);
+
 /** lib/cpu/cpu_backend.c */
 extern const dsv4i_backend_entry dsv4i_cpu_backend_entry;
 /** lib/gpu/gpu_backend.c (builds with nvcc only) */

@@ -42,8 +42,7 @@ dsv4_status dsv4i_cpu_be_engram(dsv4i_backend *be, int32_t layer, dsv4i_bbuf hb)
    * chunk's tokens are one call, a decode-layout token (decode, verify) one of its own */
   int32_t *run = dsv4i_malloc((size_t)b->n_tok * sizeof *run, "engram calls");
   if (!run) return DSV4_ERR_OUT_OF_MEMORY;
-  for (int32_t t = 0; t < b->n_tok; t++)
-    run[t] = b->layout[t] == DSV4I_LAYOUT_DECODE ? -1 : b->seq[t];
+  dsv4i_engram_calls(b->n_tok, b->layout, b->seq, run);
   const dsv4_status s =
       dsv4i_cpu_engram_runs(&k->engram, b->n_tok, run, b->engram_ids + k->engram_slot * n_cols,
                             b->n_engram_cols, b->has_image ? b->image : NULL, hb.impl);

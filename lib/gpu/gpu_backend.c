@@ -41,14 +41,16 @@ static int64_t max_visible(const dsv4i_config *c, int64_t max_pos) {
   return v;
 }
 
-/* Inputs block: tok, pos, gpos, atok, eids, img, out_tok. */
+/* Inputs block: tok, pos, gpos, atok, eids, img, out_tok, gvec. */
+#define N_INPUTS 8
 static size_t inputs_layout(const dsv4i_config *c, int32_t T, int32_t R, size_t *off) {
   const int64_t ncols = (int64_t)c->n_engram * (c->engram_max_ngram - 1) * c->engram_n_heads;
-  const size_t sz[7] = {4u * T, 4u * T, 4u * (DSV4I_GPU_MAX_RATIO + 1) * (size_t)T,
-                        sizeof(dsv4i_gpu_attn_tok) * (size_t)T, 8u * (size_t)T * (size_t)ncols,
-                        (size_t)T, 4u * (size_t)R};
+  const size_t sz[N_INPUTS] = {4u * T, 4u * T, 4u * (DSV4I_GPU_MAX_RATIO + 1) * (size_t)T,
+                               sizeof(dsv4i_gpu_attn_tok) * (size_t)T,
+                               8u * (size_t)T * (size_t)ncols, (size_t)T, 4u * (size_t)R,
+                               4u * (size_t)T};
   size_t u = 0;
-  for (int i = 0; i < 7; i++) {
+  for (int i = 0; i < N_INPUTS; i++) {
     off[i] = u;
     u += al(sz[i] ? sz[i] : 1);
   }
@@ -68,7 +70,7 @@ static void ws_layout(const dsv4i_config *c, int32_t T, int32_t rows, int32_t R,
   const size_t t = (size_t)rows, r = (size_t)R, d = (size_t)c->dim, hc = (size_t)c->hc_mult,
                hd = (size_t)c->head_dim, H = (size_t)c->n_heads;
   const size_t nm = (2 + hc) * hc;
-  size_t off[7];
+  size_t off[N_INPUTS];
   w->in = take(cv, inputs_layout(c, T, R, off));
   w->tok = w->in ? w->in + off[0] : 0;
   w->pos = w->in ? w->in + off[1] : 0;
@@ -77,6 +79,7 @@ static void ws_layout(const dsv4i_config *c, int32_t T, int32_t rows, int32_t R,
   w->eids = w->in ? w->in + off[4] : 0;
   w->img = w->in ? w->in + off[5] : 0;
   w->out_tok = w->in ? w->in + off[6] : 0;
+  w->gvec = w->in ? w->in + off[7] : 0;
   w->x = take(cv, t * d * 2);
   w->y = take(cv, t * d * 2);
   w->mixes = take(cv, t * nm * 4);
@@ -158,8 +161,8 @@ static void ws_layout(const dsv4i_config *c, int32_t T, int32_t rows, int32_t R,
     w->dpre = take(cv, t * hc * 4);
     w->dxc = take(cv, t * d * 2);
     w->dlog = take(cv, r * (size_t)B * V * 4);
-    w->dpart = take(cv, 8 * r * (size_t)dsv4i_gpu_dspark_markov_chunks(c->vocab_size));
-    w->dticket = take(cv, 4 * r);
+    w->dpart = take(cv, dsv4i_gpu_dspark_markov_scratch(R, c->vocab_size, c->dspark_markov_rank));
+    w->dticket = take(cv, 4);
   }
 }
 
@@ -340,6 +343,9 @@ static dsv4_status set_batch(dsv4i_backend *be, const dsv4i_batch *m) {
     memcpy(st->eids, m->engram_ids, sizeof(int64_t) * (size_t)n * (size_t)b->n_engram_cols);
     memset(st->eids + (size_t)n * b->n_engram_cols, 0,
            sizeof(int64_t) * (size_t)(np - n) * (size_t)b->n_engram_cols);
+    /* the gate's exp split per reference call, as the CPU (padding rows: calls of their own) */
+    dsv4i_engram_calls(np, b->layout, b->seq_row, st->gvec);
+    dsv4i_engram_gate_vec(np, b->hc, st->gvec, st->gvec);
   }
   for (int32_t r = 0; r < b->max_out; r++) st->out_tok[r] = r < m->n_out ? m->out_tok[r] : 0;
   b->has_image = m->image != NULL;
@@ -605,7 +611,7 @@ static const dsv4i_backend_ops cuda_ops = {
 
 static dsv4_status stage_alloc(gpu_backend *b) {
   const dsv4i_config *c = b->cfg;
-  size_t off[7];
+  size_t off[N_INPUTS];
   const size_t in = inputs_layout(c, b->max_tok, b->max_out, off);
   const size_t R = (size_t)b->max_out, samp = al(4 * R) + 16 * R;
   b->st.bytes = in;
@@ -636,6 +642,7 @@ static dsv4_status stage_alloc(gpu_backend *b) {
   b->st.eids = (int64_t *)(void *)(p + off[4]);
   b->st.img = (uint8_t *)(p + off[5]);
   b->st.out_tok = (int32_t *)(void *)(p + off[6]);
+  b->st.gvec = (int32_t *)(void *)(p + off[7]);
   b->st.samp = p + in;
   b->st.samp_out = (int32_t *)(void *)(p + in + al(samp));
   return DSV4_OK;
@@ -736,10 +743,9 @@ static dsv4_status cuda_create(const dsv4i_backend_desc *d, dsv4i_backend **out)
     s = dsv4i_gpu_pool_take(&b->g.pool, wsb, "step workspace", &base);
     carve cv = {0, base};
     if (!s) ws_layout(c, b->max_tok, b->max_rows, b->max_out, d->max_positions, &cv, &b->ws);
-    /* the Markov step's tickets start at 0 (every step leaves them 0) */
+    /* the Markov step's ticket starts at 0 (every step leaves it 0) */
     if (!s && b->ws.dticket) {
-      const dsv4i_cures r = b->g.dev.cu->MemsetD8Async(b->ws.dticket, 0, 4 * (size_t)b->max_out,
-                                                      b->g.stream);
+      const dsv4i_cures r = b->g.dev.cu->MemsetD8Async(b->ws.dticket, 0, 4, b->g.stream);
       s = r == DSV4I_CUDA_SUCCESS ? dsv4i_gpu_sync(&b->g) : dsv4i_gpu_fail(&b->g, r, "cuMemsetD8Async");
     }
   }

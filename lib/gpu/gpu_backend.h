@@ -87,6 +87,7 @@ typedef struct gpu_ws {
   dsv4i_cuptr atok;         /**< dsv4i_gpu_attn_tok [T] */
   dsv4i_cuptr eids;         /**< int64 [T][n_engram_cols] */
   dsv4i_cuptr img;          /**< u8 [T] */
+  dsv4i_cuptr gvec;         /**< int32 [T]: each token's vectorised Engram gates */
   dsv4i_cuptr out_tok;      /**< int32 [R] */
   /* block */
   dsv4i_cuptr x, y, mixes, a_pre, a_post, a_comb, f_post, f_comb;
@@ -114,6 +115,7 @@ typedef struct gpu_stage {
   dsv4i_gpu_attn_tok *atok;
   int64_t *eids;
   uint8_t *img;
+  int32_t *gvec;
   int32_t *out_tok;
   void *samp;               /**< temp / seed / counter rows */
   int32_t *samp_out;

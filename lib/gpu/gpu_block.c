@@ -34,7 +34,7 @@ dsv4_status dsv4i_gpu_be_engram(dsv4i_backend *be, int32_t layer, dsv4i_bbuf h) 
   const dsv4i_cuptr ids = b->ws.eids + (dsv4i_cuptr)k->engram_slot * (dsv4i_cuptr)k->engram.n_cols * 8u;
   return note(b, dsv4i_gpu_engram_run(&b->ops, b->g.stream, &k->engram, b->step_rows, ids,
                                       b->n_engram_cols, b->has_image ? b->ws.img : 0,
-                                      b->ws.engram, D(h.impl)));
+                                      b->ws.gvec, b->ws.engram, D(h.impl)));
 }
 
 /* ---- attention (spec §5.4; lib/cpu/attn_forward.c) ---------------------------- */

@@ -5,10 +5,9 @@
  * [anchor, noise x (B-1)] of each sequence through the stages (the backbone
  * block with the DSpark attention layout -B), the shared head with the last
  * stage's norm, and the Markov head left to right: per draft position one
- * Markov launch (bias, kernels/dspark.cu), then the sampling kernel per row
- * with the row's n_valid (the sample entry's rule, NOT_FINITE included).
- * The drafts come back to the host after each position (n · (B + 1) ids);
- * the confidence is the CPU's fp32 dot over [x_k, e_k] on the host, on the
+ * fused launch (bias, sampling with the row's n_valid, the next embedding:
+ * kernels/dspark.cu). The drafts come back to the host once (n · (B + 1)
+ * ids; a negative one raises the CPU's NOT_FINITE message); the confidence is the CPU's fp32 dot over [x_k, e_k] on the host, on the
  * dim-wide collapsed rows (no vocabulary-wide copy).
  */
 #include <string.h>
@@ -24,9 +23,9 @@ static size_t al(size_t n) { return (n + 255) / 256 * 256; }
 
 /* The draft's input block: per draft row its token, position and record; per sequence
  * its main_kv record and position, the token table (column 0 the anchors), temperature,
- * seed, and counter + k for every draft position k. */
+ * seed, counter and valid ids. */
 typedef struct din_off {
-  size_t tok, pos, atok, satok, spos, toks, temp, seed, ctr, total;
+  size_t tok, pos, atok, satok, spos, toks, temp, seed, ctr, nv, total;
 } din_off;
 
 static din_off din_layout(int32_t R, int32_t B) {
@@ -44,7 +43,8 @@ static din_off din_layout(int32_t R, int32_t B) {
   F(toks, 4 * n * ((size_t)B + 1))
   F(temp, 4 * n)
   F(seed, 8 * n)
-  F(ctr, 8 * n * (size_t)B)
+  F(ctr, 8 * n)
+  F(nv, 4 * n)
 #undef F
   o.total = u;
   return o;
@@ -134,6 +134,7 @@ dsv4_status dsv4i_gpu_be_dspark_draft(dsv4i_backend *be, const dsv4i_kv_step *kv
   int32_t *toks = (int32_t *)(void *)(h + o.toks);
   float *temp = (float *)(void *)(h + o.temp);
   uint64_t *seed = (uint64_t *)(void *)(h + o.seed), *ctr = (uint64_t *)(void *)(h + o.ctr);
+  int32_t *nvalid = (int32_t *)(void *)(h + o.nv);
   for (int32_t i = 0; i < n; i++) {
     for (int32_t j = 0; j < B; j++) {
       tok[i * B + j] = j ? c->dspark_noise_token_id : anchor[i];
@@ -145,7 +146,8 @@ dsv4_status dsv4i_gpu_be_dspark_draft(dsv4i_backend *be, const dsv4i_kv_step *kv
     toks[i * (B + 1)] = anchor[i];
     temp[i] = req[i].temperature;
     seed[i] = req[i].seed;
-    for (int32_t k = 0; k < B; k++) ctr[(size_t)k * n + i] = req[i].counter + (uint64_t)k;
+    ctr[i] = req[i].counter;
+    nvalid[i] = valid_ids(req[i].n_valid, V);
   }
   st = dsv4i_gpu_attn_dspark_tokens(n, b->seq_row, pos, B,
                                     (dsv4i_gpu_attn_tok *)(void *)(h + o.atok));
@@ -176,25 +178,21 @@ dsv4_status dsv4i_gpu_be_dspark_draft(dsv4i_backend *be, const dsv4i_kv_step *kv
   if (!st) st = dsv4i_gpu_rmsnorm(&b->ops, b->g.stream, r, dim, w->dxc, dim, d->norm, c->norm_eps,
                                   w->x, dim);
   if (!st) st = dsv4i_gpu_linear(&b->ops, b->g.stream, &b->head, r, w->x, dim, lg, V, 1);
-  /* Markov head, left to right; draft k of every sequence, then its ids to the host */
+  /* Markov head, left to right: one fused launch per draft position (bias, sampling,
+   * the next embedding), then the ids to the host once */
   const dsv4i_gpu_markov_args ma = {n, B, V, d->rank, din + o.toks, lg, d->mk_embed, d->mk_head,
-                                    din + o.temp, din + o.seed, din + o.ctr, w->dpart, w->dticket};
-  for (int32_t k = 0; !st && k < B; k++) {
-    st = dsv4i_gpu_dspark_markov(&d->k, b->g.stream, &ma, k);
-    for (int32_t i = 0; !st && i < n; i++)
-      st = dsv4i_gpu_sample(&b->ops, b->g.stream, 1, valid_ids(req[i].n_valid, V),
-                            lg + ((dsv4i_cuptr)i * B + k) * (dsv4i_cuptr)V * 4u, V,
-                            din + o.temp + 4u * (dsv4i_cuptr)i, din + o.seed + 8u * (dsv4i_cuptr)i,
-                            din + o.ctr + 8u * ((dsv4i_cuptr)k * n + i),
-                            din + o.toks + 4u * ((dsv4i_cuptr)i * (B + 1) + k + 1));
-    if (st) break;
-    res = cu->MemcpyDtoHAsync(toks, din + o.toks, 4 * (size_t)n * (size_t)(B + 1), b->g.stream);
-    if (res != DSV4I_CUDA_SUCCESS) return dsv4i_gpu_fail(&b->g, res, "cuMemcpyDtoHAsync(drafts)");
-    if ((st = dsv4i_gpu_sync(&b->g))) return st;
+                                    din + o.temp, din + o.seed, din + o.ctr, din + o.nv,
+                                    w->dpart, w->dticket};
+  for (int32_t k = 0; !st && k < B; k++) st = dsv4i_gpu_dspark_markov(&d->k, b->g.stream, &ma, k);
+  if (st) return dsv4i_gpu_note(&b->g, st);
+  res = cu->MemcpyDtoHAsync(toks, din + o.toks, 4 * (size_t)n * (size_t)(B + 1), b->g.stream);
+  if (res != DSV4I_CUDA_SUCCESS) return dsv4i_gpu_fail(&b->g, res, "cuMemcpyDtoHAsync(drafts)");
+  if ((st = dsv4i_gpu_sync(&b->g))) return st;
+  /* the first row without a draft in the CPU's order (position, then sequence): its message */
+  for (int32_t k = 0; k < B; k++)
     for (int32_t i = 0; i < n; i++) {
       const int32_t t = toks[i * (B + 1) + k + 1];
       if (t >= 0) continue;
-      /* no draft (kernels/sample.cu): the CPU backend's message */
       const int64_t at = -1 - (int64_t)t;
       const int32_t nv = valid_ids(req[i].n_valid, V);
       if (at >= nv)
@@ -207,7 +205,6 @@ dsv4_status dsv4i_gpu_be_dspark_draft(dsv4i_backend *be, const dsv4i_kv_step *kv
                          "%lld is %s: no token can be drawn (damaged weights or an overflow)",
                          (int)i, (long long)at, v != v ? "NaN" : "+inf");
     }
-  }
   if (st) return dsv4i_gpu_note(&b->g, st);
   for (int32_t i = 0; i < n; i++)
     for (int32_t k = 0; k < B; k++) drafts[i * B + k] = toks[i * (B + 1) + k + 1];

@@ -408,7 +408,7 @@ size_t dsv4i_gpu_engram_scratch_bytes(const dsv4i_gpu_engram *e, int32_t n_tok) 
 
 dsv4_status dsv4i_gpu_engram_run(const dsv4i_gpu_ops *o, dsv4i_custream s, const dsv4i_gpu_engram *e,
                              int32_t n_tok, dsv4i_cuptr ids, int64_t ld_ids, dsv4i_cuptr is_image,
-                             dsv4i_cuptr scratch, dsv4i_cuptr h) {
+                             dsv4i_cuptr gate_vec, dsv4i_cuptr scratch, dsv4i_cuptr h) {
   const int64_t width = (int64_t)e->n_cols * e->head_dim, kvw = (int64_t)(e->hc + 1) * e->dim;
   if (n_tok < 0 || e->dim <= 0 || e->hc <= 0 || e->n_cols <= 0 || e->head_dim <= 0 ||
       e->head_dim % 32 || ld_ids < e->n_cols || (scratch & 255) || !e->table || !e->table_scale ||
@@ -427,6 +427,6 @@ dsv4_status dsv4i_gpu_engram_run(const dsv4i_gpu_ops *o, dsv4i_custream s, const
   if (st == DSV4_OK) st = dsv4i_gpu_linear_q(o, s, &e->wkv, n_tok, xq, sx, kv, kvw);
   if (st != DSV4_OK) return st;
   float eps = e->eps, scale = (float)pow((double)e->dim, -0.5);
-  void *pu[] = {&n, &hc, &dim, &kv, &lkv, &qw, &kw, &eps, &scale, &is_image, &h};
+  void *pu[] = {&n, &hc, &dim, &kv, &lkv, &qw, &kw, &eps, &scale, &is_image, &gate_vec, &h};
   return launch(o, o->engram_update, cdiv((int64_t)n_tok * hc, 4), 1, s, pu);
 }

@@ -218,13 +218,15 @@ size_t dsv4i_gpu_engram_scratch_bytes(const dsv4i_gpu_engram *e, int32_t n_tok);
 
 /**
  * The Engram module in place on the stream h bf16 [n][hc][dim] (CPU oracle
- * dsv4i_cpu_engram; kernels/engram.cu says where it can differ: the last
- * (n·hc mod 32) gates use CUDA's expf where the CPU uses glibc's).
- * ids int64 [n][ld_ids] (ids checked in range by the engine), is_image u8
- * [n] or 0; four launches: gather, act_quant, wkv, update.
+ * dsv4i_cpu_engram_runs; kernels/engram.cu says where it can differ: the
+ * scalar part of each call's exp split uses CUDA's expf where the CPU uses
+ * glibc's). ids int64 [n][ld_ids] (ids checked in range by the engine),
+ * is_image u8 [n] or 0; gate_vec int32 [n] (device): the vectorised copies
+ * of each token (dsv4i_engram_gate_vec of the batch's calls), or 0 when the
+ * n tokens are one call; four launches: gather, act_quant, wkv, update.
  */
 dsv4_status dsv4i_gpu_engram_run(const dsv4i_gpu_ops *o, dsv4i_custream s, const dsv4i_gpu_engram *e,
                              int32_t n_tok, dsv4i_cuptr ids, int64_t ld_ids, dsv4i_cuptr is_image,
-                             dsv4i_cuptr scratch, dsv4i_cuptr h);
+                             dsv4i_cuptr gate_vec, dsv4i_cuptr scratch, dsv4i_cuptr h);
 
 #endif /* DSV4I_GPU_OPS_H */

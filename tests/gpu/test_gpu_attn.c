@@ -858,57 +858,89 @@ static void sparse_attention_matches_cpu(void **state) {
 
 /* ---- DSpark Markov step ----------------------------------------------------- */
 
-static void markov_steps_match_cpu(void **state) {
-  (void)state;
-  const int32_t n = 4, B = 5, V = 5003, R = 256;
+/* One Markov case: n sequences, their temperatures and valid ids; poison: row 0 of
+ * sequence n-1 gets a NaN at v = 7 and row 1 of sequence n-2 is all -inf (no draft:
+ * the kernel's negative token, the CPU's dsv4i_cpu_not_drawable); ties: every
+ * sequence's row k has its best logit twice, so the lower index must win. The logits
+ * must be bit-equal to the CPU backend's loop, the drafts equal dsv4i_cpu_sample's. */
+static void markov_case(int32_t n, int32_t V, int32_t R, const float *temp, const int32_t *n_valid,
+                        int poison, int ties) {
+  const int32_t B = 5;
+  const uint32_t zero = 0;
   uint16_t *embed = malloc((size_t)V * R * 2), *head = malloc((size_t)V * R * 2);
   float *base = malloc((size_t)n * B * V * 4), *got = malloc((size_t)n * B * V * 4);
   float *want = malloc((size_t)n * B * V * 4), *bias = malloc((size_t)V * 4);
-  assert_true(embed && head && base && got && want && bias);
+  uint64_t *seed = malloc(8 * (size_t)n), *counter = malloc(8 * (size_t)n);
+  int32_t *toks = malloc(4 * (size_t)n * (B + 1)), *gtoks = malloc(4 * (size_t)n * (B + 1));
+  int32_t *again = malloc(4 * (size_t)n * (B + 1));
+  assert_true(embed && head && base && got && want && bias && seed && counter && toks && gtoks &&
+              again);
   rand_bf16(embed, (size_t)V * R, 1.0f);
-  rand_bf16(head, (size_t)V * R, 0.1f);
+  rand_bf16(head, (size_t)V * R, ties ? 0.0f : 0.1f);
   for (size_t i = 0; i < (size_t)n * B * V; i++) base[i] = gauss() * 2.0f;
-  const float temp[4] = {0.0f, 0.7f, 1.0f, 1.6f};
-  uint64_t seed[4], counter[4] = {0, 17, 1000, 5};
-  int32_t toks[4][6], gtoks[4][6];
-  for (int i = 0; i < n; i++) {
-    seed[i] = ((uint64_t)rnd() << 32) | rnd();
-    toks[i][0] = (int32_t)(rnd() % (uint32_t)V);
+  if (ties) /* no bias (head 0): each row's best value also sits at a higher index */
+    for (size_t r = 0; r < (size_t)n * B; r++) {
+      float *row = base + r * (size_t)V;
+      int32_t at = (int32_t)(rnd() % (uint32_t)(V / 2));
+      row[at] = 50.0f;
+      row[at + 1 + (int32_t)(rnd() % (uint32_t)(V / 2 - 1))] = 50.0f;
+    }
+  if (poison) {
+    base[((size_t)(n - 1) * B + 0) * V + 7] = NAN;
+    for (int32_t v = 0; v < V; v++) base[((size_t)(n - 2) * B + 1) * V + v] = -INFINITY;
   }
-  const int32_t chunks = dsv4i_gpu_dspark_markov_chunks(V);
-  uint32_t zeros[4] = {0, 0, 0, 0};
+  int32_t *nvd = malloc(4 * (size_t)n); /* the launcher takes dsv4i_cpu_valid_ids' result */
+  assert_non_null(nvd);
+  for (int32_t i = 0; i < n; i++) {
+    nvd[i] = dsv4i_cpu_valid_ids(n_valid[i], V);
+    seed[i] = ((uint64_t)rnd() << 32) | rnd();
+    counter[i] = rnd() % 1000u;
+    toks[i * (B + 1)] = (int32_t)(rnd() % (uint32_t)V);
+  }
   dsv4i_gpu_markov_args a = {
-    .n = n, .block = B, .vocab = V, .rank = R, .toks = dup(toks, sizeof toks),
+    .n = n, .block = B, .vocab = V, .rank = R, .toks = dup(toks, 4 * (size_t)n * (B + 1)),
     .logits = dup(base, (size_t)n * B * V * 4), .embed = dup(embed, (size_t)V * R * 2),
-    .head = dup(head, (size_t)V * R * 2), .temp = dup(temp, sizeof temp),
-    .seed = dup(seed, sizeof seed), .counter = dup(counter, sizeof counter),
-    .part = dalloc((size_t)8 * n * chunks), .ticket = dup(zeros, sizeof zeros)};
+    .head = dup(head, (size_t)V * R * 2), .temp = dup(temp, 4 * (size_t)n),
+    .seed = dup(seed, 8 * (size_t)n), .counter = dup(counter, 8 * (size_t)n),
+    .n_valid = dup(nvd, 4 * (size_t)n),
+    .part = dalloc(dsv4i_gpu_dspark_markov_scratch(n, V, R)), .ticket = dup(&zero, 4)};
   for (int32_t k = 0; k < B; k++) ok(dsv4i_gpu_dspark_markov(&g_dk, NULL, &a, k));
-  down(gtoks, a.toks, sizeof gtoks);
+  down(gtoks, a.toks, 4 * (size_t)n * (B + 1));
   down(got, a.logits, (size_t)n * B * V * 4);
-  /* the CPU backend's Markov loop (lib/cpu/cpu_dspark.c) */
+  /* the CPU backend's Markov loop (lib/cpu/cpu_dspark.c); a row without a draft goes on
+   * from embedding row 0, as the kernel does */
   dsv4i_wview w;
   ok(dsv4i_wview_init(&w, DSV4I_W_BF16, V, R, head, NULL));
   memcpy(want, base, (size_t)n * B * V * 4);
+  int n_race = 0, n_none = 0;
   for (int32_t k = 0; k < B; k++)
-    for (int i = 0; i < n; i++) {
-      ok(dsv4i_cpu_linear_f32(&w, 1, embed + (size_t)toks[i][k] * R, R, bias, V));
+    for (int32_t i = 0; i < n; i++) {
+      const int32_t prev = toks[i * (B + 1) + k];
+      ok(dsv4i_cpu_linear_f32(&w, 1, embed + (size_t)(prev < 0 ? 0 : prev) * R, R, bias, V));
       float *lg = want + ((size_t)i * B + k) * V;
       for (int32_t v = 0; v < V; v++) lg[v] += bias[v];
-      toks[i][k + 1] = dsv4i_cpu_sample(lg, V, temp[i], seed[i], counter[i] + (uint64_t)k);
+      const int32_t nv = dsv4i_cpu_valid_ids(n_valid[i], V);
+      int32_t t = dsv4i_cpu_sample(lg, nv, temp[i], seed[i], counter[i] + (uint64_t)k);
+      if (t < 0) t = (int32_t)(-1 - dsv4i_cpu_not_drawable(lg, nv)), n_none++;
+      else if (temp[i] > 0.0f) n_race++;
+      toks[i * (B + 1) + k + 1] = t;
     }
   assert_memory_equal(got, want, (size_t)n * B * V * 4);
-  for (int i = 0; i < n; i++)
+  for (int32_t i = 0; i < n; i++)
     for (int32_t k = 0; k <= B; k++)
-      if (gtoks[i][k] != toks[i][k])
-        fail_msg("markov: sequence %d (T %.1f) draft %d: gpu %d cpu %d", i, (double)temp[i], (int)k,
-                 (int)gtoks[i][k], (int)toks[i][k]);
-  /* the tickets were left at zero: the same launches again give the same drafts */
+      if (gtoks[i * (B + 1) + k] != toks[i * (B + 1) + k])
+        fail_msg("markov: sequence %d (T %.1f, n_valid %d) draft %d: gpu %d cpu %d", (int)i,
+                 (double)temp[i], (int)n_valid[i], (int)k, (int)gtoks[i * (B + 1) + k],
+                 (int)toks[i * (B + 1) + k]);
+  if (poison) assert_true(n_none >= 2);
+  printf("    markov n %d V %d R %d%s%s: %d drafts equal the CPU's (%d raced, %d without a "
+         "token)\n", (int)n, (int)V, (int)R, poison ? ", poisoned rows" : "", ties ? ", ties" : "",
+         (int)(n * B), n_race, n_none);
+  /* the ticket was left at zero: the same launches again give the same drafts */
   assert_int_equal(g_dev.cu->MemcpyHtoD(a.logits, base, (size_t)n * B * V * 4), DSV4I_CUDA_SUCCESS);
   for (int32_t k = 0; k < B; k++) ok(dsv4i_gpu_dspark_markov(&g_dk, NULL, &a, k));
-  int32_t again[4][6];
-  down(again, a.toks, sizeof again);
-  assert_memory_equal(again, gtoks, sizeof again);
+  down(again, a.toks, 4 * (size_t)n * (B + 1));
+  assert_memory_equal(again, gtoks, 4 * (size_t)n * (B + 1));
   assert_int_equal(dsv4i_gpu_dspark_markov(&g_dk, NULL, &a, B), DSV4_ERR_INVALID_ARG);
   free(embed);
   free(head);
@@ -916,7 +948,37 @@ static void markov_steps_match_cpu(void **state) {
   free(got);
   free(want);
   free(bias);
+  free(seed);
+  free(counter);
+  free(toks);
+  free(gtoks);
+  free(again);
+  free(nvd);
   dfree_all();
+}
+
+static void markov_steps_match_cpu(void **state) {
+  (void)state;
+  const float temp[4] = {0.0f, 0.7f, 1.0f, 1.6f};
+  const int32_t nv[4] = {5003, 5003, 5003, 5003};
+  markov_case(4, 5003, 256, temp, nv, 0, 0);
+}
+
+/* The fused step over more sequences than one pass of the kernel takes (8), a rank that
+ * is not a multiple of its 32-wide pieces, restricted valid ids, rows without a draft
+ * and tied maxima. */
+static void markov_fused_edge_cases(void **state) {
+  (void)state;
+  float temp[11];
+  int32_t nv[11];
+  for (int i = 0; i < 11; i++) {
+    temp[i] = i % 3 == 0 ? 0.0f : 0.5f + 0.25f * (float)i;
+    nv[i] = i % 4 == 1 ? 3001 : i % 4 == 2 ? 0 : 7777;
+  }
+  markov_case(11, 7777, 40, temp, nv, 1, 0);
+  float greedy[11] = {0};
+  markov_case(11, 7777, 40, greedy, nv, 0, 1);
+  markov_case(9, 1000, 512, temp, nv, 0, 0);
 }
 
 /* ---- bad arguments ---------------------------------------------------------- */
@@ -979,6 +1041,7 @@ int tu_run_suite(void) {
     cmocka_unit_test(topk_and_candidates_exact),
     cmocka_unit_test(sparse_attention_matches_cpu),
     cmocka_unit_test(markov_steps_match_cpu),
+    cmocka_unit_test(markov_fused_edge_cases),
     cmocka_unit_test(bad_arguments_are_refused),
   };
   failed = cmocka_run_group_tests_name("gpu_attn", gpu_tests, NULL, NULL);
