@@ -3,7 +3,9 @@
  * generator's, `dsv4-gen-checkpoint --real-dims --layers N`) on the CUDA
  * engine: `prompt` tokens prefilled in each of 8 sequences, then decode
  * steps at batch 1, 4, 8, then DSpark verify steps of the same sequences
- * (anchor + B proposals each: the verify width):
+ * (anchor + B proposals each: the verify width), then DSpark draft calls of
+ * 1, 4, 8 sequences (the draft graphs; no bytes floor: the stages' weights
+ * are not counted):
  *   - the step as the engine runs it by default (graphs on), wall time per
  *     dsv4_engine_decode / dsv4_engine_verify call over 8 steps after 2
  *     warm-up steps;
@@ -123,10 +125,15 @@ typedef struct run {
   int32_t tok[N_SEQ], next[N_SEQ], drafts[N_SEQ * 16], n_drafts[N_SEQ], acc[N_SEQ];
 } run;
 
-/* One step of n sequences: a decode step, or a verify of B proposals each (the anchor
- * repeated: the work of a verify does not depend on what is accepted). */
-static dsv4_status step(run *u, int n, int verify) {
+enum { DECODE, VERIFY, DRAFT };
+
+/* One step of n sequences: a decode step, a verify of B proposals each (the anchor
+ * repeated: the work of a verify does not depend on what is accepted), or a greedy
+ * draft (which changes no sequence). */
+static dsv4_status step(run *u, int n, int mode) {
+  const int verify = mode == VERIFY;
   dsv4_status st;
+  if (mode == DRAFT) return dsv4_engine_draft(u->e, n, u->ids, u->tok, NULL, u->drafts, NULL);
   if (verify) {
     for (int i = 0; i < n; i++) {
       u->n_drafts[i] = u->B;
@@ -142,12 +149,13 @@ static dsv4_status step(run *u, int n, int verify) {
 }
 
 /* Rows of the table for n sequences: graphs on, then one step op by op. */
-static void measure(rf *r, const dsv4_model *m, run *u, prof *p, int n, int verify) {
+static void measure(rf *r, const dsv4_model *m, run *u, prof *p, int n, int mode) {
   const dsv4i_config *c = dsv4i_model_config(m);
+  const int verify = mode == VERIFY;
   const int rows = verify ? n * (u->B + 1) : n;
-  for (int k = 0; k < 2; k++) die_engine(step(u, n, verify), "warm-up step"); /* graph captured */
+  for (int k = 0; k < 2; k++) die_engine(step(u, n, mode), "warm-up step"); /* graph captured */
   const double t1 = now_ms();
-  for (int k = 0; k < 8; k++) die_engine(step(u, n, verify), "step");
+  for (int k = 0; k < 8; k++) die_engine(step(u, n, mode), "step");
   const double graph_ms = (now_ms() - t1) / 8;
   /* one step op by op, an event pair around each kernel */
   const int64_t ctx = u->len[0];
@@ -155,7 +163,7 @@ static void measure(rf *r, const dsv4_model *m, run *u, prof *p, int n, int veri
   p->n = p->n_router = p->over = 0;
   u->gb->g.kr.hook = hook, u->gb->g.kr.hook_user = p;
   const double t2 = now_ms();
-  const dsv4_status st = step(u, n, verify);
+  const dsv4_status st = step(u, n, mode);
   const double eager_ms = now_ms() - t2;
   u->gb->g.kr.hook = NULL, u->gb->g.kr.hook_user = NULL;
   dsv4i_gpu_backend_set_eager(u->e->be, was);
@@ -170,17 +178,23 @@ static void measure(rf *r, const dsv4_model *m, run *u, prof *p, int n, int veri
     u->gb->g.dev.cu->EventElapsedTime(&ms, p->ev[2 * k], p->ev[2 * k + 1]);
     ms_of[p->id[k]] += ms, cnt[p->id[k]]++, sum += ms;
   }
-  const double bytes = step_bytes(m, c, rows, ctx, p);
+  const double bytes = mode == DRAFT ? 0 : step_bytes(m, c, rows, ctx, p);
   const double floor_ms = bytes / (r->copy_gbs * 1e6);
-  if (verify)
+  if (mode == DRAFT)
+    printf("\ndraft, %d sequences x %d draft tokens (greedy) at length %lld:", n, u->B,
+           (long long)ctx);
+  else if (verify)
     printf("\nverify, %d sequences x %d rows (anchor + %d proposals) at length %lld:", n,
            u->B + 1, u->B, (long long)ctx);
   else
     printf("\ndecode, batch %d at length %lld:", n, (long long)ctx);
   printf(" step %.3f ms (graphs on, wall, mean of 8);\n  op by op %.3f ms wall, %.3f ms in %d "
          "kernels\n", graph_ms, eager_ms, sum, p->n);
-  printf("  bytes floor %.1f MB = %.3f ms; ratio step / floor %.2f; kernels / floor %.2f\n",
-         bytes / 1e6, floor_ms, graph_ms / floor_ms, sum / floor_ms);
+  if (mode == DRAFT)
+    printf("  bytes floor: not computed for the draft (the stages' weights are not counted)\n");
+  else
+    printf("  bytes floor %.1f MB = %.3f ms; ratio step / floor %.2f; kernels / floor %.2f\n",
+           bytes / 1e6, floor_ms, graph_ms / floor_ms, sum / floor_ms);
   if (p->over) printf("  (more than %d launches: the rest not timed)\n", MAX_LAUNCH);
   printf("  distinct routed experts per layer:");
   for (int L = 0; L < p->n_router; L++) printf(" %d", p->distinct[L]);
@@ -235,11 +249,13 @@ int rf_layer(rf *r, const char *dir, int device, int prompt) {
   }
   free(in);
   const int bs[] = {1, 4, 8};
-  for (int q = 0; q < 3; q++) measure(r, m, u, p, bs[q], 0);
-  if (u->B > 0)
-    for (int q = 0; q < 3; q++) measure(r, m, u, p, bs[q], 1);
-  else
-    printf("\n(no DSpark stages in this checkpoint: no verify rows)\n");
+  for (int q = 0; q < 3; q++) measure(r, m, u, p, bs[q], DECODE);
+  if (u->B > 0) {
+    for (int q = 0; q < 3; q++) measure(r, m, u, p, bs[q], VERIFY);
+    for (int q = 0; q < 3; q++) measure(r, m, u, p, bs[q], DRAFT);
+  } else {
+    printf("\n(no DSpark stages in this checkpoint: no verify or draft rows)\n");
+  }
   for (int i = 0; i < 2 * MAX_LAUNCH; i++) u->gb->g.dev.cu->EventDestroy(p->ev[i]);
   free(p);
   dsv4_engine_free(u->e);

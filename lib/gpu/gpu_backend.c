@@ -520,6 +520,8 @@ static void destroy(dsv4i_backend *be) {
   if (b->g.dev.cu) {
     dsv4i_gpu_enter(&b->g);
     dsv4i_gpu_graphs_free(&b->g, &b->graphs);
+    dsv4i_gpu_graphs_free(&b->g, &b->dgraphs[0]);
+    dsv4i_gpu_graphs_free(&b->g, &b->dgraphs[1]);
   }
   dsv4i_gkv_free(&b->kv);
   dsv4i_gpu_close(&b->g);
@@ -540,6 +542,11 @@ int32_t dsv4i_gpu_backend_set_eager(dsv4i_backend *be, int32_t eager) {
 
 int32_t dsv4i_gpu_backend_captures(const dsv4i_backend *be) {
   return ((const gpu_backend *)be)->graphs.captures;
+}
+
+int32_t dsv4i_gpu_backend_draft_captures(const dsv4i_backend *be) {
+  const gpu_backend *b = (const gpu_backend *)be;
+  return b->dgraphs[0].captures + b->dgraphs[1].captures;
 }
 
 void dsv4i_gpu_backend_selection(dsv4i_backend *be, dsv4i_gpu_selection *out) {
@@ -717,6 +724,14 @@ static dsv4_status cuda_create(const dsv4i_backend_desc *d, dsv4i_backend **out)
     s = dsv4i_gpu_graphs_init(&b->graphs, d->bucket_tokens, d->n_buckets > 16 ? 16 : d->n_buckets);
   else
     b->graphs_off = 1; /* no step plan: op by op */
+  if (!s && !b->graphs_off && b->dspark) { /* drafts: the plan's buckets as sequence counts */
+    const int32_t cap = b->max_out < b->n_slots ? b->max_out : b->n_slots;
+    int32_t nd = 0;
+    for (int32_t i = 0; i < d->n_buckets && nd < 15; i++)
+      if (d->bucket_tokens[i] < cap) b->dbucket[nd++] = d->bucket_tokens[i];
+    b->dbucket[nd++] = cap;
+    for (int i = 0; !s && i < 2; i++) s = dsv4i_gpu_graphs_init(&b->dgraphs[i], b->dbucket, nd);
+  }
   /* measure, then one pool: weights, KV pages + tables, workspace */
   if (!s) s = dsv4i_gpu_be_load(b, d, 1);
   size_t kvb = 0, wsb = 0;

@@ -158,6 +158,10 @@ typedef struct gpu_backend {
   dsv4i_cuptr force_topk;   /**< 0, or the top-k rows index sources attend with (teacher
                              *   forcing: dsv4i_gpu_backend_force_topk) */
   void *io_h, *io_pre, *io_logits, *io_taps; /**< the engine buffers the graphs were captured with */
+  dsv4i_gpu_graphs dgraphs[2]; /**< DSpark drafts, buckets of sequences: [0] into the workspace's
+                                *   logits, [1] into the caller's buffer dlog_ext */
+  void *dlog_ext;
+  int32_t dbucket[16];      /**< the drafts' buckets: the step plan's below min(max_out, n_slots), then it */
   const dsv4i_tp_ops *tp;   /**< the stage's device all-reduces (one after the attention output,
                              *   one after the MoE, backbone layers), joined; NULL: none */
 } gpu_backend;
@@ -216,6 +220,9 @@ void dsv4i_gpu_backend_force_topk(dsv4i_backend *be, dsv4i_bbuf topk);
 int32_t dsv4i_gpu_backend_set_eager(dsv4i_backend *be, int32_t eager);
 /** Test hook: graphs captured so far. */
 int32_t dsv4i_gpu_backend_captures(const dsv4i_backend *be);
+
+/** Test hook: how many DSpark draft graphs the backend captured (both sets). */
+int32_t dsv4i_gpu_backend_draft_captures(const dsv4i_backend *be);
 /** Join tp's device communicator (device_join) and issue the block's all-reduces through it
  *  from now on (create does this for tp_size > 1; tests bind a one-rank NCCL communicator to
  *  a tp_size 1 backend with it). Before any graph is captured. */

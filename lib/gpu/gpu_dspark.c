@@ -6,8 +6,11 @@
  * block with the DSpark attention layout -B), the shared head with the last
  * stage's norm, and the Markov head left to right: per draft position one
  * fused launch (bias, sampling with the row's n_valid, the next embedding:
- * kernels/dspark.cu). The drafts come back to the host once (n · (B + 1)
- * ids; a negative one raises the CPU's NOT_FINITE message); the confidence is the CPU's fp32 dot over [x_k, e_k] on the host, on the
+ * kernels/dspark.cu). From the embedding to the last Markov launch the
+ * draft is one CUDA graph per bucket of sequences (padding sequences on the
+ * padding row), or op by op. The drafts come back to the host once
+ * (n · (B + 1) ids; a negative one raises the CPU's NOT_FINITE message); the
+ * confidence is the CPU's fp32 dot over [x_k, e_k] on the host, on the
  * dim-wide collapsed rows (no vocabulary-wide copy).
  */
 #include <string.h>
@@ -112,6 +115,51 @@ static float confidence(const gpu_dspark *d, int32_t dim, const uint16_t *x, con
   return acc;
 }
 
+/* The draft forward over n sequences whose inputs are staged (what a bucket's graph
+ * holds: no host synchronisation): the blocks through the stages, the head with the
+ * last stage's norm, then the Markov head left to right, one fused launch per
+ * position (bias, sampling, the next embedding). */
+typedef struct draft_ctx {
+  gpu_backend *b;
+  int32_t n;      /**< sequences: the live ones, or the bucket's (padding on the padding row) */
+  dsv4i_cuptr lg; /**< the draft logits f32 [n][B][V] */
+} draft_ctx;
+
+static dsv4_status draft_ops(void *user, dsv4i_custream stream) {
+  const draft_ctx *x = user;
+  gpu_backend *b = x->b;
+  (void)stream; /* the ops queue on the engine stream, which is the one captured */
+  const gpu_dspark *d = b->dspark;
+  const dsv4i_config *c = b->cfg;
+  const gpu_ws *w = &b->ws;
+  const int32_t n = x->n, B = d->block, V = b->vocab, dim = b->dim, r = n * B;
+  const din_off o = din_layout(b->max_out, B);
+  const dsv4i_cuptr din = w->din;
+  dsv4_status st = dsv4i_gpu_embed_hc(&b->ops, b->g.stream, r, b->hc, dim, din + o.tok, b->embed,
+                                      w->dh, w->dpre);
+  const gpu_rows rd = {r, din + o.atok, din + o.pos, w->gpos, B};
+  for (int32_t S = 0; !st && S < d->n_stages; S++)
+    st = dsv4i_gpu_block_rows(b, c->n_layers + S, &rd, w->dh, w->dpre);
+  if (!st) st = dsv4i_gpu_hc_pre(&b->ops, b->g.stream, r, b->hc, dim, w->dh, w->dpre, w->dxc);
+  if (!st) st = dsv4i_gpu_rmsnorm(&b->ops, b->g.stream, r, dim, w->dxc, dim, d->norm, c->norm_eps,
+                                  w->x, dim);
+  if (!st) st = dsv4i_gpu_linear(&b->ops, b->g.stream, &b->head, r, w->x, dim, x->lg, V, 1);
+  const dsv4i_gpu_markov_args ma = {n, B, V, d->rank, din + o.toks, x->lg, d->mk_embed, d->mk_head,
+                                    din + o.temp, din + o.seed, din + o.ctr, din + o.nv,
+                                    w->dpart, w->dticket};
+  for (int32_t k = 0; !st && k < B; k++) st = dsv4i_gpu_dspark_markov(&d->k, b->g.stream, &ma, k);
+  return st;
+}
+
+/* The graph set of a draft call (0: the internal logits, 1: the caller's buffer it was
+ * captured with), or -1: op by op (graphs off, main_kv stored first, another buffer). */
+static int32_t draft_graphs(gpu_backend *b, dsv4i_bbuf taps, dsv4i_bbuf logits) {
+  if (b->graphs_off || b->dgraphs[0].n_buckets == 0 || taps.impl) return -1;
+  if (!logits.impl) return 0;
+  if (!b->dlog_ext) b->dlog_ext = logits.impl;
+  return logits.impl == b->dlog_ext ? 1 : -1;
+}
+
 dsv4_status dsv4i_gpu_be_dspark_draft(dsv4i_backend *be, const dsv4i_kv_step *kv,
                                       const int64_t *pos, const int32_t *anchor, dsv4i_bbuf taps,
                                       const dsv4i_sample_req *req, int32_t *drafts,
@@ -121,13 +169,17 @@ dsv4_status dsv4i_gpu_be_dspark_draft(dsv4i_backend *be, const dsv4i_kv_step *kv
   if (!st) st = dsv4i_gpu_enter(&b->g);
   if (!st) st = dsv4i_gpu_sync(&b->g); /* the staging is free */
   if (st) return st;
-  if (!st) st = dsv4i_gkv_stage(&b->kv, kv, b->st.tab); /* row i = sequence i */
+  if (!st) st = dsv4i_gkv_stage(&b->kv, kv, b->st.tab); /* row i = sequence i, then padding */
   if (st) return st;
   const int32_t n = kv->n_seq;
   const gpu_dspark *d = b->dspark;
   const dsv4i_config *c = b->cfg;
   const dsv4i_cu *cu = b->g.dev.cu;
   const int32_t B = d->block, V = b->vocab, dim = b->dim, r = n * B;
+  /* a bucket's graph, its padding sequences on the padding row (anchor 0 at position 0) */
+  const int32_t set = draft_graphs(b, taps, logits);
+  const int32_t kb = set < 0 ? -1 : dsv4i_gpu_graphs_bucket(&b->dgraphs[set], n);
+  const int32_t np = kb < 0 ? n : b->dgraphs[set].bucket[kb];
   const din_off o = din_layout(b->max_out, B);
   char *h = b->st.din;
   int32_t *tok = (int32_t *)(void *)(h + o.tok), *p32 = (int32_t *)(void *)(h + o.pos);
@@ -135,21 +187,23 @@ dsv4_status dsv4i_gpu_be_dspark_draft(dsv4i_backend *be, const dsv4i_kv_step *kv
   float *temp = (float *)(void *)(h + o.temp);
   uint64_t *seed = (uint64_t *)(void *)(h + o.seed), *ctr = (uint64_t *)(void *)(h + o.ctr);
   int32_t *nvalid = (int32_t *)(void *)(h + o.nv);
-  for (int32_t i = 0; i < n; i++) {
+  for (int32_t i = 0; i < np; i++) {
+    const int live = i < n;
+    b->pos[i] = live ? pos[i] : 0;
     for (int32_t j = 0; j < B; j++) {
-      tok[i * B + j] = j ? c->dspark_noise_token_id : anchor[i];
-      p32[i * B + j] = (int32_t)(pos[i] + 1 + j);
+      tok[i * B + j] = j ? c->dspark_noise_token_id : live ? anchor[i] : 0;
+      p32[i * B + j] = (int32_t)(b->pos[i] + 1 + j);
     }
-    ((int32_t *)(void *)(h + o.spos))[i] = (int32_t)pos[i];
+    ((int32_t *)(void *)(h + o.spos))[i] = (int32_t)b->pos[i];
     b->layout[i] = DSV4I_LAYOUT_DECODE;
-    b->seq_row[i] = i;
-    toks[i * (B + 1)] = anchor[i];
-    temp[i] = req[i].temperature;
-    seed[i] = req[i].seed;
-    ctr[i] = req[i].counter;
-    nvalid[i] = valid_ids(req[i].n_valid, V);
+    b->seq_row[i] = live ? i : n;
+    toks[i * (B + 1)] = live ? anchor[i] : 0;
+    temp[i] = live ? req[i].temperature : 0.0f;
+    seed[i] = live ? req[i].seed : 0;
+    ctr[i] = live ? req[i].counter : 0;
+    nvalid[i] = live ? valid_ids(req[i].n_valid, V) : V;
   }
-  st = dsv4i_gpu_attn_dspark_tokens(n, b->seq_row, pos, B,
+  st = dsv4i_gpu_attn_dspark_tokens(np, b->seq_row, b->pos, B,
                                     (dsv4i_gpu_attn_tok *)(void *)(h + o.atok));
   if (!st && taps.impl)
     st = dsv4i_gpu_attn_tokens(n, b->seq_row, pos, b->layout, c->window_size,
@@ -161,30 +215,18 @@ dsv4_status dsv4i_gpu_be_dspark_draft(dsv4i_backend *be, const dsv4i_kv_step *kv
     res = cu->MemcpyHtoDAsync(b->kv.tab, b->st.tab, (size_t)(n + 1) * (size_t)b->kv.lay.ld * 4,
                               b->g.stream);
   if (res != DSV4I_CUDA_SUCCESS) return dsv4i_gpu_fail(&b->g, res, "cuMemcpyHtoDAsync(draft inputs)");
-  /* the reference's forward_spec stores main_kv at pos itself */
+  /* the reference's forward_spec stores main_kv at pos itself (op by op) */
   if (taps.impl) {
     const gpu_rows rs = {n, din + o.satok, din + o.spos, b->ws.gpos, 0};
     st = store(b, &rs, D(taps.impl));
   }
-  /* the blocks through the stages, then the head with the last stage's norm */
   const gpu_ws *w = &b->ws;
-  if (!st) st = dsv4i_gpu_embed_hc(&b->ops, b->g.stream, r, b->hc, dim, din + o.tok, b->embed,
-                                   w->dh, w->dpre);
-  const gpu_rows rd = {r, din + o.atok, din + o.pos, w->gpos, B};
-  for (int32_t S = 0; !st && S < d->n_stages; S++)
-    st = dsv4i_gpu_block_rows(b, c->n_layers + S, &rd, w->dh, w->dpre);
   const dsv4i_cuptr lg = logits.impl ? D(logits.impl) : w->dlog;
-  if (!st) st = dsv4i_gpu_hc_pre(&b->ops, b->g.stream, r, b->hc, dim, w->dh, w->dpre, w->dxc);
-  if (!st) st = dsv4i_gpu_rmsnorm(&b->ops, b->g.stream, r, dim, w->dxc, dim, d->norm, c->norm_eps,
-                                  w->x, dim);
-  if (!st) st = dsv4i_gpu_linear(&b->ops, b->g.stream, &b->head, r, w->x, dim, lg, V, 1);
-  /* Markov head, left to right: one fused launch per draft position (bias, sampling,
-   * the next embedding), then the ids to the host once */
-  const dsv4i_gpu_markov_args ma = {n, B, V, d->rank, din + o.toks, lg, d->mk_embed, d->mk_head,
-                                    din + o.temp, din + o.seed, din + o.ctr, din + o.nv,
-                                    w->dpart, w->dticket};
-  for (int32_t k = 0; !st && k < B; k++) st = dsv4i_gpu_dspark_markov(&d->k, b->g.stream, &ma, k);
+  draft_ctx dc = {b, np, lg};
+  if (!st) st = kb < 0 ? draft_ops(&dc, b->g.stream)
+                       : dsv4i_gpu_graphs_run(&b->g, &b->dgraphs[set], kb, draft_ops, &dc);
   if (st) return dsv4i_gpu_note(&b->g, st);
+  /* the live rows' ids to the host once */
   res = cu->MemcpyDtoHAsync(toks, din + o.toks, 4 * (size_t)n * (size_t)(B + 1), b->g.stream);
   if (res != DSV4I_CUDA_SUCCESS) return dsv4i_gpu_fail(&b->g, res, "cuMemcpyDtoHAsync(drafts)");
   if ((st = dsv4i_gpu_sync(&b->g))) return st;
@@ -205,7 +247,6 @@ dsv4_status dsv4i_gpu_be_dspark_draft(dsv4i_backend *be, const dsv4i_kv_step *kv
                          "%lld is %s: no token can be drawn (damaged weights or an overflow)",
                          (int)i, (long long)at, v != v ? "NaN" : "+inf");
     }
-  if (st) return dsv4i_gpu_note(&b->g, st);
   for (int32_t i = 0; i < n; i++)
     for (int32_t k = 0; k < B; k++) drafts[i * B + k] = toks[i * (B + 1) + k + 1];
   if (conf_out) { /* x_k: the collapsed rows before the norm; e_k: markov.embed of tok_k */

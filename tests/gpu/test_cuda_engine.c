@@ -11,7 +11,8 @@
  *     the batch (bit for bit);
  *   - DSpark: the drafts after the prefills of prompts a and b (a batch of 2) equal
  *     the CPU's and the golden dspark.prefill.ids, the confidence logits within
- *     the fixture's 0.489 (speculative == plain greedy: cuda_spec);
+ *     the fixture's 0.489 (speculative == plain greedy: cuda_spec); drafts through a
+ *     bucket's graph (partly filled too) equal op by op, bit for bit;
  *   - sampled verification: the backend's accept entry on the device gives the CPU
  *     backend's decisions and replacement tokens (400 cases: draft distributions
  *     given or one-hot, n_valid, temperatures, seeds, positions);
@@ -280,6 +281,74 @@ static void dspark_drafts_as_cpu(void **st) {
   free(gold);
 }
 
+/* DSpark drafts through a bucket's graph == op by op, bit for bit (drafts and
+ * confidence, greedy and sampled): 3 sequences in the bucket of 4 (a padding
+ * sequence on the padding row), then 2 and 1 (full buckets); each call twice on the
+ * graph engine, so the second replays what the first captured. */
+static void draft_graph_replay_equals_eager(void **st) {
+  (void)st;
+  int64_t na, nb;
+  int32_t *a = prompt("a.input_ids", &na), *b = prompt("b.input_ids", &nb);
+  enum { CALLS = 6, MAXB = 8 };
+  static const int32_t n_of[CALLS] = {3, 3, 2, 1, 3, 2};
+  static const float t_of[CALLS] = {0.0f, 0.8f, 0.0f, 1.0f, 0.0f, 0.6f};
+  int32_t dr[2][CALLS][4 * MAXB];
+  float conf[2][CALLS][4 * MAXB];
+  int32_t B = 0, caps = 0, runs = 0;
+  for (int be = 0; be < 2; be++) { /* 0: op by op, 1: graphs */
+    dsv4_engine *e = open_engine(DSV4_BACKEND_CUDA, 256, 0, 4);
+    if (be == 0) dsv4i_gpu_backend_set_eager(e->be, 1);
+    dsv4_model_info mi;
+    assert_int_equal(dsv4_model_get_info(dsv4_engine_model(e), &mi, sizeof mi), DSV4_OK);
+    B = mi.dspark_block_size;
+    assert_true(B >= 1 && B <= MAXB);
+    int64_t seq[3];
+    int32_t anchor[3];
+    for (int i = 0; i < 3; i++) {
+      assert_int_equal(dsv4_engine_seq_create(e, &seq[i]), DSV4_OK);
+      if (dsv4_engine_prefill(e, seq[i], i == 1 ? b : a, i == 1 ? nb : na - i, NULL, NULL,
+                              &anchor[i]))
+        fail_msg("prefill: %s", dsv4_last_error());
+    }
+    for (int c = 0; c < CALLS; c++)
+      for (int rep = 0; rep < (be ? 2 : 1); rep++) {
+        dsv4_sampling_params sp;
+        assert_int_equal(dsv4_sampling_params_init(&sp, sizeof sp), DSV4_OK);
+        sp.temperature = t_of[c];
+        sp.seed = 77u + (uint64_t)c;
+        int32_t d[4 * MAXB];
+        float cf[4 * MAXB];
+        const int32_t n = n_of[c];
+        const dsv4_status s = dsv4_engine_draft(e, n, seq + (3 - n), anchor + (3 - n), &sp, d, cf);
+        if (s) fail_msg("draft (%s, call %d): %s", be ? "graphs" : "eager", c, dsv4_last_error());
+        if (rep) { /* the replay equals the capture run */
+          assert_memory_equal(d, dr[be][c], sizeof(int32_t) * (size_t)(n * B));
+          assert_memory_equal(cf, conf[be][c], sizeof(float) * (size_t)(n * B));
+        }
+        memcpy(dr[be][c], d, sizeof(int32_t) * (size_t)(n * B));
+        memcpy(conf[be][c], cf, sizeof(float) * (size_t)(n * B));
+        runs += be;
+      }
+    if (be) caps = dsv4i_gpu_backend_draft_captures(e->be);
+    else assert_int_equal(dsv4i_gpu_backend_draft_captures(e->be), 0);
+    dsv4_engine_free(e);
+  }
+  for (int c = 0; c < CALLS; c++) {
+    const int32_t n = n_of[c];
+    if (memcmp(dr[0][c], dr[1][c], sizeof(int32_t) * (size_t)(n * B)) ||
+        memcmp(conf[0][c], conf[1][c], sizeof(float) * (size_t)(n * B)))
+      fail_msg("draft call %d (%d sequences, T %.1f): graph replay differs from op by op", c,
+               (int)n, (double)t_of[c]);
+  }
+  /* buckets 4 and 2 for greedy and sampled, 1 for sampled: both graph sets are used */
+  assert_true(caps >= 3);
+  printf("draft graph replay == eager: %d calls (3 live sequences in the bucket of 4, then 2 "
+         "and 1; greedy and sampled), drafts and confidence bit-identical (%d draft graphs "
+         "captured)\n", (int)runs, (int)caps);
+  free(a);
+  free(b);
+}
+
 static uint32_t rnd32(uint64_t *x) {
   *x = *x * UINT64_C(6364136223846793005) + UINT64_C(1442695040888963407);
   return (uint32_t)(*x >> 33);
@@ -436,6 +505,7 @@ int tu_run_suite(void) {
     cmocka_unit_test(graph_replay_equals_eager),
     cmocka_unit_test(batch_invariance),
     cmocka_unit_test(dspark_drafts_as_cpu),
+    cmocka_unit_test(draft_graph_replay_equals_eager),
     cmocka_unit_test(accept_as_cpu),
     cmocka_unit_test(bad_inputs_as_cpu),
     cmocka_unit_test(sample_as_cpu),
