@@ -919,6 +919,14 @@ typedef struct dsv4_engine_params {
                               *   state shared across layers crosses (docs/distributed.md;
                               *   another split is DSV4_ERR_UNSUPPORTED naming the state);
                               *   all 0 = the allowed split nearest to equal layer counts */
+  int32_t pp_micro_batches;  /**< pipeline overlap (pp_size > 1): a dsv4_engine_decode call of
+                              *   n sequences runs as min(n, this) micro-batches of consecutive
+                              *   rows, so stage k works on micro-batch i + 1 while stage k + 1
+                              *   works on micro-batch i (docs/distributed.md "Overlap"). Tokens
+                              *   and logits are identical to 1 (the kernels are batch
+                              *   invariant). Default 0 = pp_size; 1 = no overlap; 0..256.
+                              *   Every rank must give the same value. Appended after 0.1 */
+  int32_t reserved1;         /**< 0 */
 } dsv4_engine_params;
 
 /**
@@ -1259,7 +1267,15 @@ typedef struct dsv4_engine_timings {
   int64_t verify_tokens;     /**< target positions run: 1 + n_drafts per sequence, summed */
   int64_t verify_accepted;   /**< drafts accepted, summed */
   int64_t verify_ns;         /**< time in dsv4_engine_verify */
-  int64_t last_verify_ns;    /**< time of the last dsv4_engine_verify */} dsv4_engine_timings;
+  int64_t last_verify_ns;    /**< time of the last dsv4_engine_verify */
+  int64_t stage_ns;          /**< time this process spent running its layers (the backend's
+                              *   step: the whole model for one process, its stage's layers on
+                              *   a rank of a distributed engine), in every call; stage_ns /
+                              *   decode_ns over decode calls is the stage's busy fraction
+                              *   (docs/distributed.md "Overlap"). A device backend's step is
+                              *   timed to its outputs' copy, not per kernel. Appended after 0.1:
+                              *   filled when struct_size covers it */
+} dsv4_engine_timings;
 
 /**
  * Fill *timings (struct_size as for dsv4_model_get_info).

@@ -24,6 +24,7 @@
 /* n_threads above this is refused: OpenMP allocates per-thread state up front
  * and aborts the whole process when that fails (INT32_MAX threads: ~480 GB). */
 #define MAX_THREADS 1024
+#define MAX_MICRO_BATCHES 256
 
 static size_t min_size(size_t a, size_t b) { return a < b ? a : b; }
 
@@ -115,10 +116,12 @@ static dsv4_status make_args(const dsv4_engine_params *params, int64_t max_pos,
                        (long long)p.max_context, (long long)p.kv_budget_bytes,
                        (int)p.prefill_chunk, (int)p.tp_size);
   /* params of a 0.1-sized struct end before pp_size: ep_defaults gave the rest */
-  if (p.pp_size < 0 || p.pp_size > DSV4_MAX_STAGES || p.dist_timeout_ms < 0)
+  if (p.pp_size < 0 || p.pp_size > DSV4_MAX_STAGES || p.dist_timeout_ms < 0 ||
+      p.pp_micro_batches < 0 || p.pp_micro_batches > MAX_MICRO_BATCHES)
     return dsv4i_error(DSV4_ERR_INVALID_ARG, "%s: out of range: pp_size %d (0..%d), "
-                       "dist_timeout_ms %d", fn, (int)p.pp_size, DSV4_MAX_STAGES,
-                       (int)p.dist_timeout_ms);
+                       "dist_timeout_ms %d, pp_micro_batches %d (0..%d)", fn, (int)p.pp_size,
+                       DSV4_MAX_STAGES, (int)p.dist_timeout_ms, (int)p.pp_micro_batches,
+                       MAX_MICRO_BATCHES);
   const int32_t tp = p.tp_size ? p.tp_size : 1, pp = p.pp_size ? p.pp_size : 1;
   if ((tp > 1 || pp > 1) && !p.mpi_comm)
     return dsv4i_error(DSV4_ERR_INVALID_ARG,
@@ -143,6 +146,7 @@ static dsv4_status make_args(const dsv4_engine_params *params, int64_t max_pos,
   a->pp = pp;
   a->dist_timeout_ms = p.dist_timeout_ms ? p.dist_timeout_ms : DEFAULT_DIST_TIMEOUT_MS;
   memcpy(a->stage_first, p.stage_first_layer, sizeof a->stage_first);
+  a->micro_batches = p.pp_micro_batches ? p.pp_micro_batches : pp;
   return DSV4_OK;
 }
 
@@ -372,9 +376,12 @@ DSV4_API dsv4_status dsv4_engine_decode(dsv4_engine *engine, int32_t n_seq, cons
   return dsv4i_api_on_engine(engine, s);
 }
 
+/* The 0.1 size of dsv4_engine_timings: it ends at last_verify_ns (stage_ns was appended). */
+#define TIMINGS_V01_SIZE offsetof(dsv4_engine_timings, stage_ns)
+
 DSV4_API dsv4_status dsv4_engine_get_timings(const dsv4_engine *engine, dsv4_engine_timings *t,
                                              size_t struct_size) {
-  dsv4_status s = out_struct(engine, t, struct_size, sizeof *t, "dsv4_engine_get_timings");
+  dsv4_status s = out_struct(engine, t, struct_size, TIMINGS_V01_SIZE, "dsv4_engine_get_timings");
   if (s) return s;
   const dsv4i_timings *x = &engine->t;
   dsv4_engine_timings v;
@@ -407,8 +414,9 @@ DSV4_API dsv4_status dsv4_engine_get_timings(const dsv4_engine *engine, dsv4_eng
   v.verify_accepted = x->verify_accepted;
   v.verify_ns = x->verify_ns;
   v.last_verify_ns = x->last_verify_ns;
+  v.stage_ns = x->stage_ns;
   memset(t, 0, struct_size);
-  memcpy(t, &v, sizeof v);
+  memcpy(t, &v, min_size(struct_size, sizeof v));
   return DSV4_OK;
 }
 

@@ -102,6 +102,25 @@ dsv4_status dsv4i_dist_run_step(struct dsv4_engine *e, const dsv4i_step_io *io,
                                 const int32_t *slot, const int64_t *seq);
 
 /**
+ * This rank's part of one step of a pipelined call (the micro-batches of a decode,
+ * docs/distributed.md "Overlap"): receive and check the payload (stage k > 0), run the
+ * stage's layers, send the payload (stage k < last), without the closing status exchange,
+ * so stage k goes on to the next micro-batch while stage k + 1 computes this one. prior:
+ * this rank's failure in an earlier micro-batch of the call (its message current): the
+ * payload is still received and a failure notice sent on, nothing is computed, and prior
+ * is returned with its message. Returns this rank's status of the step.
+ */
+dsv4_status dsv4i_dist_stage_step(struct dsv4_engine *e, const dsv4i_step_io *io,
+                                  const int32_t *slot, const int64_t *seq, dsv4_status prior);
+
+/** The status exchange that ends the steps of a call (after dsv4i_dist_stage_step):
+ *  the same status on every rank, as dsv4i_dist_run_step returns. */
+dsv4_status dsv4i_dist_end_steps(dsv4i_dist *d, dsv4_status local);
+
+/** Pipeline stages (1 for a TP-only job). */
+int32_t dsv4i_dist_stages(const dsv4i_dist *d);
+
+/**
  * The last stage's first rank broadcasts its status and n buffers (bufs[i],
  * sizes[i] bytes; the same sizes on every rank) to every rank. local is this
  * rank's status of the work that filled them (ignored off the root). Returns

@@ -240,7 +240,7 @@ dsv4_status dsv4i_dist_create(struct dsv4_engine *e, dsv4i_dist **out) {
       "the libdsv4 version", "the stage payload version", "config.json", "the shard index",
       "the checkpoint's tensor bytes", "the backend", "tp_size", "pp_size", "the stage split",
       "max_sequences", "max_context", "kv_budget_bytes", "prefill_chunk", "flags",
-      "dist_timeout_ms"};
+      "dist_timeout_ms", "pp_micro_batches"};
   uint64_t split = dsv4i_dist_hash(0, a->stage_first, sizeof a->stage_first);
   const uint64_t v[] = {DSV4_VERSION_NUMBER, DSV4I_PAYLOAD_VERSION,
                         file_hash(e->model, "config.json"),
@@ -248,7 +248,8 @@ dsv4_status dsv4i_dist_create(struct dsv4_engine *e, dsv4i_dist **out) {
                         (uint64_t)dsv4i_model_contract(e->model)->payload_bytes,
                         (uint64_t)a->backend, (uint64_t)a->tp, (uint64_t)a->pp, split,
                         (uint64_t)a->max_seqs, (uint64_t)a->max_ctx, (uint64_t)a->kv_budget,
-                        (uint64_t)a->chunk, (uint64_t)a->flags, (uint64_t)a->dist_timeout_ms};
+                        (uint64_t)a->chunk, (uint64_t)a->flags, (uint64_t)a->dist_timeout_ms,
+                        (uint64_t)a->micro_batches};
   s = dsv4i_comm_agree(d->world, (int32_t)DSV4I_ARRAY_LEN(v), names, v,
                        "creating a distributed engine");
   if (!s) s = make_topo(c, a, world, &d->topo);
@@ -335,6 +336,8 @@ void dsv4i_dist_get_info(dsv4i_dist *d, dsv4i_dist_info *o) {
 
 int dsv4i_dist_has_head(const dsv4i_dist *d) { return d->pl.has_head; }
 
+int32_t dsv4i_dist_stages(const dsv4i_dist *d) { return d->topo.pp; }
+
 dsv4_status dsv4i_dist_call(dsv4i_dist *d, const char *what, uint64_t hash) {
   static const char *const names[] = {"the call", "its arguments"};
   const uint64_t v[2] = {dsv4i_dist_hash(0, what, strlen(what)), hash};
@@ -345,8 +348,8 @@ dsv4_status dsv4i_dist_call(dsv4i_dist *d, const char *what, uint64_t hash) {
 }
 
 
-dsv4_status dsv4i_dist_run_step(struct dsv4_engine *e, const dsv4i_step_io *io,
-                                const int32_t *slot, const int64_t *seq) {
+dsv4_status dsv4i_dist_stage_step(struct dsv4_engine *e, const dsv4i_step_io *io,
+                                  const int32_t *slot, const int64_t *seq, dsv4_status prior) {
   dsv4i_dist *d = e->dist;
   const dsv4i_batch *b = io->batch;
   const dsv4i_backend_ops *o = e->be->ops;
@@ -361,24 +364,31 @@ dsv4_status dsv4i_dist_run_step(struct dsv4_engine *e, const dsv4i_step_io *io,
   dsv4i_payload_meta m = {d->step, stage - 1, stage, d->pl.first, b->n_tok, b->n_out,
                           d->hc, d->dim, n_engram_in, b->tokens, b->pos, seq, slot,
                           b->layout, b->image, b->out_tok, n_engram_in ? b->engram_ids : NULL};
-  dsv4_status s = DSV4_OK;
+  dsv4_status s = prior;
+  /* an earlier micro-batch's failure: its message stays the one this rank reports */
+  char *prior_msg = prior ? dsv4i_strdup(dsv4i_error_message(), "error message") : NULL;
   char what[96];
-  if (stage > 0) { /* the stream from the previous stage, checked against this rank's batch */
+  if (stage > 0) { /* the stream from the previous stage, checked against this rank's batch;
+                    * after a failure it is still taken (a notice, or a step not computed
+                    * here), so the messages of later steps pair up */
     snprintf(what, sizeof what, "receiving step %llu's payload", (unsigned long long)d->step);
     const size_t cap = (size_t)dsv4i_payload_bytes(b->n_tok, b->n_out, d->hc, d->dim, n_engram_in);
     size_t got = 0;
     dsv4i_payload_view v;
-    if (!grow(&d->msg, &d->msg_cap, cap)) s = DSV4_ERR_OUT_OF_MEMORY;
-    if (!s) s = dsv4i_comm_recv(d->world, (stage - 1) * tp + d->pl.tp_rank, TAG_PAYLOAD, d->msg,
+    dsv4_status r = grow(&d->msg, &d->msg_cap, cap) ? DSV4_OK : DSV4_ERR_OUT_OF_MEMORY;
+    if (!r) r = dsv4i_comm_recv(d->world, (stage - 1) * tp + d->pl.tp_rank, TAG_PAYLOAD, d->msg,
                                 cap, &got, what);
-    if (!s) s = dsv4i_payload_check(d->msg, got, &m, &v);
-    if (!s) s = dsv4i_payload_match(&v, &m);
-    if (!s) s = o->buf_write(e->be, io->h, 0, hbytes, v.h);
-    if (!s) s = o->buf_write(e->be, io->pre, 0, pbytes, v.pre);
+    if (!s) {
+      if (!r) r = dsv4i_payload_check(d->msg, got, &m, &v);
+      if (!r) r = dsv4i_payload_match(&v, &m);
+      if (!r) r = o->buf_write(e->be, io->h, 0, hbytes, v.h);
+      if (!r) r = o->buf_write(e->be, io->pre, 0, pbytes, v.pre);
+      s = r;
+    }
   }
   if (!s) s = dsv4i_engine_run_local(e, b);
-  if (s && tp > 1 && !dsv4i_comm_failed(d->tp)) { /* this rank's own failure: its TP partners
-                                                   * may wait for it inside a layer */
+  if (s && !prior && tp > 1 && !dsv4i_comm_failed(d->tp)) { /* this rank's own failure: its
+                                                   * TP partners may wait for it inside a layer */
     char who[32];
     snprintf(who, sizeof who, "rank %d", (int)d->pl.rank);
     snprintf(what, sizeof what, "running step %llu (stage %d, TP rank %d)",
@@ -417,8 +427,21 @@ dsv4_status dsv4i_dist_run_step(struct dsv4_engine *e, const dsv4i_step_io *io,
     free(keep);
     if (!s) s = ss;
   }
+  if (prior) dsv4i_error(prior, "%s", prior_msg ? prior_msg : "(message lost)");
+  free(prior_msg);
+  return s;
+}
+
+dsv4_status dsv4i_dist_run_step(struct dsv4_engine *e, const dsv4i_step_io *io,
+                                const int32_t *slot, const int64_t *seq) {
+  const dsv4_status s = dsv4i_dist_stage_step(e, io, slot, seq, DSV4_OK);
+  return dsv4i_dist_end_steps(e->dist, s);
+}
+
+dsv4_status dsv4i_dist_end_steps(dsv4i_dist *d, dsv4_status local) {
+  char what[96];
   snprintf(what, sizeof what, "running step %llu", (unsigned long long)d->step);
-  return dsv4i_dist_agree(d, s, what);
+  return dsv4i_dist_agree(d, local, what);
 }
 
 typedef struct share_hdr {

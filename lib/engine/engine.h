@@ -57,6 +57,7 @@ typedef struct dsv4i_timings {
   int64_t decode_steps, decode_tokens, decode_ns, last_decode_ns;
   int64_t draft_calls, draft_seqs, draft_ns, last_draft_ns;
   int64_t verify_calls, verify_tokens, verify_accepted, verify_ns, last_verify_ns;
+  int64_t stage_ns;               /**< this process's layers: time in dsv4i_engine_run_local */
   int64_t op_ns[DSV4I_OP_COUNT];
   int64_t *layer_ns;              /**< [n_layers] block time per backbone layer (per-op mode) */
 } dsv4i_timings;
@@ -82,6 +83,7 @@ typedef struct dsv4i_engine_args {
   int32_t tp, pp;          /**< TP ranks per stage, pipeline stages (1 = none) */
   int32_t dist_timeout_ms; /**< bound of every wait between ranks */
   int32_t stage_first[16]; /**< first layer of each stage, or all 0 = automatic */
+  int32_t micro_batches;   /**< decode micro-batches of a pipeline (1 = no overlap) */
 } dsv4i_engine_args;
 
 struct dsv4_engine {
@@ -212,6 +214,29 @@ dsv4_status dsv4i_engine_reserve(struct dsv4_engine *e, int32_t n, dsv4i_seq *co
  * engine runs it over the pipeline (dist.h) and commits only when every rank succeeded.
  */
 dsv4_status dsv4i_engine_run_step(struct dsv4_engine *e, dsv4i_batch *b, const int32_t *slot);
+/** The page table of a step (b->seq, b->kv; one row per run of a slot's consecutive
+ *  tokens in e->b_rslot / e->b_rend, *n_runs of them); commits nothing. */
+dsv4_status dsv4i_engine_step_table(struct dsv4_engine *e, dsv4i_batch *b, const int32_t *slot,
+                                    int32_t *n_runs);
+/** Logits rows [0, n) of the step just run to the caller's logits and/or sampled tokens
+ *  (qs[i] the sequence of row i, its len the sampled token's position); DSV4_ERR_NOT_FINITE
+ *  when a row has no token to draw (the caller rolls the step back). */
+dsv4_status dsv4i_engine_local_outputs(struct dsv4_engine *e, int32_t n,
+                                       const dsv4i_sampling *smp, dsv4i_seq *const *qs,
+                                       float *logits, int32_t *sampled);
+/** Distributed: the last stage's outputs (n rows; s its status of computing them) to
+ *  every rank (dsv4i_dist_share). */
+dsv4_status dsv4i_engine_share_outputs(struct dsv4_engine *e, dsv4_status s, int32_t n,
+                                       float *logits, int32_t *sampled);
+/** Decode of n >= 2 rows on a pipeline as e->args.micro_batches micro-batches (pipeline.c,
+ *  docs/distributed.md "Overlap"): the batch metadata e->b_tok / b_pos / b_layout / b_out /
+ *  b_slot / b_engram filled for the n rows, positions reserved, lens[i] qs[i]'s length
+ *  before the step. On success the positions are committed, qs[i]->len = lens[i] + 1 and
+ *  the outputs filled on every rank; on failure nothing is committed (the caller rolls
+ *  back), the same status on every rank. */
+dsv4_status dsv4i_engine_decode_pipelined(struct dsv4_engine *e, int32_t n, dsv4i_seq *const *qs,
+                                          const int64_t *lens, const dsv4i_sampling *smp,
+                                          int want, float *logits, int32_t *sampled);
 /** This process's part of a step (b->seq and b->kv set): the backend's run entry, or
  *  block by block with per-op timing. Commits nothing. A distributed step (dist.h)
  *  calls it between receiving and sending the stage payload. */

@@ -27,18 +27,22 @@ static void hook_end(void *user, int64_t t0, int32_t op, int32_t layer) {
 dsv4_status dsv4i_engine_run_local(struct dsv4_engine *e, const dsv4i_batch *b) {
   const dsv4i_step_io io = {b, e->h, e->pre, e->taps, e->logits};
   dsv4_status s;
+  const int64_t t0 = dsv4i_now_ns();
   if (e->args.flags & DSV4I_ENGINE_F_OP_TIMINGS) { /* block by block, synced after each op */
     const dsv4i_step_hook hook = {hook_begin, hook_end, e};
     s = dsv4i_backend_run_blocks(e->be, &io, &hook);
   } else {
     s = e->be->ops->run(e->be, &io);
   }
+  e->t.stage_ns += dsv4i_now_ns() - t0;
   return dsv4i_engine_note(e, s);
 }
 
-dsv4_status dsv4i_engine_run_step(struct dsv4_engine *e, dsv4i_batch *b, const int32_t *slot) {
+dsv4_status dsv4i_engine_step_table(struct dsv4_engine *e, dsv4i_batch *b, const int32_t *slot,
+                                    int32_t *n_runs) {
   /* one page-table row per run of a slot's consecutive tokens */
   int32_t n_run = 0;
+  *n_runs = 0;
   for (int32_t t = 0; t < b->n_tok; t++) {
     if (t == 0 || slot[t] != slot[t - 1]) {
       if (n_run == e->plan.max_seqs)
@@ -49,7 +53,13 @@ dsv4_status dsv4i_engine_run_step(struct dsv4_engine *e, dsv4i_batch *b, const i
     e->b_rend[n_run - 1] = b->pos[t] + 1;
   }
   b->seq = e->b_seq;
-  dsv4_status s = dsv4i_kv_step_table(&e->kv, n_run, e->b_rslot, e->b_rend, &b->kv);
+  *n_runs = n_run;
+  return dsv4i_kv_step_table(&e->kv, n_run, e->b_rslot, e->b_rend, &b->kv);
+}
+
+dsv4_status dsv4i_engine_run_step(struct dsv4_engine *e, dsv4i_batch *b, const int32_t *slot) {
+  int32_t n_run = 0;
+  dsv4_status s = dsv4i_engine_step_table(e, b, slot, &n_run);
   if (s) return s;
   if (e->dist) { /* over the pipeline: the payload names each token's slot and sequence */
     for (int32_t t = 0; t < b->n_tok; t++) {
@@ -123,10 +133,9 @@ static dsv4_status check_finite(const struct dsv4_engine *e, int32_t n, dsv4i_se
   return DSV4_OK;
 }
 
-/* Logits rows [0, n) to the caller and/or sampled tokens; DSV4_ERR_NOT_FINITE
- * when a row has no token to draw (the caller rolls the step back). */
-static dsv4_status local_outputs(struct dsv4_engine *e, int32_t n, const dsv4i_sampling *smp,
-                           dsv4i_seq *const *qs, float *logits, int32_t *sampled) {
+dsv4_status dsv4i_engine_local_outputs(struct dsv4_engine *e, int32_t n,
+                                       const dsv4i_sampling *smp, dsv4i_seq *const *qs,
+                                       float *logits, int32_t *sampled) {
   dsv4_status s = DSV4_OK;
   if (logits) {
     int64_t t = dsv4i_op_begin(e);
@@ -151,12 +160,8 @@ static dsv4_status local_outputs(struct dsv4_engine *e, int32_t n, const dsv4i_s
   return s;
 }
 
-/* outputs of this process, or of the last stage broadcast to every rank */
-static dsv4_status outputs(struct dsv4_engine *e, int32_t n, const dsv4i_sampling *smp,
-                           dsv4i_seq *const *qs, float *logits, int32_t *sampled) {
-  if (!e->dist) return local_outputs(e, n, smp, qs, logits, sampled);
-  dsv4_status s = DSV4_OK;
-  if (dsv4i_dist_has_head(e->dist)) s = local_outputs(e, n, smp, qs, logits, sampled);
+dsv4_status dsv4i_engine_share_outputs(struct dsv4_engine *e, dsv4_status s, int32_t n,
+                                       float *logits, int32_t *sampled) {
   void *bufs[2];
   size_t sizes[2];
   int32_t k = 0;
@@ -169,6 +174,15 @@ static dsv4_status outputs(struct dsv4_engine *e, int32_t n, const dsv4i_samplin
     sizes[k++] = (size_t)n * (size_t)e->vocab * sizeof(float);
   }
   return dsv4i_dist_share(e->dist, s, k, bufs, sizes, "sharing the step's outputs");
+}
+
+/* outputs of this process, or of the last stage broadcast to every rank */
+static dsv4_status outputs(struct dsv4_engine *e, int32_t n, const dsv4i_sampling *smp,
+                           dsv4i_seq *const *qs, float *logits, int32_t *sampled) {
+  if (!e->dist) return dsv4i_engine_local_outputs(e, n, smp, qs, logits, sampled);
+  dsv4_status s = DSV4_OK;
+  if (dsv4i_dist_has_head(e->dist)) s = dsv4i_engine_local_outputs(e, n, smp, qs, logits, sampled);
+  return dsv4i_engine_share_outputs(e, s, n, logits, sampled);
 }
 
 /* Distributed engines: every rank agrees on the call and its arguments first. */
@@ -332,6 +346,12 @@ dsv4_status dsv4i_engine_decode(struct dsv4_engine *e, int32_t n, const int64_t 
   dsv4i_batch b = {n, dsv4i_plan_bucket(&e->plan, n), e->b_tok, e->b_pos, NULL, e->b_layout, NULL, want ? n : 0, e->b_out,
                    e->b_engram, {0}};
   dsv4i_op_end(e, th, DSV4I_OP_HOST, -1);
+  if (e->dist && e->args.micro_batches > 1 && n > 1 && dsv4i_dist_stages(e->dist) > 1) {
+    /* pipelined: micro-batches overlap across the stages (pipeline.c) */
+    if ((s = dsv4i_engine_decode_pipelined(e, n, qs, lens, smp, want, logits, sampled)))
+      s = fail_rollback(e, s, qs, lens, n);
+    goto done;
+  }
   if ((s = dsv4i_engine_run_step(e, &b, e->b_slot))) {
     s = fail_rollback(e, s, qs, lens, n);
     goto out;
@@ -342,6 +362,8 @@ dsv4_status dsv4i_engine_decode(struct dsv4_engine *e, int32_t n, const int64_t 
     s = fail_rollback(e, s, qs, lens, n);
     goto out;
   }
+done:
+  if (s) goto out;
   const int64_t dt = dsv4i_now_ns() - t0;
   e->t.decode_steps++;
   e->t.decode_tokens += n;

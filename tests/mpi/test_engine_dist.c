@@ -34,6 +34,12 @@
  *                 within 5 s of a 60 s timeout (its partners are told at once
  *                 instead of waiting for the timeout); the next call fails at
  *                 once on every rank (the stage's TP communicator is done).
+ * overlap         (PP > 1) decode calls of 4 sequences as 1..4 micro-batches (the
+ *                 pipeline overlap): sampled tokens and logits bit-identical to one
+ *                 process; one pipeline step per micro-batch.
+ * overlap_fails   (PP > 1, CPU, TP 1) a last-stage rank fails in the second micro-batch:
+ *                 its own status there, DSV4_ERR_RANK_FAILED naming it elsewhere, nothing
+ *                 kept; the same call then works and equals one process.
  * memory_per_rank each rank holds the caches of its stage's layers only: its
  *                 pages per sequence summed over the stages equal one process's,
  *                 TP ranks of a stage hold the same; and what its create
@@ -66,6 +72,7 @@
 
 #include "cpu/cpu_test_hooks.h"
 #include "dsv4/dsv4.h"
+#include "engine/dist.h"
 #include "engine/engine.h"
 #include "test_util.h"
 
@@ -397,6 +404,131 @@ static void tp_rank_fails(void **state) {
   tp_fail_case(1);
 }
 
+/* Four sequences (one per prompt seed), then N_GEN - 1 sampled decode steps of all four with
+ * per-sequence seeds, keeping the logits: tok[p][t], logits [N_GEN][4][V]. */
+#define N_MB_SEQ 4
+static void sampled_run(dsv4_engine *e, int32_t V, int64_t *ids, int32_t tok[][N_GEN], float *lg) {
+  int32_t pr[64];
+  dsv4_sampling_params sp;
+  assert_int_equal(dsv4_sampling_params_init(&sp, sizeof sp), DSV4_OK);
+  sp.temperature = 0.8f;
+  const uint64_t seeds[N_MB_SEQ] = {11, 22, 33, 44};
+  for (int p = 0; p < N_MB_SEQ; p++) {
+    prompt(p, pr);
+    assert_int_equal(dsv4_engine_seq_create(e, &ids[p]), DSV4_OK);
+    sp.seed = seeds[p];
+    if (dsv4_engine_prefill(e, ids[p], pr, prompt_len(p), &sp, lg + (size_t)p * (size_t)V,
+                            &tok[p][0]))
+      fail_msg("rank %d: prefill: %s", g_rank, dsv4_last_error());
+  }
+  sp.seeds = seeds;
+  for (int t = 1; t < N_GEN; t++) {
+    int32_t in[N_MB_SEQ], nx[N_MB_SEQ];
+    for (int p = 0; p < N_MB_SEQ; p++) in[p] = tok[p][t - 1];
+    if (dsv4_engine_decode(e, N_MB_SEQ, ids, in, &sp, lg + (size_t)t * N_MB_SEQ * (size_t)V, nx))
+      fail_msg("rank %d: decode: %s", g_rank, dsv4_last_error());
+    for (int p = 0; p < N_MB_SEQ; p++) tok[p][t] = nx[p];
+  }
+}
+
+/* Pipeline overlap (docs/distributed.md "Overlap"): decode calls of 4 sequences cut into
+ * 1..4 micro-batches give the one-process tokens (sampled, per-sequence seeds) and
+ * bit-identical logits, and run one pipeline step per micro-batch. */
+static void overlap(void **state) {
+  (void)state;
+  if (g_pp < 2) skip();
+  dsv4_engine *ref = open_engine("tiny-v41-a", 0);
+  const int32_t V = vocab_of(ref);
+  const size_t n = (size_t)N_GEN * N_MB_SEQ * (size_t)V;
+  int64_t ids[N_MB_SEQ];
+  int32_t a[N_MB_SEQ][N_GEN], b[N_MB_SEQ][N_GEN];
+  float *la = malloc(n * sizeof(float)), *lb = malloc(n * sizeof(float));
+  assert_non_null(la);
+  assert_non_null(lb);
+  sampled_run(ref, V, ids, a, la);
+  for (int32_t mb = 1; mb <= N_MB_SEQ; mb++) {
+    dsv4_engine_params p;
+    params(&p, 1);
+    p.pp_micro_batches = mb;
+    dsv4_engine *e = NULL;
+    if (dsv4_engine_create_from_dir(tu_fixture_or_skip("tiny-v41-a"), &p, &e))
+      fail_msg("rank %d: %s", g_rank, dsv4_last_error());
+    dsv4i_dist_info d0, d1;
+    dsv4i_dist_get_info(((struct dsv4_engine *)e)->dist, &d0);
+    sampled_run(e, V, ids, b, lb);
+    dsv4i_dist_get_info(((struct dsv4_engine *)e)->dist, &d1);
+    dsv4_engine_timings tm;
+    assert_int_equal(dsv4_engine_get_timings(e, &tm, sizeof tm), DSV4_OK);
+    /* steps: the prefills' chunks (8 tokens) and (N_GEN - 1) x mb decode micro-batches */
+    int64_t chunks = 0;
+    for (int q = 0; q < N_MB_SEQ; q++) chunks += (prompt_len(q) + 7) / 8;
+    printf("  rank %d, TP %d x PP %d, %d micro-batch(es): %lld steps, stage busy %.1f %%\n",
+           g_rank, g_tp, g_pp, (int)mb, (long long)(d1.steps - d0.steps),
+           100.0 * (double)tm.stage_ns / (double)(tm.prefill_ns + tm.decode_ns));
+    assert_int_equal(d1.steps - d0.steps, chunks + (N_GEN - 1) * mb);
+    assert_true(tm.stage_ns > 0 && tm.stage_ns < tm.prefill_ns + tm.decode_ns);
+    assert_memory_equal(a, b, sizeof a);
+    assert_memory_equal(la, lb, n * sizeof(float));
+    dsv4_engine_free(e);
+  }
+  free(la);
+  free(lb);
+  dsv4_engine_free(ref);
+}
+
+/* A rank of the last stage fails in the second micro-batch of a decode: every rank returns
+ * (the failing one its own status, the others DSV4_ERR_RANK_FAILED naming it), nothing is
+ * kept, and the same call then gives the one-process tokens (the stages' messages still
+ * pair up: the failed micro-batch's payload was taken, a notice was sent on). PP only: a
+ * TP rank's failure ends its stage's TP communicator (tp_rank_fails). */
+static void overlap_fails(void **state) {
+  (void)state;
+  if (g_pp < 2 || g_tp > 1 || g_backend != DSV4_BACKEND_CPU) skip();
+  dsv4_engine *ref = open_engine("tiny-v41-a", 0);
+  dsv4_engine_params p;
+  params(&p, 1);
+  p.pp_micro_batches = 2;
+  dsv4_engine *e = NULL;
+  assert_int_equal(dsv4_engine_create_from_dir(tu_fixture_or_skip("tiny-v41-a"), &p, &e), DSV4_OK);
+  int64_t ri[N_MB_SEQ], di[N_MB_SEQ], len[N_MB_SEQ];
+  int32_t pr[64], rt[N_MB_SEQ], dt[N_MB_SEQ], nr[N_MB_SEQ], nd[N_MB_SEQ];
+  for (int q = 0; q < N_MB_SEQ; q++) {
+    prompt(q, pr);
+    assert_int_equal(dsv4_engine_seq_create(ref, &ri[q]), DSV4_OK);
+    assert_int_equal(dsv4_engine_seq_create(e, &di[q]), DSV4_OK);
+    assert_int_equal(dsv4_engine_prefill(ref, ri[q], pr, prompt_len(q), NULL, NULL, &rt[q]), DSV4_OK);
+    assert_int_equal(dsv4_engine_prefill(e, di[q], pr, prompt_len(q), NULL, NULL, &dt[q]), DSV4_OK);
+    assert_int_equal(rt[q], dt[q]);
+  }
+  const int failing = g_size - 1;
+  const struct dsv4_engine *ie = (const struct dsv4_engine *)e;
+  if (g_rank == failing) /* the first block of its second micro-batch */
+    dsv4i_cpu_backend_inject_fault(ie->be, ie->be->last_layer - ie->be->first_layer + 1,
+                                   DSV4_ERR_OUT_OF_MEMORY);
+  dsv4_status s = dsv4_engine_decode(e, N_MB_SEQ, di, dt, NULL, NULL, nd);
+  printf("  rank %d: decode with rank %d failing in micro-batch 2: %s: %s\n", g_rank, failing,
+         dsv4_status_string(s), dsv4_last_error());
+  if (g_rank == failing) {
+    assert_int_equal(s, DSV4_ERR_OUT_OF_MEMORY);
+    assert_non_null(strstr(dsv4_last_error(), "injected fault"));
+  } else {
+    char want[32];
+    snprintf(want, sizeof want, "rank %d failed", failing);
+    assert_int_equal(s, DSV4_ERR_RANK_FAILED);
+    assert_non_null(strstr(dsv4_last_error(), want));
+  }
+  for (int q = 0; q < N_MB_SEQ; q++) {
+    assert_int_equal(dsv4_engine_seq_length(e, di[q], &len[q]), DSV4_OK);
+    assert_int_equal(len[q], prompt_len(q));
+  }
+  assert_int_equal(dsv4_engine_decode(ref, N_MB_SEQ, ri, rt, NULL, NULL, nr), DSV4_OK);
+  s = dsv4_engine_decode(e, N_MB_SEQ, di, dt, NULL, NULL, nd);
+  if (s) fail_msg("rank %d: the decode after the failure: %s", g_rank, dsv4_last_error());
+  assert_memory_equal(nr, nd, sizeof nr);
+  dsv4_engine_free(e);
+  dsv4_engine_free(ref);
+}
+
 static int64_t heap_in_use(void) {
   const struct mallinfo2 m = mallinfo2();
   return (int64_t)(m.uordblks + m.hblkhd);
@@ -526,7 +658,8 @@ int tu_run_suite(void) {
     cmocka_unit_test(mismatch_call),   cmocka_unit_test(mismatch_create),
     cmocka_unit_test(refused_split),   cmocka_unit_test(failed_create),
     cmocka_unit_test(memory_per_rank), cmocka_unit_test(tp_rank_fails),
-    cmocka_unit_test(stalled_rank),
+    cmocka_unit_test(stalled_rank),    cmocka_unit_test(overlap),
+    cmocka_unit_test(overlap_fails),
   };
   const struct CMUnitTest tp_device[] = {cmocka_unit_test(cuda_tp_one_device)};
   int rc = g_backend == DSV4_BACKEND_CUDA && g_tp > 1
