@@ -10,6 +10,7 @@
 #include <stdio.h>
 
 #include "dsv4/dsv4.h"
+#include "tool_mpi.h"
 
 #define MAX_C 64
 #define SCHEMA_VERSION 1
@@ -48,6 +49,7 @@ typedef struct opts {
   int dspark;
   int32_t backend, device, threads, chunk;
   int32_t tp, pp;      /* under mpirun: TP ranks per stage, stages (0: DSV4_TP / DSV4_PP) */
+  int32_t micro_batches; /* dsv4_engine_params.pp_micro_batches (0: the library's default) */
   int op_timings, warmup, repeat, prefetch, quiet;
   int64_t bw_bytes;
   int bw_repeats, no_bw;
@@ -155,6 +157,7 @@ struct bench {
   int32_t *drafts, *next;      /* [max_c][B], [max_c] */
   float *conf;                 /* [max_c][B] */
   json_t *runs;
+  const tool_mpi *mpi;         /* the job: every rank's stage busy fraction is gathered */
 };
 extern const mode MODE_PLAIN;
 const mode *dspark_probe(bench *b, const char **why);

@@ -33,6 +33,8 @@ void usage(FILE *f) {
       "  --tp T, --pp P        under mpirun -np T*P: one rank of a TP x PP engine per process\n"
       "                        (default $DSV4_TP / $DSV4_PP, else TP 1 and PP = the ranks);\n"
       "                        rank 0 writes the report, the other ranks only errors\n"
+      "  --micro-batches M     pipeline overlap: decode steps as M micro-batches (PP > 1;\n"
+      "                        default 0 = the library's: PP; 1 = none)\n"
       "  --chunk N             prefill chunk tokens (default: the library's)\n"
       "  --op-timings          per-op and per-layer engine timings (DSV4_ENGINE_F_OP_TIMINGS)\n"
       "  --warmup N            untimed warm-up run first: the list's first C, N decode steps\n"
@@ -154,6 +156,7 @@ void parse_args(int argc, char **argv, opts *o) {
     else if (VAL("--threads") && !parse_i64(v, 0, 4096, &x)) o->threads = (int32_t)x;
     else if (VAL("--tp") && !parse_i64(v, 1, 4096, &x)) o->tp = (int32_t)x;
     else if (VAL("--pp") && !parse_i64(v, 1, 16, &x)) o->pp = (int32_t)x;
+    else if (VAL("--micro-batches") && !parse_i64(v, 0, 256, &x)) o->micro_batches = (int32_t)x;
     else if (VAL("--chunk") && !parse_i64(v, 0, INT32_MAX, &x)) o->chunk = (int32_t)x;
     else if (VAL("--warmup") && !parse_i64(v, 0, 1000000, &x)) o->warmup = (int)x;
     else if (VAL("--repeat") && !parse_i64(v, 1, 1000, &x)) o->repeat = (int)x;

@@ -23,6 +23,23 @@ void fail_engine(bench *b, const char *what, dsv4_status s) {
   die("%s: %s: %s", what, dsv4_status_string(s), dsv4_last_error());
 }
 
+/* Every rank's busy fraction over the decode phase: the time it ran its layers (stage_ns)
+ * over the time in decode calls; gathered from every rank (collective: every rank's
+ * run_one calls it at the same point), [rank] in rank order. */
+static json_t *stage_busy_json(bench *b) {
+  dsv4_engine_timings t;
+  dsv4_status s = dsv4_engine_get_timings(b->eng, &t, sizeof t);
+  if (s) fail_engine(b, "dsv4_engine_get_timings", s);
+  const double mine = t.decode_ns > 0 ? (double)t.stage_ns / (double)t.decode_ns : 0.0;
+  double *all = calloc((size_t)b->mpi->world, sizeof *all);
+  if (!all) die("out of memory");
+  tool_mpi_allgather_f64(b->mpi, mine, all);
+  json_t *a = json_array();
+  for (int i = 0; i < b->mpi->world; i++) json_array_append_new(a, json_real(all[i]));
+  free(all);
+  return a;
+}
+
 static json_t *timings_json(bench *b) {
   dsv4_engine_timings t;
   dsv4_status s = dsv4_engine_get_timings(b->eng, &t, sizeof t);
@@ -39,6 +56,7 @@ static json_t *timings_json(bench *b) {
   json_object_set_new(o, "verify_calls", json_integer(t.verify_calls));
   json_object_set_new(o, "verify_tokens", json_integer(t.verify_tokens));
   json_object_set_new(o, "verify_ns", json_integer(t.verify_ns));
+  json_object_set_new(o, "stage_ns", json_integer(t.stage_ns));
   json_object_set_new(o, "op_timings", json_boolean(t.op_timings));
   if (t.op_timings) {
     json_t *ops = json_object();
@@ -236,6 +254,7 @@ json_t *run_one(bench *b, const mode *md, int32_t C, int64_t out_len, int rep, i
     json_object_set_new(et, "prefill", t_prefill);
     json_object_set_new(et, "decode", timings_json(b));
     json_object_set_new(r, "engine_timings", et);
+    json_object_set_new(r, "stage_busy", stage_busy_json(b));
     json_t *rf = json_object();
     json_object_set_new(rf, "weight_bytes_per_step", num_or_null(steps ? weight_b / (double)steps : NAN));
     json_object_set_new(rf, "kv_bytes_per_step", num_or_null(steps ? kv_b / (double)steps : NAN));

@@ -134,6 +134,11 @@ def main():
         for x in (ep, et):
             need(x["op_timings"] is True and len(x["layer_ns"]) == n_layers, f"{w}: op timings")
             num(x["ops"]["block_ns"], f"{w}.ops.block_ns", strict=True)
+        # every rank's busy fraction: its layers' time within its decode calls
+        need(len(r["stage_busy"]) == j["engine"]["tp"] * j["engine"]["pp"], f"{w}: stage_busy ranks")
+        for i, x in enumerate(r["stage_busy"]):
+            num(x, f"{w}.stage_busy[{i}]", 0.0, 1.0, strict=True)
+        num(et["stage_ns"], f"{w}.stage_ns", strict=True)
         # the engine's decode time is inside the bench's decode wall time
         need(et["decode_ns"] * 1e-9 <= r["decode_wall_s"] * 1.0001, f"{w}: engine decode time > wall")
         rf = r["roofline"]

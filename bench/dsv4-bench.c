@@ -91,6 +91,8 @@ int main(int argc, char **argv) {
   ep.n_threads = o->threads;
   ep.prefill_chunk = o->chunk;
   tool_mpi_params(&mpi, &ep);
+  ep.pp_micro_batches = o->micro_batches;
+  b->mpi = &mpi;
   /* room for a last verify of a full block past the output (the model's block size) */
   int32_t cfg_block = 8;
   dsv4_model_params mp;
@@ -225,6 +227,7 @@ int main(int argc, char **argv) {
   json_object_set_new(ej, "op_timings", json_boolean(o->op_timings));
   json_object_set_new(ej, "tp", json_integer(mpi.tp)); /* rank 0's figures above */
   json_object_set_new(ej, "pp", json_integer(mpi.pp));
+  json_object_set_new(ej, "pp_micro_batches", json_integer(o->micro_batches));
   json_object_set_new(root, "engine", ej);
   json_t *wl = json_object();
   json_t *cl = json_array();

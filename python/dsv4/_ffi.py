@@ -146,7 +146,8 @@ class EngineTimings(Structure):
         "decode_steps", "decode_tokens", "decode_ns", "last_decode_ns", "embed_op_ns",
         "engram_op_ns", "block_op_ns", "head_op_ns", "sample_op_ns", "read_op_ns", "host_op_ns",
         "dspark_op_ns", "draft_calls", "draft_seqs", "draft_ns", "last_draft_ns",
-        "verify_calls", "verify_tokens", "verify_accepted", "verify_ns", "last_verify_ns")]
+        "verify_calls", "verify_tokens", "verify_accepted", "verify_ns", "last_verify_ns",
+        "stage_ns")]
 
 
 # ---- chat format and scheduler (dsv4_chat_*, dsv4_scheduler_*) ----------------

@@ -136,6 +136,12 @@ static void params_and_create_errors(void **st) {
   assert_int_equal(dsv4_engine_params_init(&ep, sizeof ep), DSV4_OK);
   ep.tp_size = 2;
   assert_int_equal(dsv4_engine_create(m, &ep, &e), DSV4_ERR_INVALID_ARG);
+  for (int k = 0; k < 2; k++) { /* pp_micro_batches outside 0..256 */
+    assert_int_equal(dsv4_engine_params_init(&ep, sizeof ep), DSV4_OK);
+    ep.pp_micro_batches = k ? 257 : -1;
+    assert_int_equal(dsv4_engine_create(m, &ep, &e), DSV4_ERR_INVALID_ARG);
+    assert_non_null(strstr(dsv4_last_error(), "pp_micro_batches"));
+  }
   /* a thread count OpenMP cannot allocate is refused (it used to abort the process) */
   assert_int_equal(dsv4_engine_params_init(&ep, sizeof ep), DSV4_OK);
   ep.n_threads = INT32_MAX;
@@ -517,6 +523,17 @@ static void sampling_deterministic(void **st) {
   assert_int_equal(tm.decode_tokens, 3 * 11 + 2 * 11);
   assert_true(tm.prefill_ns > 0 && tm.decode_ns > 0 && tm.last_decode_ns > 0);
   assert_true(tm.block_op_ns > 0 && tm.head_op_ns > 0 && tm.engram_op_ns > 0 && tm.embed_op_ns > 0);
+  /* the layers' time (stage_ns) holds the ops and lies within the calls */
+  assert_true(tm.stage_ns >= tm.block_op_ns && tm.stage_ns <= tm.prefill_ns + tm.decode_ns);
+  /* a caller compiled against the 0.1 struct (it ends at last_verify_ns) gets exactly its bytes */
+  const size_t t01 = offsetof(dsv4_engine_timings, stage_ns);
+  dsv4_engine_timings t1;
+  memset(&t1, 0x5a, sizeof t1);
+  assert_int_equal(dsv4_engine_get_timings(e, &t1, t01), DSV4_OK);
+  assert_int_equal(t1.struct_size, t01);
+  assert_int_equal(t1.decode_steps, tm.decode_steps);
+  assert_int_equal(t1.stage_ns, 0x5a5a5a5a5a5a5a5a);
+  assert_int_equal(dsv4_engine_get_timings(e, &t1, t01 - 8), DSV4_ERR_INVALID_ARG);
   int64_t lns = 0, sum = 0;
   assert_int_equal(dsv4_engine_get_layer_time(e, 10, &lns), DSV4_ERR_INVALID_ARG);
   for (int32_t L = 0; L < 10; L++) {

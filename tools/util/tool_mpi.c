@@ -65,6 +65,17 @@ void tool_mpi_params(const tool_mpi *m, dsv4_engine_params *p) {
   p->pp_size = m->pp;
 }
 
+void tool_mpi_allgather_f64(const tool_mpi *m, double v, double *all) {
+#if TOOL_HAVE_MPI
+  if (m->comm) {
+    MPI_Allgather(&v, 1, MPI_DOUBLE, all, 1, MPI_DOUBLE, g_comm);
+    return;
+  }
+#endif
+  (void)m;
+  all[0] = v;
+}
+
 void tool_mpi_end(tool_mpi *m) {
 #if TOOL_HAVE_MPI
   int inited = 0, done = 0;

@@ -33,6 +33,9 @@ int tool_mpi_start(const char *tool, int *argc, char ***argv, int32_t tp, int32_
 /** The engine params of this rank: mpi_comm, tp_size, pp_size (unchanged for one process). */
 void tool_mpi_params(const tool_mpi *m, dsv4_engine_params *p);
 
+/** all[r] := rank r's v for every rank r of the job (collective; one process: all[0] = v). */
+void tool_mpi_allgather_f64(const tool_mpi *m, double v, double *all);
+
 /** Leave the job (MPI_Finalize); a no-op for one process. */
 void tool_mpi_end(tool_mpi *m);
 
