@@ -32,9 +32,30 @@ static dsv4i_cuptr take(carve *c, size_t bytes) {
   return p;
 }
 
-static int64_t max_visible(const dsv4i_config *c, int64_t max_pos) {
+/* What of the workspace a pipeline stage needs: its backbone layers [first, last) (the
+ * index scores of its index sources, the Engram scratch of its Engram layers) and the
+ * DSpark draft block B (0 off the last stage, or without a draft head). One process: all. */
+typedef struct ws_part {
+  int32_t first, last, B;
+} ws_part;
+
+static int32_t dspark_block(const dsv4i_config *c);
+
+static ws_part part_of(const dsv4i_config *c, int32_t first, int32_t last) {
+  if (last <= 0 || last > c->n_layers) last = c->n_layers;
+  if (first < 0 || first >= last) first = 0;
+  return (ws_part){first, last, last == c->n_layers ? dspark_block(c) : 0};
+}
+
+static int part_has_engram(const dsv4i_config *c, const ws_part *p) {
+  for (int32_t L = p->first; L < p->last; L++)
+    if (c->layers[L].roles & DSV4_ROLE_ENGRAM) return 1;
+  return 0;
+}
+
+static int64_t max_visible(const dsv4i_config *c, const ws_part *p, int64_t max_pos) {
   int64_t v = 1;
-  for (int32_t L = 0; L < c->n_layers; L++) {
+  for (int32_t L = p->first; L < p->last; L++) {
     const int32_t r = c->layers[L].compress_ratio;
     if (r > 0 && (c->layers[L].roles & DSV4_ROLE_INDEX_SOURCE) && max_pos / r > v) v = max_pos / r;
   }
@@ -65,8 +86,8 @@ static int32_t dspark_block(const dsv4i_config *c) {
 }
 
 /* T step tokens, `rows` rows per block call (T, or more for DSpark drafts), R output rows. */
-static void ws_layout(const dsv4i_config *c, int32_t T, int32_t rows, int32_t R, int64_t max_pos,
-                      carve *cv, gpu_ws *w) {
+static void ws_layout(const dsv4i_config *c, const ws_part *p, int32_t T, int32_t rows, int32_t R,
+                      int64_t max_pos, carve *cv, gpu_ws *w) {
   const size_t t = (size_t)rows, r = (size_t)R, d = (size_t)c->dim, hc = (size_t)c->hc_mult,
                hd = (size_t)c->head_dim, H = (size_t)c->n_heads;
   const size_t nm = (2 + hc) * hc;
@@ -88,7 +109,7 @@ static void ws_layout(const dsv4i_config *c, int32_t T, int32_t rows, int32_t R,
   w->a_comb = take(cv, t * hc * hc * 4);
   w->f_post = take(cv, t * hc * 4);
   w->f_comb = take(cv, t * hc * hc * 4);
-  const int32_t B = dspark_block(c);
+  const int32_t B = p->B;
   const size_t kx = B && c->n_dspark_targets > 1 ? d * (size_t)c->n_dspark_targets : d; /* main_proj */
   w->xq = take(cv, t * kx * 4);
   w->sx = take(cv, t * kx / 32 * 4);
@@ -109,7 +130,7 @@ static void ws_layout(const dsv4i_config *c, int32_t T, int32_t rows, int32_t R,
   w->iq = take(cv, t * IH * ihd * 2);
   w->iw = take(cv, t * IH * 2);
   w->u = take(cv, t * (size_t)c->o_groups * (size_t)c->o_lora_rank * 2);
-  w->score_ld = max_visible(c, max_pos);
+  w->score_ld = max_visible(c, p, max_pos);
   const int32_t bs = c->candidate_block_size > 0 ? c->candidate_block_size : 1;
   w->bws_ld = (w->score_ld + bs - 1) / bs;
   w->topk_ld = c->index_topk > 0 ? c->index_topk : 1;
@@ -136,7 +157,7 @@ static void ws_layout(const dsv4i_config *c, int32_t T, int32_t rows, int32_t R,
   m.has_shared = c->n_shared_experts > 0;
   w->moe = take(cv, dsv4i_gpu_moe_scratch_bytes(&m, rows));
   size_t eg = 1;
-  if (c->n_engram > 0) {
+  if (c->n_engram > 0 && part_has_engram(c, p)) {
     dsv4i_gpu_engram e;
     memset(&e, 0, sizeof e);
     e.dim = c->dim;
@@ -166,15 +187,16 @@ static void ws_layout(const dsv4i_config *c, int32_t T, int32_t rows, int32_t R,
   }
 }
 
-static int32_t max_rows(const dsv4i_config *c, int32_t T, int32_t R) {
-  const int32_t r = R * dspark_block(c);
+static int32_t max_rows(const ws_part *p, int32_t T, int32_t R) {
+  const int32_t r = R * p->B;
   return r > T ? r : T;
 }
 
-static size_t ws_bytes(const dsv4i_config *c, int32_t T, int32_t R, int64_t max_pos) {
+static size_t ws_bytes(const dsv4i_config *c, const ws_part *p, int32_t T, int32_t R,
+                       int64_t max_pos) {
   carve cv = {0, 0};
   gpu_ws w;
-  ws_layout(c, T, max_rows(c, T, R), R, max_pos, &cv, &w);
+  ws_layout(c, p, T, max_rows(p, T, R), R, max_pos, &cv, &w);
   return cv.used;
 }
 
@@ -182,19 +204,21 @@ static size_t ws_bytes(const dsv4i_config *c, int32_t T, int32_t R, int64_t max_
 
 static dsv4_status cuda_format(const struct dsv4i_config *c, int64_t max_positions,
                                const dsv4i_model_part *part, dsv4i_cache_format *f) {
-  dsv4i_kv_layout lay; /* the part's caches; the other figures are still the whole model's */
+  dsv4i_kv_layout lay; /* the part's caches, weights and workspace (a pipeline stage's) */
   dsv4_status s = dsv4i_kv_format_init(c, part, dsv4i_gkv_page_bytes(c), max_positions, f, &lay);
   if (s) return s;
+  const ws_part p = part_of(c, part ? part->first_layer : 0, part ? part->last_layer : 0);
   /* per live sequence: its page row in the pinned staging and in the device table */
   f->slot_bytes = 2 * (int64_t)lay.ld * (int64_t)sizeof(int32_t);
-  /* wo_a dequantised to bf16 per attention layer (spec §3.3), next to the checkpoint bytes */
+  /* wo_a dequantised to bf16 per attention layer of the part (spec §3.3), next to the
+   * checkpoint bytes; the DSpark stages' on the last stage */
   const int64_t wo_a = (int64_t)c->o_groups * c->o_lora_rank *
                        ((int64_t)c->n_heads * c->head_dim / c->o_groups) * 2;
-  f->weight_bytes = wo_a * (dspark_block(c) ? c->n_total_layers : c->n_layers); /* + DSpark stages */
+  f->weight_bytes = wo_a * (p.last - p.first + (p.B ? c->n_total_layers - c->n_layers : 0));
   /* workspace (output rows counted per token: max_out_rows <= max_batch_tokens) and the
    * engine's stream, pre and logits buffers */
-  const int64_t n = 256, w0 = (int64_t)ws_bytes(c, 0, 0, max_positions),
-                wn = (int64_t)ws_bytes(c, (int32_t)n, (int32_t)n / (dspark_block(c) ? dspark_block(c) : 1),
+  const int64_t n = 256, w0 = (int64_t)ws_bytes(c, &p, 0, 0, max_positions),
+                wn = (int64_t)ws_bytes(c, &p, (int32_t)n, (int32_t)n / (p.B ? p.B : 1),
                                        max_positions);
   const int64_t eng = (int64_t)c->hc_mult * c->dim * 2 + (int64_t)c->hc_mult * 4 +
                       (int64_t)c->vocab_size * 4;
@@ -672,7 +696,8 @@ static dsv4_status cuda_create(const dsv4i_backend_desc *d, dsv4i_backend **out)
   b->n_engram_cols = c->n_engram * (c->engram_max_ngram - 1) * c->engram_n_heads;
   b->max_tok = d->max_batch_tokens;
   b->max_out = d->max_out_rows;
-  b->max_rows = max_rows(c, b->max_tok, b->max_out);
+  const ws_part wp = part_of(c, b->base.first_layer, b->base.last_layer); /* its stage's */
+  b->max_rows = max_rows(&wp, b->max_tok, b->max_out);
   b->n_slots = d->n_slots;
   b->kv_ld = d->kv_layout ? d->kv_layout->ld : 0;
   b->base.n_threads = 1;
@@ -737,13 +762,13 @@ static dsv4_status cuda_create(const dsv4i_backend_desc *d, dsv4i_backend **out)
   size_t kvb = 0, wsb = 0;
   if (!s) {
     kvb = dsv4i_gkv_device_bytes(d->kv_layout, d->n_slots, b->max_tok, d->pool_pages);
-    wsb = ws_bytes(c, b->max_tok, b->max_out, d->max_positions);
+    wsb = ws_bytes(c, &wp, b->max_tok, b->max_out, d->max_positions);
     const size_t total = b->weight_bytes + b->temp_bytes + kvb + wsb + 4096;
     s = dsv4i_gpu_pool_create(&b->g, total);
     if (!s) {
       size_t off[7];
       const size_t R = (size_t)b->max_out;
-      const int32_t B = dspark_block(c);
+      const int32_t B = wp.B;
       s = dsv4i_gpu_hostpool_create(
           &b->g, b->pinned_bytes + al(inputs_layout(c, b->max_tok, b->max_out, off)) +
                      al(al(4 * R) + 16 * R) + al(4 * R) + 4096 +
@@ -757,7 +782,8 @@ static dsv4_status cuda_create(const dsv4i_backend_desc *d, dsv4i_backend **out)
     dsv4i_cuptr base = 0;
     s = dsv4i_gpu_pool_take(&b->g.pool, wsb, "step workspace", &base);
     carve cv = {0, base};
-    if (!s) ws_layout(c, b->max_tok, b->max_rows, b->max_out, d->max_positions, &cv, &b->ws);
+    if (!s) ws_layout(c, &wp, b->max_tok, b->max_rows, b->max_out, d->max_positions, &cv,
+                      &b->ws);
     /* the Markov step's ticket starts at 0 (every step leaves it 0) */
     if (!s && b->ws.dticket) {
       const dsv4i_cures r = b->g.dev.cu->MemsetD8Async(b->ws.dticket, 0, 4, b->g.stream);

@@ -327,7 +327,8 @@ dsv4_status dsv4i_gpu_be_load(gpu_backend *b, const dsv4i_backend_desc *d, int c
   const dsv4i_backend *be = &b->base;
   loader ld = {b, count_only, 0, 0, 0};
   dsv4_status st = DSV4_OK;
-  if (be->has_embed)
+  /* the first stage embeds the batch; the DSpark stages (last stage) their block tokens */
+  if (be->has_embed || b->dspark)
     st = vec(&ld, DSV4I_W_EMBED, -1, DSV4_DTYPE_BF16, (int64_t)c->vocab_size * c->dim, &b->embed);
   if (!st && be->has_head) st = vec(&ld, DSV4I_W_NORM, -1, DSV4_DTYPE_BF16, c->dim, &b->norm);
   if (!st && be->has_head) st = mat(&ld, DSV4I_W_HEAD, -1, -1, c->vocab_size, c->dim, &b->head);

@@ -2,12 +2,14 @@
  * lib/dist without MPI: stage boundaries derived from the config's source
  * lists (release config and the tiny fixture), refused splits naming the
  * state that would cross, topology checks, and the stage payload (layout,
- * round trip, every header check, batch match).
+ * round trip, every header check, batch match), and the backends' storage
+ * formats per pipeline stage.
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/backend.h"
 #include "dist/nccl.h"
 #include "dist/payload.h"
 #include "dist/topology.h"
@@ -85,6 +87,45 @@ static void fixture_boundaries(void **state) {
   assert_int_equal(b[1], 2);
   assert_int_equal(b[2], 4);
   assert_int_equal(b[3], 6);
+}
+
+/* The PP2 split 0-3 | 4-9 of the fixture: each backend's format per stage counts the
+ * stage's own pages and prepared weights (they add up to one process's), and the CUDA
+ * workspace of stage 0 leaves out what only the last stage runs (DSpark drafts, head). */
+static void stage_formats(void **state) {
+  (void)state;
+  const char *dir = tu_fixture_or_skip("tiny-v41-a");
+  char *path = tu_join(dir, "config.json");
+  dsv4i_config c;
+  assert_int_equal(dsv4i_config_load(path, &c), DSV4_OK);
+  free(path);
+  const dsv4i_model_part p0 = {0, 4, 0, 1}, p1 = {4, c.n_layers, 0, 1};
+  static const int32_t kinds[2] = {DSV4_BACKEND_CPU, DSV4_BACKEND_CUDA};
+  for (int k = 0; k < 2; k++) {
+    dsv4i_cache_format all, f0, f1;
+    const dsv4_status s = dsv4i_backend_format(kinds[k], &c, 4096, NULL, &all);
+    if (s == DSV4_ERR_UNSUPPORTED && kinds[k] == DSV4_BACKEND_CUDA) {
+      printf("cuda: not built into this library (no nvcc at configure time)\n");
+      continue;
+    }
+    assert_int_equal(s, DSV4_OK);
+    assert_int_equal(dsv4i_backend_format(kinds[k], &c, 4096, &p0, &f0), DSV4_OK);
+    assert_int_equal(dsv4i_backend_format(kinds[k], &c, 4096, &p1, &f1), DSV4_OK);
+    const int64_t a0 = f0.act_bytes_fixed + 64 * f0.act_bytes_per_tok,
+                  a1 = f1.act_bytes_fixed + 64 * f1.act_bytes_per_tok,
+                  a = all.act_bytes_fixed + 64 * all.act_bytes_per_tok;
+    printf("%s: pages per sequence %lld + %lld = %lld; prepared weights %lld + %lld = %lld; "
+           "workspace at 64 tokens %lld | %lld (one process %lld)\n",
+           kinds[k] == DSV4_BACKEND_CPU ? "cpu" : "cuda", (long long)f0.seq_pages,
+           (long long)f1.seq_pages, (long long)all.seq_pages, (long long)f0.weight_bytes,
+           (long long)f1.weight_bytes, (long long)all.weight_bytes, (long long)a0, (long long)a1,
+           (long long)a);
+    assert_int_equal(f0.seq_pages + f1.seq_pages, all.seq_pages);
+    assert_int_equal(f0.weight_bytes + f1.weight_bytes, all.weight_bytes);
+    assert_true(f0.weight_bytes > 0 && f1.weight_bytes > f0.weight_bytes);
+    assert_true(a0 <= a && a1 <= a);
+    if (kinds[k] == DSV4_BACKEND_CUDA) assert_true(a0 < a1); /* no draft rows on stage 0 */
+  }
 }
 
 static void topology(void **state) {
@@ -345,7 +386,7 @@ int tu_run_suite(void) {
     cmocka_unit_test(release_boundaries), cmocka_unit_test(dspark_tap_boundary),
     cmocka_unit_test(fixture_boundaries), cmocka_unit_test(topology),
     cmocka_unit_test(payload_round_trip), cmocka_unit_test(payload_checks),
-    cmocka_unit_test(nccl_loader),
+    cmocka_unit_test(nccl_loader),        cmocka_unit_test(stage_formats),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
