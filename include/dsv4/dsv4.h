@@ -1779,7 +1779,13 @@ DSV4_NODISCARD DSV4_API dsv4_status dsv4_scheduler_params_init(dsv4_scheduler_pa
  *         below prefill_chunk + max_running, tok's vocabulary larger than the model's);
  *         DSV4_ERR_PARAMS_SIZE; DSV4_ERR_OUT_OF_MEMORY. Every scheduler call leaves its
  *         message in dsv4_last_error() when it fails.
- *         Handle-exclusive (engine). @since 0.1
+ *         Handle-exclusive (engine). A distributed engine (dsv4_engine_params.mpi_comm):
+ *         every rank creates a scheduler over its engine and drives it with the same
+ *         calls in the same order (submit, step, cancel, poll, with the same arguments);
+ *         dsv4_scheduler_step is then collective, its engine steps run over the
+ *         pipeline and every rank gets the same tokens (ranks given other calls get
+ *         DSV4_ERR_RANK_MISMATCH from the step; docs/distributed.md "The scheduler").
+ *         @since 0.1
  */
 DSV4_NODISCARD DSV4_API dsv4_status dsv4_scheduler_create(dsv4_engine *engine, const dsv4_tokenizer *tok,
                                            const dsv4_scheduler_params *params,

@@ -196,7 +196,10 @@ typedef struct dsv4i_step_row {
  *  order. Each row's results
  *  equal those of the prefill or decode call of that row alone. All or nothing:
  *  DSV4_KV_FULL and the argument errors change nothing; a failure during the
- *  step (or non-finite logits, DSV4_ERR_NOT_FINITE) rolls every row back. */
+ *  step (or non-finite logits, DSV4_ERR_NOT_FINITE) rolls every row back.
+ *  Distributed engine: collective, every rank gives the same rows (else
+ *  DSV4_ERR_RANK_MISMATCH on every rank, nothing changed); the step runs over the
+ *  pipeline and every rank gets the last stage's logits and status. */
 dsv4_status dsv4i_engine_step(struct dsv4_engine *e, int32_t n_rows, const dsv4i_step_row *rows,
                               float *logits);
 

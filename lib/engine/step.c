@@ -420,12 +420,20 @@ dsv4_status dsv4i_engine_step(struct dsv4_engine *e, int32_t n_rows, const dsv4i
   const int64_t t0 = dsv4i_now_ns();
   dsv4_status s = dsv4i_engine_live(e);
   if (s) return s;
-  if (e->dist) /* its logits would have to come from the last stage (outputs()) */
-    return dsv4i_error(DSV4_ERR_UNSUPPORTED, "step: the scheduler's mixed step does not run on "
-                       "a distributed engine yet; use prefill / decode");
   if (n_rows < 1 || n_rows > e->plan.max_out_rows || !rows)
     return dsv4i_error(DSV4_ERR_INVALID_ARG, "step: %d rows; the engine takes 1..%d", (int)n_rows,
                        (int)e->plan.max_out_rows);
+  if (e->dist) { /* every rank runs the same step: the ranks agree on its rows first */
+    uint64_t h = dsv4i_dist_hash(0, &n_rows, sizeof n_rows);
+    for (int32_t i = 0; i < n_rows; i++) {
+      const int32_t f[3] = {rows[i].n, rows[i].generated, rows[i].want_logits};
+      h = dsv4i_dist_hash(h, &rows[i].id, sizeof rows[i].id);
+      h = dsv4i_dist_hash(h, f, sizeof f);
+      if (rows[i].tokens && rows[i].n > 0 && rows[i].n <= e->plan.max_ctx)
+        h = dsv4i_dist_hash(h, rows[i].tokens, sizeof(int32_t) * (size_t)rows[i].n);
+    }
+    if ((s = call_check(e, "step", h, NULL, 0, logits, NULL))) return s;
+  }
   dsv4i_seq **qs = e->b_q;
   int64_t *lens = e->b_len;
   int64_t n_tok = 0;
@@ -465,13 +473,17 @@ dsv4_status dsv4i_engine_step(struct dsv4_engine *e, int32_t n_rows, const dsv4i
   dsv4i_op_end(e, th, DSV4I_OP_HOST, -1);
   if ((s = dsv4i_engine_run_step(e, &b, e->b_slot))) return fail_rollback(e, s, qs, lens, n_rows);
   for (int32_t i = 0; i < n_rows; i++) qs[i]->len = lens[i] + rows[i].n;
-  if (o) {
-    int64_t tr = dsv4i_op_begin(e);
-    s = e->be->ops->buf_read(e->be, e->logits, 0, (size_t)o * (size_t)e->vocab * sizeof(float), logits);
-    dsv4i_op_end(e, tr, DSV4I_OP_READ, -1);
-    for (int32_t i = 0, r = 0; !s && i < n_rows; i++)
-      for (int32_t k = 0; rows[i].want_logits && k < (rows[i].generated ? rows[i].n : 1) && !s; k++)
-        s = check_finite(e, 1, &qs[i], logits + (size_t)r++ * (size_t)e->vocab);
+  if (o) { /* the logits come from the last stage (every rank of a distributed engine) */
+    if (!e->dist || dsv4i_dist_has_head(e->dist)) {
+      int64_t tr = dsv4i_op_begin(e);
+      s = e->be->ops->buf_read(e->be, e->logits, 0, (size_t)o * (size_t)e->vocab * sizeof(float),
+                               logits);
+      dsv4i_op_end(e, tr, DSV4I_OP_READ, -1);
+      for (int32_t i = 0, r = 0; !s && i < n_rows; i++)
+        for (int32_t k = 0; rows[i].want_logits && k < (rows[i].generated ? rows[i].n : 1) && !s; k++)
+          s = check_finite(e, 1, &qs[i], logits + (size_t)r++ * (size_t)e->vocab);
+    }
+    if (e->dist) s = dsv4i_engine_share_outputs(e, s, o, logits, NULL);
     if (s) {
       for (int32_t i = 0; i < n_rows; i++) qs[i]->len = lens[i]; /* the whole step goes back */
       return fail_rollback(e, s, qs, lens, n_rows);

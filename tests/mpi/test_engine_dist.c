@@ -40,6 +40,9 @@
  * overlap_fails   (PP > 1, CPU, TP 1) a last-stage rank fails in the second micro-batch:
  *                 its own status there, DSV4_ERR_RANK_FAILED naming it elsewhere, nothing
  *                 kept; the same call then works and equals one process.
+ * scheduler       every rank drives a scheduler over its rank of the engine with the same
+ *                 calls: a greedy, a sampled (top-p, penalty) and a speculative request
+ *                 give the one-process scheduler's tokens, finish reasons and counters.
  * memory_per_rank (CUDA: the device pool each rank's backend took against its plan: KV
  *                 pool, workspace, prepared weights and its stage's checkpoint tensors,
  *                 within 2 % + 256 KiB; the host heap is not measured)
@@ -561,6 +564,71 @@ static void overlap_fails(void **state) {
   dsv4_engine_free(ref);
 }
 
+/* The scheduler over a distributed engine: every rank drives its own scheduler with the same
+ * calls (submit, step, poll), as one process would; each engine step is a collective call
+ * (dsv4i_engine_step agrees on its rows, the logits come from the last stage). Tokens and
+ * finish reasons equal the one-process scheduler's: a greedy request, a sampled one with
+ * top-p and penalties, and a speculative one (DSpark drafts verified in the step's batch). */
+#define N_REQ 3
+static void sched_run(dsv4_engine *e, int32_t out[N_REQ][16], int32_t *n, int32_t *fin,
+                      dsv4_scheduler_stats *st) {
+  dsv4_scheduler_params sp;
+  assert_int_equal(dsv4_scheduler_params_init(&sp, sizeof sp), DSV4_OK);
+  sp.prefill_chunk = 8;
+  dsv4_scheduler *s = NULL;
+  if (dsv4_scheduler_create(e, NULL, &sp, &s)) fail_msg("rank %d: %s", g_rank, dsv4_last_error());
+  int64_t id[N_REQ];
+  int32_t pr[64];
+  for (int r = 0; r < N_REQ; r++) {
+    dsv4_request_params rp;
+    assert_int_equal(dsv4_request_params_init(&rp, sizeof rp), DSV4_OK);
+    rp.max_tokens = 12;
+    rp.flags = DSV4_REQUEST_F_IGNORE_EOS;
+    if (r == 1) {
+      rp.temperature = 0.8f;
+      rp.top_p = 0.9f;
+      rp.repetition_penalty = 1.1f;
+      rp.seed = 77;
+    }
+    if (r == 2) rp.speculative = 3;
+    prompt(r, pr);
+    if (dsv4_scheduler_submit(s, pr, prompt_len(r), &rp, &id[r]))
+      fail_msg("rank %d: submit: %s", g_rank, dsv4_last_error());
+  }
+  for (int32_t active = 1, k = 0; active; k++) {
+    assert_true(k < 200);
+    if (dsv4_scheduler_step(s, &active)) fail_msg("rank %d: step: %s", g_rank, dsv4_last_error());
+  }
+  for (int r = 0; r < N_REQ; r++)
+    assert_int_equal(dsv4_scheduler_poll(s, id[r], out[r], 16, &n[r], &fin[r]), DSV4_OK);
+  assert_int_equal(dsv4_scheduler_get_stats(s, st, sizeof *st), DSV4_OK);
+  dsv4_scheduler_free(s);
+}
+
+static void scheduler(void **state) {
+  (void)state;
+  dsv4_engine *ref = open_engine("tiny-v41-a", 0), *dist = open_engine("tiny-v41-a", 1);
+  int32_t a[N_REQ][16], b[N_REQ][16], na[N_REQ], nb[N_REQ], fa[N_REQ], fb[N_REQ];
+  dsv4_scheduler_stats sa, sb;
+  sched_run(ref, a, na, fa, &sa);
+  sched_run(dist, b, nb, fb, &sb);
+  printf("  rank %d, TP %d x PP %d: scheduler: %lld steps, %lld drafts verified, %lld accepted "
+         "(one process: %lld steps, %lld, %lld)\n", g_rank, g_tp, g_pp, (long long)sb.steps,
+         (long long)sb.spec_drafted, (long long)sb.spec_accepted, (long long)sa.steps,
+         (long long)sa.spec_drafted, (long long)sa.spec_accepted);
+  for (int r = 0; r < N_REQ; r++) {
+    assert_int_equal(na[r], 12);
+    assert_int_equal(nb[r], na[r]);
+    assert_int_equal(fb[r], fa[r]);
+    assert_memory_equal(a[r], b[r], sizeof(int32_t) * (size_t)na[r]);
+  }
+  assert_int_equal(sb.steps, sa.steps);
+  assert_true(sb.spec_drafted > 0);
+  assert_int_equal(sb.spec_accepted, sa.spec_accepted);
+  dsv4_engine_free(dist);
+  dsv4_engine_free(ref);
+}
+
 static int64_t heap_in_use(void) {
   const struct mallinfo2 m = mallinfo2();
   return (int64_t)(m.uordblks + m.hblkhd);
@@ -705,7 +773,7 @@ int tu_run_suite(void) {
     cmocka_unit_test(refused_split),   cmocka_unit_test(failed_create),
     cmocka_unit_test(memory_per_rank), cmocka_unit_test(tp_rank_fails),
     cmocka_unit_test(stalled_rank),    cmocka_unit_test(overlap),
-    cmocka_unit_test(overlap_fails),
+    cmocka_unit_test(overlap_fails),   cmocka_unit_test(scheduler),
   };
   const struct CMUnitTest tp_device[] = {cmocka_unit_test(cuda_tp_one_device)};
   int rc = g_backend == DSV4_BACKEND_CUDA && g_tp > 1
