@@ -1,277 +1,417 @@
 /*
- * MoE experts of a step (spec §5.5; CPU oracle dsv4i_cpu_moe_experts): all
- * routed experts of every token plus the shared expert in two launches,
- * with the act_quant launches of linear.cu around them:
- *   act_quant(x) -> moe_up -> act_quant(a) -> moe_down
- * No per-expert launches, no atomics: every output element is summed by
- * one thread in the CPU's order, so the result equals the CPU's bit for bit.
+ * MoE experts of a step (spec §5.5; CPU oracle dsv4i_cpu_moe_experts): every
+ * routed expert the step chose and the shared expert, in three launches:
+ *   act_quant(x) (linear.cu) -> moe_up -> moe_down
+ * Work is split by (expert, tile of 32 rows): grid.y walks the step's
+ * experts (y = 0 the shared one, then the distinct routed ids in ascending
+ * order, found by each block from idx: no host round trip, capture-safe),
+ * grid.x the row tiles, so a single token already fills the GPU. A block
+ * decodes each weight once in registers and applies it to TC tokens of its
+ * expert at a time (token lists built on the device from idx).
  *
- * Experts are addressed through pointer tables (device arrays of E + 1
- * entries, entry E the shared expert), each a dense checkpoint-layout
- * matrix: w1/w3 [inter][dim], w2 [dim][inter]; routed experts in fmt_r,
- * the shared one in fmt_s (W_E4M3: fp8 + UE8M0 32x32; W_E2M1: MXFP4).
- * Slot j < top_k of a token is its j-th routed expert (id < 0: skipped),
- * slot top_k its shared expert (when has_shared).
+ * Thread layout (the bandwidth part): thread i owns the K block kb = i mod nkb
+ * (32 columns: 16 B of fp4 or 32 B of fp8, read with 16 B loads; a warp reads
+ * 512 B contiguous of one row) and phase i / nkb of the tile's rows; it keeps
+ * its K block's activations of TC tokens in registers and walks the rows,
+ * several rows' loads in flight. The per-block partials go to shared memory
+ * and one thread per (row, token) sums them in K-block order.
  *
- * moe_up, per (token, slot) and 128 intermediate rows i:
- *   g = bf16(w1 · x), u = bf16(w3 · x) (act_quant'ed x, GEMV order of
- *   linear.cu); u = clamp(u, ±limit), g = min(g, limit) when limit > 0;
- *   act = (g / (1 + exp(−g))) · u with torch's exp, times the routing
- *   weight for routed slots; a[t][slot][i] = bf16(act).
- * moe_down, per token and 128 output rows d: the token's slots in
- * ascending expert id, then the shared slot: y += fp32(bf16(w2 · aq)),
- * from y = 0; out = bf16(y).
+ * Numerics: equal to the CPU bit for bit, in its order:
+ *   p = Σ_{i<32} xq_i·w_i in increasing i from 0 (fp32), acc += (p·sx)·sw in
+ *   increasing K block from 0, y = bf16(acc).
+ * The products are exact (e4m3 × e2m1 or e4m3 × e4m3 significands), so
+ * fmaf(x, w, p) == p + x·w. Decoding skips the per-element power-of-two
+ * rescale: w is taken with its exponent field as stored (fp4: w·2^-126,
+ * fp8: w·2^-120) and x pre-multiplied by 2^119, so every product and partial
+ * sum is the CPU's times 2^-7 (fp4) / 2^-1 (fp8), all normal floats (nonzero
+ * products are >= 2^-17 resp. 2^-19 and < 2^23 in magnitude), and rounding
+ * commutes with the power of two: p = P·2^7 (2^1) exactly.
+ * moe_up: g = bf16(w1·x), u = bf16(w3·x); u = clamp(u, ±limit), g = min(g,
+ * limit) when limit > 0; act = (g / (1 + exp(−g))) · u (torch's exp), times
+ * the routing weight for routed slots; a = bf16(act), then act_quant of a's
+ * 32-blocks (one block = one row tile) written as aq / sa.
+ * moe_down: o[t][slot] = bf16(w2 · aq) per row tile; the last block to finish
+ * a row tile (an integer counter per tile, no float atomics) sums each
+ * token's rows in ascending expert id, the shared expert last, from 0 in
+ * fp32, out = bf16(y): a fixed order, whatever the schedule.
  */
 #include "gemv.cuh"
 #include "model/ref_math.h"
 
-#define ROWS 128
-#define MAX_SLOTS 17 /* top_k <= 16, plus the shared expert */
+#define RT 32        /* rows per tile: one act_quant block of the intermediate */
+#define TC 1         /* tokens per pass over a tile (registers: 32 per token) */
+#define UP_NT 320    /* threads of moe_up: K blocks (dim/32 <= 320) x phases */
+#define DOWN_NT 288  /* threads of moe_down (inter/32 <= 288) */
+#define PART 10560   /* floats of block partials in shared memory */
+#define WIN 256      /* tokens per list window */
+#define XSCALE 0x1p119f
 
-/* One row's block-scaled dot over K = 32·nkb from shared-memory activation
- * tiles, exactly linear.cu's order for one token. */
-template <int FMT>
-__device__ __forceinline__ float qdot_row(const unsigned char *w, long long ld, const unsigned char *scale,
-                                          long long scale_ld, int o, int kb, const float *xs,
-                                          float sx, float acc) {
-  float wv[32], sw;
-  load_block<FMT>(w, ld, scale, scale_ld, o, kb, wv, &sw);
-  float p = 0.0f;
-#pragma unroll
-  for (int i = 0; i < 32; i++) p += xs[i] * wv[i];
-  return acc + (p * sx) * sw;
-}
-
-__device__ __forceinline__ void strides(int fmt, int rows, int cols, long long *ld, long long *sld) {
-  (void)rows;
-  *ld = fmt == W_E2M1 ? cols / 2 : cols;
-  *sld = fmt == W_E2M1 ? cols / 32 : (cols + 31) / 32;
-}
-
-/* Token t's slots in the order the down projection sums them: routed slots by
- * ascending expert id (skipped ids < 0 left out), then the shared slot. order[q] =
- * the slot, eid[q] = its expert; returns how many. (One thread.) */
-__device__ int slot_order(int t, int top_k, int has_shared, int n_experts, const int32_t *idx,
-                          int *order, int *eid) {
-  int n = 0;
-  for (int j = 0; j < top_k; j++) {
-    const int e = idx[t * top_k + j];
-    if (e < 0) continue;
-    int p = n;
-    while (p > 0 && eid[p - 1] > e) {
-      eid[p] = eid[p - 1];
-      order[p] = order[p - 1];
-      p--;
-    }
-    eid[p] = e;
-    order[p] = j;
-    n++;
+/* Block y's expert: y == 0 the shared one (when has_shared), else the
+ * (y − has_shared)-th distinct routed id of the step in ascending order; -1
+ * when the step has fewer. Ids < 0 (skipped) and >= n_experts are ignored. */
+__device__ int pick_expert(int n_tok, int top_k, int has_shared, int n_experts,
+                           const int32_t *idx, unsigned *bm, int *sel) {
+  if (has_shared && blockIdx.y == 0) return n_experts;
+  const int r = (int)blockIdx.y - (has_shared ? 1 : 0);
+  for (int i = threadIdx.x; i < 32; i += blockDim.x) bm[i] = 0u;
+  __syncthreads();
+  const int nk = n_tok * top_k;
+  for (int i = threadIdx.x; i < nk; i += blockDim.x) {
+    const int e = idx[i];
+    if (e >= 0 && e < n_experts) atomicOr(&bm[e >> 5], 1u << (e & 31));
   }
-  if (has_shared) eid[n] = n_experts, order[n] = top_k, n++;
-  return n;
+  __syncthreads();
+  if (threadIdx.x < 32) {
+    const int lane = threadIdx.x;
+    const unsigned w = bm[lane];
+    const int c = __popc(w);
+    int incl = c;
+    for (int o = 1; o < 32; o <<= 1) {
+      const int v = __shfl_up_sync(0xFFFFFFFFu, incl, o);
+      if (lane >= o) incl += v;
+    }
+    int e = -1;
+    if (r >= incl - c && r < incl) {
+      unsigned ww = w;
+      for (int q = r - (incl - c); q > 0; q--) ww &= ww - 1u;
+      e = lane * 32 + __ffs((int)ww) - 1;
+    }
+    const unsigned b = __ballot_sync(0xFFFFFFFFu, e >= 0);
+    e = b ? __shfl_sync(0xFFFFFFFFu, e, __ffs((int)b) - 1) : -1;
+    if (lane == 0) *sel = e;
+  }
+  __syncthreads();
+  return *sel;
 }
 
-/* Grid (ceil(inter/128), n_tok · n_slots), 128 threads. xq f32 [n][dim], sx
- * f32 [n][dim/32]; idx int32 [n][top_k], weight f32 [n][top_k];
- * w1, w3, s1, s3: device pointer tables [E + 1]; a bf16 [n][n_slots][inter]
- * (n_slots = top_k + has_shared). Skipped slots write zeros. */
-extern "C" __global__ void __launch_bounds__(ROWS)
+/* Expert e's (token, slot) pairs among tokens [t0, t0 + WIN), ascending
+ * token; returns how many (in every thread). Shared expert: every token, slot
+ * top_k. */
+__device__ int token_list(int e, int n_experts, int t0, int n_tok, int top_k,
+                          const int32_t *idx, int *tok, int *slot, int *cnt) {
+  if (threadIdx.x < 32) {
+    const int lane = threadIdx.x, end = n_tok < t0 + WIN ? n_tok : t0 + WIN;
+    int n = 0;
+    for (int tb = t0; tb < end; tb += 32) {
+      const int t = tb + lane;
+      int s = -1;
+      if (t < end) {
+        if (e == n_experts) s = top_k;
+        else
+          for (int j = 0; j < top_k; j++)
+            if (idx[t * top_k + j] == e) {
+              s = j;
+              break;
+            }
+      }
+      const unsigned b = __ballot_sync(0xFFFFFFFFu, s >= 0);
+      if (s >= 0) {
+        const int pos = n + __popc(b & ((1u << lane) - 1u));
+        tok[pos] = t, slot[pos] = s;
+      }
+      n += __popc(b);
+    }
+    if (lane == 0) *cnt = n;
+  }
+  __syncthreads();
+  return *cnt;
+}
+
+/* Words of one row's K block: fp4 16 B, fp8 32 B. */
+template <int FMT> struct kblock { uint4 v[FMT == W_E2M1 ? 1 : 2]; };
+
+template <int FMT>
+__device__ __forceinline__ void load_kblock(const unsigned char *w, long long ld, int row, int kb,
+                                            kblock<FMT> *out) {
+  const uint4 *p = reinterpret_cast<const uint4 *>(w + row * ld + kb * (FMT == W_E2M1 ? 16 : 32));
+  out->v[0] = __ldg(p);
+  if (FMT == W_E4M3) out->v[1] = __ldg(p + 1);
+}
+
+template <int FMT>
+__device__ __forceinline__ unsigned char load_scale(const unsigned char *s, long long sld, int row,
+                                                    int kb) {
+  return __ldg(s + (long long)(FMT == W_E2M1 ? row : row >> 5) * sld + kb);
+}
+
+/* Block partials q[tc] = (p·sx)·sw of one row's K block for TC tokens
+ * (xa: that K block's activations × 2^119; see the header). */
+template <int FMT>
+__device__ __forceinline__ void kblock_partials(const kblock<FMT> &b, unsigned char sb,
+                                                const float (&xa)[TC][32], const float (&xs)[TC],
+                                                float (&q)[TC]) {
+  float p[TC];
+#pragma unroll
+  for (int c = 0; c < TC; c++) p[c] = 0.0f;
+  if (FMT == W_E2M1) {
+    const uint32_t words[4] = {b.v[0].x, b.v[0].y, b.v[0].z, b.v[0].w};
+#pragma unroll
+    for (int i = 0; i < 32; i++) {
+      const uint32_t wd = words[i >> 3];
+      const int s = 4 * (i & 7);
+      const float w = __uint_as_float(((wd << (28 - s)) & 0x80000000u) | (((wd >> s) & 7u) << 22));
+#pragma unroll
+      for (int c = 0; c < TC; c++) p[c] = fmaf(xa[c][i], w, p[c]);
+    }
+  } else {
+    const uint32_t words[8] = {b.v[0].x, b.v[0].y, b.v[0].z, b.v[0].w,
+                               b.v[1].x, b.v[1].y, b.v[1].z, b.v[1].w};
+#pragma unroll
+    for (int i = 0; i < 32; i++) {
+      const uint32_t by = (words[i >> 2] >> (8 * (i & 3))) & 0xFFu;
+      const uint32_t mag = by & 0x7Fu, sign = (by & 0x80u) << 24;
+      const float w = __uint_as_float(mag == 0x7Fu ? (sign | 0x7FC00000u) : (sign | (mag << 20)));
+#pragma unroll
+      for (int c = 0; c < TC; c++) p[c] = fmaf(xa[c][i], w, p[c]);
+    }
+  }
+  const float sw = dsv4i_e8m0_to_f32(sb), up = FMT == W_E2M1 ? 128.0f : 2.0f;
+#pragma unroll
+  for (int c = 0; c < TC; c++) q[c] = ((p[c] * up) * xs[c]) * sw;
+}
+
+/* One thread's K block of TC tokens' activations: rows src + tok·ld (fp32
+ * act_quant values), scaled by 2^119; scale sx. Tokens >= nt read as zero. */
+__device__ __forceinline__ void load_acts(const float *src, long long ld, const float *ssrc,
+                                          long long sld, const int *rows, int nt, int kb,
+                                          float (&xa)[TC][32], float (&xs)[TC]) {
+#pragma unroll
+  for (int c = 0; c < TC; c++) {
+    if (c < nt) {
+      const float4 *p = reinterpret_cast<const float4 *>(src + rows[c] * ld + kb * 32);
+#pragma unroll
+      for (int i = 0; i < 8; i++) {
+        const float4 v = p[i];
+        xa[c][4 * i] = v.x * XSCALE, xa[c][4 * i + 1] = v.y * XSCALE;
+        xa[c][4 * i + 2] = v.z * XSCALE, xa[c][4 * i + 3] = v.w * XSCALE;
+      }
+      xs[c] = ssrc[rows[c] * sld + kb];
+    } else {
+#pragma unroll
+      for (int i = 0; i < 32; i++) xa[c][i] = 0.0f;
+      xs[c] = 0.0f;
+    }
+  }
+}
+
+/* Partials of rows [sub0, sub0 + sr) of the tile at row0 for NM matrices (w[m],
+ * s[m]) into part[((c·NM + m)·SR + r)·(nkb + 1) + kb]. U rows' loads in flight. */
+template <int FMT, int NM>
+__device__ __forceinline__ void tile_partials(const unsigned char *const (&w)[2],
+                                              const unsigned char *const (&s)[2], long long ld,
+                                              long long sld, int row0, int sub0, int sr, int SR,
+                                              int nkb, int kb, int ph, int P,
+                                              const float (&xa)[TC][32], const float (&xs)[TC],
+                                              float *part) {
+  constexpr int U = (NM == 2 ? 4 : 8) / (FMT == W_E2M1 ? NM : 2 * NM); /* 64 / 128 B */
+  for (int r = ph; r < sr; r += U * P) {
+    kblock<FMT> b[U][NM];
+    unsigned char sb[U][NM];
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+      const int rr = r + u * P;
+      if (rr < sr)
+#pragma unroll
+        for (int m = 0; m < NM; m++) {
+          load_kblock<FMT>(w[m], ld, row0 + sub0 + rr, kb, &b[u][m]);
+          sb[u][m] = load_scale<FMT>(s[m], sld, row0 + sub0 + rr, kb);
+        }
+    }
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+      const int rr = r + u * P;
+      if (rr < sr)
+#pragma unroll
+        for (int m = 0; m < NM; m++) {
+          float q[TC];
+          kblock_partials<FMT>(b[u][m], sb[u][m], xa, xs, q);
+#pragma unroll
+          for (int c = 0; c < TC; c++) part[((c * NM + m) * SR + rr) * (nkb + 1) + kb] = q[c];
+        }
+    }
+  }
+}
+
+/* ---- up + SwiGLU + act_quant ----------------------------------------------- */
+
+/* Shared memory of both kernels. */
+struct moe_smem {
+  float part[PART];
+  uint16_t at[TC][RT]; /* moe_up: bf16 activations of the tile */
+  int tok[WIN], slot[WIN];
+  unsigned bm[32];
+  int sel, cnt, last;
+};
+
+template <int FMT>
+__device__ void up_body(moe_smem &sm, int e, bool shared, int n_tok, int top_k, int n_slots,
+                        int n_experts, int dim, int inter, float limit, const float *xq,
+                        const float *sx, const float *weight, const int32_t *idx,
+                        const unsigned char *pw1, const unsigned char *ps1,
+                        const unsigned char *pw3, const unsigned char *ps3, float *aq, float *sa) {
+  const int nkb = dim / 32, P = UP_NT / nkb, kb = threadIdx.x % nkb, ph = threadIdx.x / nkb;
+  const bool active = ph < P;
+  const long long ld = FMT == W_E2M1 ? dim / 2 : dim, sld = nkb;
+  const int SR0 = PART / (TC * 2 * (nkb + 1)), SR = SR0 < RT ? SR0 : RT;
+  const int row0 = blockIdx.x * RT;
+  const unsigned char *const w[2] = {pw1, pw3};
+  const unsigned char *const s[2] = {ps1, ps3};
+  for (int t0 = 0; t0 < n_tok; t0 += WIN) {
+    const int nl = token_list(e, n_experts, t0, n_tok, top_k, idx, sm.tok, sm.slot, &sm.cnt);
+    for (int c0 = 0; c0 < nl; c0 += TC) {
+      const int nt = nl - c0 < TC ? nl - c0 : TC;
+      float xa[TC][32], xs[TC];
+      load_acts(xq, dim, sx, nkb, sm.tok + c0, active ? nt : 0, kb, xa, xs);
+      for (int sub0 = 0; sub0 < RT; sub0 += SR) {
+        const int sr = RT - sub0 < SR ? RT - sub0 : SR;
+        if (active)
+          tile_partials<FMT, 2>(w, s, ld, sld, row0, sub0, sr, SR, nkb, kb, ph, P, xa, xs, sm.part);
+        __syncthreads();
+        for (int q = threadIdx.x; q < sr * nt; q += UP_NT) {
+          const int r = q % sr, c = q / sr;
+          const float *pg = sm.part + ((c * 2) * SR + r) * (nkb + 1);
+          const float *pu = sm.part + ((c * 2 + 1) * SR + r) * (nkb + 1);
+          float g = 0.0f, u = 0.0f;
+          for (int k = 0; k < nkb; k++) g += pg[k], u += pu[k];
+          float gf = dsv4i_bf16_to_f32(dsv4i_f32_to_bf16(g));
+          float uf = dsv4i_bf16_to_f32(dsv4i_f32_to_bf16(u));
+          if (limit > 0.0f) {
+            uf = uf < -limit ? -limit : (uf > limit ? limit : uf);
+            gf = gf > limit ? limit : gf;
+          }
+          float act = (gf / (1.0f + dsv4i_expf_torch(-gf))) * uf;
+          if (!shared) act = weight[sm.tok[c0 + c] * top_k + sm.slot[c0 + c]] * act;
+          sm.at[c][sub0 + r] = dsv4i_f32_to_bf16(act);
+        }
+        __syncthreads();
+      }
+      /* act_quant of the tile's 32 values (one block) per token: warp c, lane = row */
+      const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+      if (warp < nt) {
+        const long long pr = (long long)sm.tok[c0 + warp] * n_slots + sm.slot[c0 + warp];
+        const uint16_t v = sm.at[warp][lane];
+        const uint32_t amax = __reduce_max_sync(0xFFFFFFFFu, dsv4i_bf16_abs_bits(v));
+        const int32_t ex = dsv4i_act_quant_exp(amax);
+        aq[pr * inter + row0 + lane] = dsv4i_e4m3_to_f32(dsv4i_act_quant_code(v, ex));
+        if (lane == 0) sa[pr * (inter / 32) + blockIdx.x] = dsv4i_e8m0_to_f32(dsv4i_act_quant_scale(ex));
+      }
+      __syncthreads();
+    }
+  }
+}
+
+/* Grid (inter/32, min(E, n_tok·top_k) + has_shared), UP_NT threads; dim/32 <=
+ * UP_NT. xq f32 [n][dim], sx f32 [n][dim/32] (act_quant of x); idx int32
+ * [n][top_k], weight f32 [n][top_k]; w1, s1, w3, s3: device pointer tables
+ * [E + 1] (entry E the shared expert); aq f32 [n][n_slots][inter], sa f32
+ * [n][n_slots][inter/32] (n_slots = top_k + 1; written for the pairs that run);
+ * counters u32 [n_counters] zeroed here for moe_down. */
+extern "C" __global__ void __launch_bounds__(UP_NT, 2)
 dsv4_k_moe_up(int n_tok, int top_k, int has_shared, int n_experts, int dim, int inter,
               int fmt_r, int fmt_s, float limit, const float *xq, const float *sx,
               const int32_t *idx, const float *weight, const unsigned char *const *w1,
               const unsigned char *const *s1, const unsigned char *const *w3,
-              const unsigned char *const *s3, uint16_t *a) {
-  __shared__ float xs[32];
-  const int n_slots = top_k + (has_shared ? 1 : 0);
-  const int t = blockIdx.y / n_slots, slot = blockIdx.y % n_slots;
-  if (t >= n_tok) return;
-  const bool shared = slot == top_k;
-  const int e = shared ? n_experts : idx[t * top_k + slot];
-  const int i = blockIdx.x * ROWS + threadIdx.x;
-  uint16_t *out = a + ((long long)t * n_slots + slot) * inter;
-  if (e < 0) {
-    if (i < inter) out[i] = 0;
-    return;
-  }
-  const int fmt = shared ? fmt_s : fmt_r;
-  long long ld, sld;
-  strides(fmt, inter, dim, &ld, &sld);
-  const unsigned char *pw1 = w1[e], *ps1 = s1[e], *pw3 = w3[e], *ps3 = s3[e];
-  float g = 0.0f, u = 0.0f;
-  const int nkb = dim / 32;
-  for (int kb = 0; kb < nkb; kb++) {
-    __syncthreads();
-    if (threadIdx.x < 32) xs[threadIdx.x] = xq[(long long)t * dim + kb * 32 + threadIdx.x];
-    __syncthreads();
-    if (i >= inter) continue;
-    const float s = sx[(long long)t * nkb + kb];
-    if (fmt == W_E4M3) {
-      g = qdot_row<W_E4M3>(pw1, ld, ps1, sld, i, kb, xs, s, g);
-      u = qdot_row<W_E4M3>(pw3, ld, ps3, sld, i, kb, xs, s, u);
-    } else {
-      g = qdot_row<W_E2M1>(pw1, ld, ps1, sld, i, kb, xs, s, g);
-      u = qdot_row<W_E2M1>(pw3, ld, ps3, sld, i, kb, xs, s, u);
-    }
-  }
-  if (i >= inter) return;
-  float gf = dsv4i_bf16_to_f32(dsv4i_f32_to_bf16(g)), uf = dsv4i_bf16_to_f32(dsv4i_f32_to_bf16(u));
-  if (limit > 0.0f) {
-    uf = uf < -limit ? -limit : (uf > limit ? limit : uf);
-    gf = gf > limit ? limit : gf;
-  }
-  float act = (gf / (1.0f + dsv4i_expf_torch(-gf))) * uf;
-  if (!shared) act = weight[t * top_k + slot] * act;
-  out[i] = dsv4i_f32_to_bf16(act);
+              const unsigned char *const *s3, float *aq, float *sa, unsigned *counters,
+              int n_counters) {
+  __shared__ moe_smem sm;
+  if (blockIdx.x == 0 && blockIdx.y == 0)
+    for (int i = threadIdx.x; i < n_counters; i += UP_NT) counters[i] = 0u;
+  const int e = pick_expert(n_tok, top_k, has_shared, n_experts, idx, sm.bm, &sm.sel);
+  if (e < 0) return;
+  const bool shared = e == n_experts;
+  const int n_slots = top_k + 1;
+  if ((shared ? fmt_s : fmt_r) == W_E2M1)
+    up_body<W_E2M1>(sm, e, shared, n_tok, top_k, n_slots, n_experts, dim, inter, limit, xq, sx,
+                    weight, idx, w1[e], s1[e], w3[e], s3[e], aq, sa);
+  else
+    up_body<W_E4M3>(sm, e, shared, n_tok, top_k, n_slots, n_experts, dim, inter, limit, xq, sx,
+                    weight, idx, w1[e], s1[e], w3[e], s3[e], aq, sa);
 }
 
-/* Grid (ceil(dim/128), n_tok), 128 threads. aq f32 [n][n_slots][inter],
- * sa f32 [n][n_slots][inter/32] (act_quant of a); w2, s2: pointer tables;
- * out bf16 [n][ldo]. */
-extern "C" __global__ void __launch_bounds__(ROWS)
-dsv4_k_moe_down(int n_tok, int top_k, int has_shared, int n_experts, int dim, int inter,
-                int fmt_r, int fmt_s, const float *aq, const float *sa, const int32_t *idx,
-                const unsigned char *const *w2, const unsigned char *const *s2, uint16_t *out,
-                long long ldo) {
-  __shared__ float xs[32];
-  __shared__ int order[MAX_SLOTS], eid[MAX_SLOTS];
-  __shared__ int n_order;
-  const int t = blockIdx.y;
-  if (t >= n_tok) return;
-  const int n_slots = top_k + (has_shared ? 1 : 0);
-  if (threadIdx.x == 0) n_order = slot_order(t, top_k, has_shared, n_experts, idx, order, eid);
-  __syncthreads();
-  const int d = blockIdx.x * ROWS + threadIdx.x;
-  const int nkb = inter / 32;
-  float y = 0.0f;
-  for (int q = 0; q < n_order; q++) {
-    const int slot = order[q], e = eid[q];
-    const int fmt = slot == top_k ? fmt_s : fmt_r;
-    long long ld, sld;
-    strides(fmt, dim, inter, &ld, &sld);
-    const float *xr = aq + ((long long)t * n_slots + slot) * inter;
-    const float *sr = sa + ((long long)t * n_slots + slot) * nkb;
-    float acc = 0.0f;
-    for (int kb = 0; kb < nkb; kb++) {
-      __syncthreads();
-      if (threadIdx.x < 32) xs[threadIdx.x] = xr[kb * 32 + threadIdx.x];
-      __syncthreads();
-      if (d >= dim) continue;
-      if (fmt == W_E4M3) acc = qdot_row<W_E4M3>(w2[e], ld, s2[e], sld, d, kb, xs, sr[kb], acc);
-      else acc = qdot_row<W_E2M1>(w2[e], ld, s2[e], sld, d, kb, xs, sr[kb], acc);
-    }
-    y += dsv4i_bf16_to_f32(dsv4i_f32_to_bf16(acc));
-  }
-  if (d < dim) out[(long long)t * ldo + d] = dsv4i_f32_to_bf16(y);
-}
-
-/* ---- warp-per-row variants ----------------------------------------------------
- * The same sums in the same order, with the K blocks of a row spread over the
- * lanes of a warp: lane j computes block partial (p · sx) · sw of K block
- * c0 + j, and the row's fp32 sum takes them in K-block order through
- * shuffles (every lane ends with the same value). Off by default in the
- * launcher until they have run on a device (gpu/gpu_ops.h warp_rows_max). */
+/* ---- down + combine ------------------------------------------------------------ */
 
 template <int FMT>
-__device__ __forceinline__ float warp_qdot_row(const unsigned char *w, long long ld,
-                                               const unsigned char *scale, long long scale_ld,
-                                               int o, int nkb, const float *x, const float *sx) {
-  const int lane = threadIdx.x & 31;
-  float acc = 0.0f;
-  for (int c0 = 0; c0 < nkb; c0 += 32) {
-    const int kb = c0 + lane, nb = nkb - c0 < 32 ? nkb - c0 : 32;
-    float q = 0.0f;
-    if (kb < nkb) {
-      float wv[32], sw;
-      load_block<FMT>(w, ld, scale, scale_ld, o, kb, wv, &sw);
-      const float4 *xr = reinterpret_cast<const float4 *>(x + kb * 32);
-      float p = 0.0f;
+__device__ void down_body(moe_smem &sm, int e, int n_tok, int top_k, int n_slots, int n_experts,
+                          int dim, int inter, const float *aq, const float *sa, const int32_t *idx,
+                          const unsigned char *pw2, const unsigned char *ps2, uint16_t *o) {
+  const int nkb = inter / 32, P = DOWN_NT / nkb, kb = threadIdx.x % nkb, ph = threadIdx.x / nkb;
+  const bool active = ph < P;
+  const long long ld = FMT == W_E2M1 ? inter / 2 : inter, sld = nkb;
+  const int SR0 = PART / (TC * (nkb + 1)), SR = SR0 < RT ? SR0 : RT;
+  const int row0 = blockIdx.x * RT;
+  const unsigned char *const w[2] = {pw2, pw2};
+  const unsigned char *const s[2] = {ps2, ps2};
+  for (int t0 = 0; t0 < n_tok; t0 += WIN) {
+    const int nl = token_list(e, n_experts, t0, n_tok, top_k, idx, sm.tok, sm.slot, &sm.cnt);
+    for (int c0 = 0; c0 < nl; c0 += TC) {
+      const int nt = nl - c0 < TC ? nl - c0 : TC;
+      int pr[TC];
 #pragma unroll
-      for (int i = 0; i < 8; i++) {
-        const float4 v = xr[i];
-        p += v.x * wv[4 * i];
-        p += v.y * wv[4 * i + 1];
-        p += v.z * wv[4 * i + 2];
-        p += v.w * wv[4 * i + 3];
+      for (int c = 0; c < TC; c++) pr[c] = c < nt ? sm.tok[c0 + c] * n_slots + sm.slot[c0 + c] : 0;
+      float xa[TC][32], xs[TC];
+      load_acts(aq, inter, sa, nkb, pr, active ? nt : 0, kb, xa, xs);
+      for (int sub0 = 0; sub0 < RT; sub0 += SR) {
+        const int sr = RT - sub0 < SR ? RT - sub0 : SR;
+        if (active)
+          tile_partials<FMT, 1>(w, s, ld, sld, row0, sub0, sr, SR, nkb, kb, ph, P, xa, xs, sm.part);
+        __syncthreads();
+        for (int q = threadIdx.x; q < sr * nt; q += DOWN_NT) {
+          const int r = q % sr, c = q / sr;
+          const float *pp = sm.part + (c * SR + r) * (nkb + 1);
+          float acc = 0.0f;
+          for (int k = 0; k < nkb; k++) acc += pp[k];
+          const long long pc = (long long)sm.tok[c0 + c] * n_slots + sm.slot[c0 + c];
+          o[pc * dim + row0 + sub0 + r] = dsv4i_f32_to_bf16(acc);
+        }
+        __syncthreads();
       }
-      q = (p * sx[kb]) * sw;
     }
-    for (int j = 0; j < nb; j++) acc += __shfl_sync(0xFFFFFFFFu, q, j);
   }
-  return acc;
 }
 
-/* dsv4_k_moe_up with one warp per intermediate row: grid (ceil(inter/8),
- * n_tok · n_slots), 256 threads; same arguments. */
-extern "C" __global__ void __launch_bounds__(256)
-dsv4_k_moe_up_warp(int n_tok, int top_k, int has_shared, int n_experts, int dim, int inter,
-                   int fmt_r, int fmt_s, float limit, const float *xq, const float *sx,
-                   const int32_t *idx, const float *weight, const unsigned char *const *w1,
-                   const unsigned char *const *s1, const unsigned char *const *w3,
-                   const unsigned char *const *s3, uint16_t *a) {
-  const int n_slots = top_k + (has_shared ? 1 : 0);
-  const int t = blockIdx.y / n_slots, slot = blockIdx.y % n_slots;
-  const int i = blockIdx.x * 8 + (threadIdx.x >> 5), lane = threadIdx.x & 31;
-  if (t >= n_tok || i >= inter) return; /* warp-uniform */
-  const bool shared = slot == top_k;
-  const int e = shared ? n_experts : idx[t * top_k + slot];
-  uint16_t *out = a + ((long long)t * n_slots + slot) * inter;
-  if (e < 0) {
-    if (lane == 0) out[i] = 0;
-    return;
+/* Grid (dim/32, as moe_up), DOWN_NT threads; inter/32 <= DOWN_NT. aq, sa: moe_up's;
+ * w2, s2: pointer tables; o bf16 [n][n_slots][dim] scratch; counters u32
+ * [dim/32] (zero on entry: moe_up); out bf16 [n][ldo]. */
+extern "C" __global__ void __launch_bounds__(DOWN_NT, 2)
+dsv4_k_moe_down(int n_tok, int top_k, int has_shared, int n_experts, int dim, int inter,
+                int fmt_r, int fmt_s, const float *aq, const float *sa, const int32_t *idx,
+                const unsigned char *const *w2, const unsigned char *const *s2, uint16_t *o,
+                unsigned *counters, uint16_t *out, long long ldo) {
+  __shared__ moe_smem sm;
+  const int e = pick_expert(n_tok, top_k, has_shared, n_experts, idx, sm.bm, &sm.sel);
+  const int n_slots = top_k + 1;
+  if (e >= 0) {
+    if ((e == n_experts ? fmt_s : fmt_r) == W_E2M1)
+      down_body<W_E2M1>(sm, e, n_tok, top_k, n_slots, n_experts, dim, inter, aq, sa, idx, w2[e],
+                        s2[e], o);
+    else
+      down_body<W_E4M3>(sm, e, n_tok, top_k, n_slots, n_experts, dim, inter, aq, sa, idx, w2[e],
+                        s2[e], o);
   }
-  const int fmt = shared ? fmt_s : fmt_r;
-  long long ld, sld;
-  strides(fmt, inter, dim, &ld, &sld);
-  const int nkb = dim / 32;
-  const float *xr = xq + (long long)t * dim, *sr = sx + (long long)t * nkb;
-  float g, u;
-  if (fmt == W_E4M3) {
-    g = warp_qdot_row<W_E4M3>(w1[e], ld, s1[e], sld, i, nkb, xr, sr);
-    u = warp_qdot_row<W_E4M3>(w3[e], ld, s3[e], sld, i, nkb, xr, sr);
-  } else {
-    g = warp_qdot_row<W_E2M1>(w1[e], ld, s1[e], sld, i, nkb, xr, sr);
-    u = warp_qdot_row<W_E2M1>(w3[e], ld, s3[e], sld, i, nkb, xr, sr);
-  }
-  if (lane != 0) return;
-  float gf = dsv4i_bf16_to_f32(dsv4i_f32_to_bf16(g)), uf = dsv4i_bf16_to_f32(dsv4i_f32_to_bf16(u));
-  if (limit > 0.0f) {
-    uf = uf < -limit ? -limit : (uf > limit ? limit : uf);
-    gf = gf > limit ? limit : gf;
-  }
-  float act = (gf / (1.0f + dsv4i_expf_torch(-gf))) * uf;
-  if (!shared) act = weight[t * top_k + slot] * act;
-  out[i] = dsv4i_f32_to_bf16(act);
-}
-
-/* dsv4_k_moe_down with one warp per output row: grid (ceil(dim/8), n_tok),
- * 256 threads; same arguments. */
-extern "C" __global__ void __launch_bounds__(256, 1)
-dsv4_k_moe_down_warp(int n_tok, int top_k, int has_shared, int n_experts, int dim, int inter,
-                     int fmt_r, int fmt_s, const float *aq, const float *sa, const int32_t *idx,
-                     const unsigned char *const *w2, const unsigned char *const *s2, uint16_t *out,
-                     long long ldo) {
-  __shared__ int order[MAX_SLOTS], eid[MAX_SLOTS];
-  __shared__ int n_order;
-  const int t = blockIdx.y;
-  if (t >= n_tok) return;
-  const int n_slots = top_k + (has_shared ? 1 : 0);
-  if (threadIdx.x == 0) n_order = slot_order(t, top_k, has_shared, n_experts, idx, order, eid);
+  /* the last block of this row tile combines it (threadFence pattern) */
+  __threadfence();
   __syncthreads();
-  const int d = blockIdx.x * 8 + (threadIdx.x >> 5);
-  if (d >= dim) return; /* warp-uniform; no barriers below */
-  const int nkb = inter / 32;
-  float y = 0.0f;
-  for (int q = 0; q < n_order; q++) {
-    const int slot = order[q], e = eid[q];
-    const int fmt = slot == top_k ? fmt_s : fmt_r;
-    long long ld, sld;
-    strides(fmt, dim, inter, &ld, &sld);
-    const float *xr = aq + ((long long)t * n_slots + slot) * inter;
-    const float *sr = sa + ((long long)t * n_slots + slot) * nkb;
-    float acc;
-    if (fmt == W_E4M3) acc = warp_qdot_row<W_E4M3>(w2[e], ld, s2[e], sld, d, nkb, xr, sr);
-    else acc = warp_qdot_row<W_E2M1>(w2[e], ld, s2[e], sld, d, nkb, xr, sr);
-    y += dsv4i_bf16_to_f32(dsv4i_f32_to_bf16(acc));
+  if (threadIdx.x == 0) sm.last = atomicAdd(&counters[blockIdx.x], 1u) == gridDim.y - 1u;
+  __syncthreads();
+  if (!sm.last) return;
+  __threadfence();
+  const int row0 = blockIdx.x * RT;
+  for (int q = threadIdx.x; q < n_tok * RT; q += DOWN_NT) {
+    const int t = q / RT, d = row0 + q % RT;
+    const int32_t *it = idx + (long long)t * top_k;
+    float y = 0.0f;
+    int prev = -1;
+    for (int k = 0; k < top_k; k++) { /* the token's experts in ascending id */
+      int best = n_experts, bj = -1;
+      for (int j = 0; j < top_k; j++) {
+        const int ej = it[j];
+        if (ej > prev && ej < best) best = ej, bj = j;
+      }
+      if (bj < 0) break;
+      y += dsv4i_bf16_to_f32(__ldcg(o + ((long long)t * n_slots + bj) * dim + d));
+      prev = best;
+    }
+    if (has_shared) y += dsv4i_bf16_to_f32(__ldcg(o + ((long long)t * n_slots + top_k) * dim + d));
+    out[(long long)t * ldo + d] = dsv4i_f32_to_bf16(y);
   }
-  if ((threadIdx.x & 31) == 0) out[(long long)t * ldo + d] = dsv4i_f32_to_bf16(y);
 }

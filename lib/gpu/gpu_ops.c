@@ -38,8 +38,6 @@ dsv4_status dsv4i_gpu_ops_init(const dsv4i_kreg *kr, dsv4i_gpu_ops *o) {
   PICK(router, ROUTER, F32, ANY);
   PICK(moe_up, MOE_UP, E2M1_UE8M0, DECODE);
   PICK(moe_down, MOE_DOWN, E2M1_UE8M0, DECODE);
-  PICK(moe_up_warp, MOE_UP, E2M1_UE8M0, DECODE_WARP);
-  PICK(moe_down_warp, MOE_DOWN, E2M1_UE8M0, DECODE_WARP);
   PICK(engram_gather, ENGRAM_GATHER, E4M3_UE8M0, ANY);
   PICK(engram_update, ENGRAM_UPDATE, BF16, ANY);
   PICK(dequant, DEQUANT, E4M3_UE8M0, ANY);
@@ -317,73 +315,7 @@ dsv4_status dsv4i_gpu_router(const dsv4i_gpu_ops *o, dsv4i_custream s, int32_t n
   return launch(o, o->router, cdiv(n_tok, 4), 1, s, p);
 }
 
-/* ---- MoE ------------------------------------------------------------------ */
-
 static size_t al(size_t b) { return (b + 255) / 256 * 256; }
-
-typedef struct moe_carve {
-  size_t xq, sx, a, aq, sa, total;
-} moe_carve;
-
-static moe_carve moe_layout(const dsv4i_gpu_moe *m, int32_t n_tok) {
-  const size_t n = (size_t)n_tok, slots = (size_t)m->top_k + (m->has_shared ? 1 : 0);
-  moe_carve c;
-  c.xq = 0;
-  c.sx = c.xq + al(4 * n * (size_t)m->dim);
-  c.a = c.sx + al(4 * n * (size_t)m->dim / 32);
-  c.aq = c.a + al(2 * n * slots * (size_t)m->inter);
-  c.sa = c.aq + al(4 * n * slots * (size_t)m->inter);
-  c.total = c.sa + al(4 * n * slots * (size_t)m->inter / 32);
-  return c;
-}
-
-size_t dsv4i_gpu_moe_scratch_bytes(const dsv4i_gpu_moe *m, int32_t n_tok) {
-  return moe_layout(m, n_tok).total;
-}
-
-static int expert_fmt(dsv4i_kfmt f) { /* kernels/gemv.cuh W_E4M3 / W_E2M1 */
-  return f == DSV4I_KFMT_E4M3_UE8M0 ? 0 : f == DSV4I_KFMT_E2M1_UE8M0 ? 1 : -1;
-}
-
-dsv4_status dsv4i_gpu_moe_experts(const dsv4i_gpu_ops *o, dsv4i_custream s,
-                                  const dsv4i_gpu_moe *m, int32_t n_tok, dsv4i_cuptr x,
-                                  int64_t ldx, dsv4i_cuptr idx, dsv4i_cuptr weight,
-                                  dsv4i_cuptr scratch, dsv4i_cuptr out, int64_t ldo) {
-  int fr = expert_fmt(m->fmt_routed), fs = expert_fmt(m->fmt_shared);
-  if (n_tok < 0 || m->n_experts <= 0 || m->top_k <= 0 || m->top_k > 16 || m->dim <= 0 ||
-      m->dim % 32 || m->inter <= 0 || m->inter % 32 || ldx < m->dim || ldo < m->dim ||
-      (scratch & 255) || !m->w1 || !m->w2 || !m->w3 || !m->s1 || !m->s2 || !m->s3)
-    return bad("moe_experts", "sizes, tables or scratch alignment");
-  if (fr < 0 || (m->has_shared && fs < 0))
-    return dsv4i_error(DSV4_ERR_UNSUPPORTED,
-                       "gpu moe_experts: expert formats %s / %s; the kernels take fp8 "
-                       "(e4m3+ue8m0) and MXFP4 (e2m1+ue8m0)",
-                       dsv4i_kfmt_name(m->fmt_routed), dsv4i_kfmt_name(m->fmt_shared));
-  if (n_tok == 0) return DSV4_OK;
-  const int slots = m->top_k + (m->has_shared ? 1 : 0);
-  if ((int64_t)n_tok * slots > 65535) return bad("moe_experts", "n_tok * slots > 65535 per launch");
-  const moe_carve c = moe_layout(m, n_tok);
-  dsv4i_cuptr xq = scratch + c.xq, sx = scratch + c.sx, a = scratch + c.a, aq = scratch + c.aq,
-              sa = scratch + c.sa;
-  dsv4_status st = dsv4i_gpu_act_quant(o, s, n_tok, m->dim, x, ldx, xq, sx);
-  if (st != DSV4_OK) return st;
-  int n = n_tok, k = m->top_k, sh = m->has_shared ? 1 : 0, E = m->n_experts, dim = m->dim,
-      inter = m->inter;
-  float lim = m->swiglu_limit;
-  dsv4i_cuptr w1 = m->w1, s1 = m->s1, w3 = m->w3, s3 = m->s3, w2 = m->w2, s2 = m->s2;
-  void *pu[] = {&n, &k, &sh, &E, &dim, &inter, &fr, &fs, &lim, &xq, &sx, &idx, &weight,
-                &w1, &s1, &w3, &s3, &a};
-  const int warp = m->dim <= o->warp_rows_max && m->inter <= o->warp_rows_max;
-  st = warp ? launch(o, o->moe_up_warp, cdiv(inter, 8), (uint32_t)(n_tok * slots), s, pu)
-            : launch(o, o->moe_up, cdiv(inter, 128), (uint32_t)(n_tok * slots), s, pu);
-  if (st != DSV4_OK) return st;
-  st = dsv4i_gpu_act_quant(o, s, n_tok * slots, inter, a, inter, aq, sa);
-  if (st != DSV4_OK) return st;
-  long long lo = ldo;
-  void *pd[] = {&n, &k, &sh, &E, &dim, &inter, &fr, &fs, &aq, &sa, &idx, &w2, &s2, &out, &lo};
-  return warp ? launch(o, o->moe_down_warp, cdiv(dim, 8), (uint32_t)n_tok, s, pd)
-              : launch(o, o->moe_down, cdiv(dim, 128), (uint32_t)n_tok, s, pd);
-}
 
 /* ---- Engram ---------------------------------------------------------------- */
 

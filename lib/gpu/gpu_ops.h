@@ -23,12 +23,10 @@
 typedef struct dsv4i_gpu_ops {
   const dsv4i_kreg *kr;
   dsv4i_kernel_id rmsnorm, embed_hc, hc_mixes, hc_sinkhorn, hc_pre, hc_post, hc_tap, act_quant, rope,
-      argmax, sample, accept, router, moe_up, moe_down, engram_gather, engram_update, dequant, moe_up_warp, moe_down_warp;
+      argmax, sample, accept, router, moe_up, moe_down, engram_gather, engram_update, dequant;
   dsv4i_kernel_id linear[DSV4I_KFMT_COUNT_];        /**< by weight format, bf16 out */
   dsv4i_kernel_id linear_warp[DSV4I_KFMT_COUNT_];   /**< fp8 / fp4, one warp per row */
-  /** fp8 / fp4 linears with at most this many rows use linear_warp, and
-   * MoE layers with dim and inter at most this use the warp-per-row expert
-   * kernels. Default 0 (off): the warp-per-row kernels pass the ptxas check
+  /** fp8 / fp4 linears with at most this many rows use linear_warp. Default 0 (off): the warp-per-row kernels pass the ptxas check
    * but have not run on a device yet; tests/gpu/test_cuda_ops.c checks both
    * variants. */
   int32_t warp_rows_max;
@@ -190,12 +188,16 @@ size_t dsv4i_gpu_moe_scratch_bytes(const dsv4i_gpu_moe *m, int32_t n_tok);
 
 /**
  * Routed experts + shared expert for given routing, dsv4i_cpu_moe_experts
- * bit for bit, in four launches (act_quant x, up + SwiGLU over every
- * (token, slot), act_quant of the activations, down with the per-token sum
- * in ascending expert id, shared last). idx int32 [n][top_k] (id < 0:
- * skipped; duplicates and ids >= n_experts are the caller's to refuse: the
- * router never makes them), weight f32 [n][top_k], x bf16 [n][ldx], out
- * bf16 [n][ldo]; scratch: dsv4i_gpu_moe_scratch_bytes(m, n_tok) bytes, 256-aligned.
+ * bit for bit (kernels/moe.cu says why), in three launches: act_quant of x,
+ * up + SwiGLU + act_quant of the activations, down + the per-token sum in
+ * ascending expert id, shared last. Each expert the step chose is read once
+ * per TC tokens (the kernels' header), split over all SMs by (expert, tile
+ * of 32 rows). idx int32 [n][top_k] (id < 0: skipped; duplicates and ids >=
+ * n_experts are the caller's to refuse: the router never makes them; the
+ * kernels skip ids >= n_experts), weight f32 [n][top_k], x bf16 [n][ldx], out
+ * bf16 [n][ldo]; scratch: dsv4i_gpu_moe_scratch_bytes(m, n_tok) bytes,
+ * 256-aligned. dim/32 <= 320, inter/32 <= 288, n_experts <= 1024, top_k <= 16
+ * (else DSV4_ERR_UNSUPPORTED / INVALID_ARG).
  */
 dsv4_status dsv4i_gpu_moe_experts(const dsv4i_gpu_ops *o, dsv4i_custream s,
                                   const dsv4i_gpu_moe *m, int32_t n_tok, dsv4i_cuptr x,

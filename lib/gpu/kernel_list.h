@@ -75,10 +75,8 @@
   X(SAMPLE_F32, SAMPLE, F32, ANY, 80, sample, dsv4_k_sample_f32, 1024)                            \
   X(ACCEPT_F32, ACCEPT, F32, ANY, 80, sample, dsv4_k_accept_f32, 1024)                            \
   X(ROUTER_F32, ROUTER, F32, ANY, 80, router, dsv4_k_router_topk_f32, 128)                       \
-  X(MOE_UP, MOE_UP, E2M1_UE8M0, DECODE, 80, moe, dsv4_k_moe_up, 128)                              \
-  X(MOE_DOWN, MOE_DOWN, E2M1_UE8M0, DECODE, 80, moe, dsv4_k_moe_down, 128)                       \
-  X(MOE_UP_WARP, MOE_UP, E2M1_UE8M0, DECODE_WARP, 80, moe, dsv4_k_moe_up_warp, 256)               \
-  X(MOE_DOWN_WARP, MOE_DOWN, E2M1_UE8M0, DECODE_WARP, 80, moe, dsv4_k_moe_down_warp, 256)         \
+  X(MOE_UP, MOE_UP, E2M1_UE8M0, DECODE, 80, moe, dsv4_k_moe_up, 320)                              \
+  X(MOE_DOWN, MOE_DOWN, E2M1_UE8M0, DECODE, 80, moe, dsv4_k_moe_down, 288)                       \
   X(ENGRAM_GATHER, ENGRAM_GATHER, E4M3_UE8M0, ANY, 80, engram, dsv4_k_engram_gather, 128)          \
   X(ENGRAM_UPDATE, ENGRAM_UPDATE, BF16, ANY, 80, engram, dsv4_k_engram_update, 128)              \
   X(DEQUANT_E4M3_BF16, DEQUANT, E4M3_UE8M0, ANY, 80, linear, dsv4_k_dequant_e4m3_bf16, 256)      \

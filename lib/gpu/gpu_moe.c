@@ -1,0 +1,84 @@
+/* Host launcher of the MoE experts (kernels/moe.cu): size checks, scratch
+ * layout, three launches. */
+#include "gpu/gpu_ops.h"
+
+#define MOE_TILE 32    /* kernels/moe.cu RT: rows per tile */
+#define MOE_UP_KB 320  /* kernels/moe.cu UP_NT: dim/32 at most */
+#define MOE_DOWN_KB 288 /* kernels/moe.cu DOWN_NT: inter/32 at most */
+
+static size_t al(size_t b) { return (b + 255) / 256 * 256; }
+
+/* xq f32 [n][dim], sx f32 [n][dim/32] (act_quant of x); aq f32
+ * [n][top_k + 1][inter], sa f32 [n][top_k + 1][inter/32] (act_quant of the
+ * activations); o bf16 [n][top_k + 1][dim] (each expert's rows); cnt u32
+ * [dim/32] (per row tile of the down projection). */
+typedef struct moe_carve {
+  size_t xq, sx, aq, sa, o, cnt, total;
+} moe_carve;
+
+static moe_carve moe_layout(const dsv4i_gpu_moe *m, int32_t n_tok) {
+  const size_t n = (size_t)n_tok, slots = (size_t)m->top_k + 1, dim = (size_t)m->dim,
+               inter = (size_t)m->inter;
+  moe_carve c;
+  c.xq = 0;
+  c.sx = c.xq + al(4 * n * dim);
+  c.aq = c.sx + al(4 * n * dim / 32);
+  c.sa = c.aq + al(4 * n * slots * inter);
+  c.o = c.sa + al(4 * n * slots * inter / 32);
+  c.cnt = c.o + al(2 * n * slots * dim);
+  c.total = c.cnt + al(4 * (dim / MOE_TILE + 1));
+  return c;
+}
+
+size_t dsv4i_gpu_moe_scratch_bytes(const dsv4i_gpu_moe *m, int32_t n_tok) {
+  return moe_layout(m, n_tok).total;
+}
+
+static int expert_fmt(dsv4i_kfmt f) { /* kernels/gemv.cuh W_E4M3 / W_E2M1 */
+  return f == DSV4I_KFMT_E4M3_UE8M0 ? 0 : f == DSV4I_KFMT_E2M1_UE8M0 ? 1 : -1;
+}
+
+dsv4_status dsv4i_gpu_moe_experts(const dsv4i_gpu_ops *o, dsv4i_custream s,
+                                  const dsv4i_gpu_moe *m, int32_t n_tok, dsv4i_cuptr x,
+                                  int64_t ldx, dsv4i_cuptr idx, dsv4i_cuptr weight,
+                                  dsv4i_cuptr scratch, dsv4i_cuptr out, int64_t ldo) {
+  int fr = expert_fmt(m->fmt_routed), fs = expert_fmt(m->fmt_shared);
+  if (n_tok < 0 || m->n_experts <= 0 || m->n_experts > 1024 || m->top_k <= 0 ||
+      m->top_k > 16 || m->dim <= 0 || m->dim % 32 || m->inter <= 0 || m->inter % 32 ||
+      ldx < m->dim || ldo < m->dim || (scratch & 255) || !m->w1 || !m->w2 || !m->w3 ||
+      !m->s1 || !m->s2 || !m->s3)
+    return dsv4i_error(DSV4_ERR_INVALID_ARG, "gpu moe_experts: sizes (experts <= 1024, "
+                       "top_k <= 16), tables or scratch alignment");
+  if (fr < 0 || (m->has_shared && fs < 0))
+    return dsv4i_error(DSV4_ERR_UNSUPPORTED,
+                       "gpu moe_experts: expert formats %s / %s; the kernels take fp8 "
+                       "(e4m3+ue8m0) and MXFP4 (e2m1+ue8m0)",
+                       dsv4i_kfmt_name(m->fmt_routed), dsv4i_kfmt_name(m->fmt_shared));
+  if (m->dim / 32 > MOE_UP_KB || m->inter / 32 > MOE_DOWN_KB)
+    return dsv4i_error(DSV4_ERR_UNSUPPORTED,
+                       "gpu moe_experts: dim %d / inter %d; the kernels take dim <= %d and "
+                       "inter <= %d", (int)m->dim, (int)m->inter, 32 * MOE_UP_KB,
+                       32 * MOE_DOWN_KB);
+  if (n_tok == 0) return DSV4_OK;
+  if (n_tok > (1 << 24)) return dsv4i_error(DSV4_ERR_INVALID_ARG, "gpu moe_experts: n_tok %d", (int)n_tok);
+  const moe_carve c = moe_layout(m, n_tok);
+  dsv4i_cuptr xq = scratch + c.xq, sx = scratch + c.sx, aq = scratch + c.aq,
+              sa = scratch + c.sa, ob = scratch + c.o, cnt = scratch + c.cnt;
+  dsv4_status st = dsv4i_gpu_act_quant(o, s, n_tok, m->dim, x, ldx, xq, sx);
+  if (st != DSV4_OK) return st;
+  /* grid.y: the shared expert, then at most min(E, n·top_k) distinct routed ids */
+  const int64_t nk = (int64_t)n_tok * m->top_k;
+  const uint32_t gy = (uint32_t)((nk < m->n_experts ? nk : m->n_experts) + (m->has_shared ? 1 : 0));
+  int n = n_tok, k = m->top_k, sh = m->has_shared ? 1 : 0, E = m->n_experts, dim = m->dim,
+      inter = m->inter, n_cnt = m->dim / MOE_TILE;
+  float lim = m->swiglu_limit;
+  dsv4i_cuptr w1 = m->w1, s1 = m->s1, w3 = m->w3, s3 = m->s3, w2 = m->w2, s2 = m->s2;
+  void *pu[] = {&n, &k, &sh, &E, &dim, &inter, &fr, &fs, &lim, &xq, &sx, &idx, &weight,
+                &w1, &s1, &w3, &s3, &aq, &sa, &cnt, &n_cnt};
+  st = dsv4i_kreg_launch_grid(o->kr, o->moe_up, (uint32_t)(inter / MOE_TILE), gy, 1, 0, s, pu);
+  if (st != DSV4_OK) return st;
+  long long lo = ldo;
+  void *pd[] = {&n, &k, &sh, &E, &dim, &inter, &fr, &fs, &aq, &sa, &idx, &w2, &s2, &ob, &cnt,
+                &out, &lo};
+  return dsv4i_kreg_launch_grid(o->kr, o->moe_down, (uint32_t)(dim / MOE_TILE), gy, 1, 0, s, pd);
+}
