@@ -5,9 +5,12 @@
  * Work is split by (expert, tile of 32 rows): grid.y walks the step's
  * experts (y = 0 the shared one, then the distinct routed ids in ascending
  * order, found by each block from idx: no host round trip, capture-safe),
- * grid.x the row tiles, so a single token already fills the GPU. A block
- * decodes each weight once in registers and applies it to TC tokens of its
- * expert at a time (token lists built on the device from idx).
+ * grid.x the row tiles, so a single token already fills the GPU (at the
+ * release dims: 72 up tiles and 160 down tiles per expert). A block applies
+ * each decoded weight to TC tokens of its expert (token lists built on the
+ * device from idx); TC = 1 keeps the kernels at 96 registers with 2 blocks
+ * per SM, so an expert with more tokens walks its tile again per token (its
+ * bytes then come from L2, not DRAM).
  *
  * Thread layout (the bandwidth part): thread i owns the K block kb = i mod nkb
  * (32 columns: 16 B of fp4 or 32 B of fp8, read with 16 B loads; a warp reads
@@ -121,17 +124,9 @@ __device__ int token_list(int e, int n_experts, int t0, int n_tok, int top_k,
 template <int FMT> struct kblock { uint4 v[FMT == W_E2M1 ? 1 : 2]; };
 
 template <int FMT>
-__device__ __forceinline__ void load_kblock(const unsigned char *w, long long ld, int row, int kb,
-                                            kblock<FMT> *out) {
-  const uint4 *p = reinterpret_cast<const uint4 *>(w + row * ld + kb * (FMT == W_E2M1 ? 16 : 32));
-  out->v[0] = __ldg(p);
-  if (FMT == W_E4M3) out->v[1] = __ldg(p + 1);
-}
-
-template <int FMT>
-__device__ __forceinline__ unsigned char load_scale(const unsigned char *s, long long sld, int row,
-                                                    int kb) {
-  return __ldg(s + (long long)(FMT == W_E2M1 ? row : row >> 5) * sld + kb);
+__device__ __forceinline__ void load_kblock(const unsigned char *p, kblock<FMT> *out) {
+  out->v[0] = __ldg(reinterpret_cast<const uint4 *>(p));
+  if (FMT == W_E4M3) out->v[1] = __ldg(reinterpret_cast<const uint4 *>(p) + 1);
 }
 
 /* Block partials q[tc] = (p·sx)·sw of one row's K block for TC tokens
@@ -143,27 +138,33 @@ __device__ __forceinline__ void kblock_partials(const kblock<FMT> &b, unsigned c
   float p[TC];
 #pragma unroll
   for (int c = 0; c < TC; c++) p[c] = 0.0f;
+  /* Decode in 2-3 integer ops per weight: shift the code's sign to bit 31,
+   * then an arithmetic shift copies it down to the bits above the field, which
+   * lands on the exponent/mantissa bits; one mask keeps sign and field. */
   if (FMT == W_E2M1) {
     const uint32_t words[4] = {b.v[0].x, b.v[0].y, b.v[0].z, b.v[0].w};
 #pragma unroll
     for (int i = 0; i < 32; i++) {
-      const uint32_t wd = words[i >> 3];
-      const int s = 4 * (i & 7);
-      const float w = __uint_as_float(((wd << (28 - s)) & 0x80000000u) | (((wd >> s) & 7u) << 22));
+      const int32_t v = (int32_t)(words[i >> 3] << (28 - 4 * (i & 7))) >> 6;
+      const float w = __int_as_float(v & (int32_t)0x81C00000u);
 #pragma unroll
       for (int c = 0; c < TC; c++) p[c] = fmaf(xa[c][i], w, p[c]);
     }
   } else {
     const uint32_t words[8] = {b.v[0].x, b.v[0].y, b.v[0].z, b.v[0].w,
                                b.v[1].x, b.v[1].y, b.v[1].z, b.v[1].w};
+    uint32_t nan = 0u; /* a byte with magnitude 0x7F (NaN): its +1 reaches bit 7 */
 #pragma unroll
     for (int i = 0; i < 32; i++) {
-      const uint32_t by = (words[i >> 2] >> (8 * (i & 3))) & 0xFFu;
-      const uint32_t mag = by & 0x7Fu, sign = (by & 0x80u) << 24;
-      const float w = __uint_as_float(mag == 0x7Fu ? (sign | 0x7FC00000u) : (sign | (mag << 20)));
+      if ((i & 3) == 0) nan |= ((words[i >> 2] & 0x7F7F7F7Fu) + 0x01010101u) & 0x80808080u;
+      const int32_t v = (int32_t)(words[i >> 2] << (24 - 8 * (i & 3))) >> 4;
+      const float w = __int_as_float(v & (int32_t)0x87F00000u);
 #pragma unroll
       for (int c = 0; c < TC; c++) p[c] = fmaf(xa[c][i], w, p[c]);
     }
+    if (nan)
+#pragma unroll
+      for (int c = 0; c < TC; c++) p[c] = __int_as_float(0x7FFFFFFF);
   }
   const float sw = dsv4i_e8m0_to_f32(sb), up = FMT == W_E2M1 ? 128.0f : 2.0f;
 #pragma unroll
@@ -195,7 +196,8 @@ __device__ __forceinline__ void load_acts(const float *src, long long ld, const 
 }
 
 /* Partials of rows [sub0, sub0 + sr) of the tile at row0 for NM matrices (w[m],
- * s[m]) into part[((c·NM + m)·SR + r)·(nkb + 1) + kb]. U rows' loads in flight. */
+ * s[m]) into part[((c·NM + m)·SR + r)·(nkb + 1) + kb]. U rows' loads in flight;
+ * the thread's rows are P apart (pointer steps, no per-load multiplies). */
 template <int FMT, int NM>
 __device__ __forceinline__ void tile_partials(const unsigned char *const (&w)[2],
                                               const unsigned char *const (&s)[2], long long ld,
@@ -203,20 +205,24 @@ __device__ __forceinline__ void tile_partials(const unsigned char *const (&w)[2]
                                               int nkb, int kb, int ph, int P,
                                               const float (&xa)[TC][32], const float (&xs)[TC],
                                               float *part) {
-  constexpr int U = (NM == 2 ? 4 : 8) / (FMT == W_E2M1 ? NM : 2 * NM); /* 64 / 128 B */
+  constexpr int U = (NM == 2 ? 4 : 6) / (FMT == W_E2M1 ? NM : 2 * NM); /* 64 / 96 B a thread */
+  /* 32-bit offsets: one expert matrix is far below 2 GiB */
+  const int row = row0 + sub0 + ph;
+  const unsigned wstep = (unsigned)(P * ld), sstep = FMT == W_E2M1 ? (unsigned)(P * sld) : 0u;
+  unsigned ow = (unsigned)(row * ld) + (unsigned)kb * (FMT == W_E2M1 ? 16u : 32u);
+  unsigned os = (unsigned)((FMT == W_E2M1 ? row : row0 >> 5) * sld) + (unsigned)kb;
   for (int r = ph; r < sr; r += U * P) {
     kblock<FMT> b[U][NM];
     unsigned char sb[U][NM];
 #pragma unroll
-    for (int u = 0; u < U; u++) {
-      const int rr = r + u * P;
-      if (rr < sr)
+    for (int u = 0; u < U; u++)
+      if (r + u * P < sr)
 #pragma unroll
         for (int m = 0; m < NM; m++) {
-          load_kblock<FMT>(w[m], ld, row0 + sub0 + rr, kb, &b[u][m]);
-          sb[u][m] = load_scale<FMT>(s[m], sld, row0 + sub0 + rr, kb);
+          load_kblock<FMT>(w[m] + (ow + u * wstep), &b[u][m]);
+          sb[u][m] = __ldg(s[m] + (os + u * sstep));
         }
-    }
+    ow += U * wstep, os += U * sstep;
 #pragma unroll
     for (int u = 0; u < U; u++) {
       const int rr = r + u * P;
