@@ -4,7 +4,9 @@
  *   act_quant(x) (linear.cu) -> moe_up -> moe_down
  * Work is split by (expert, tile of 32 rows): grid.y walks the step's
  * experts (y = 0 the shared one, then the distinct routed ids in ascending
- * order, found by each block from idx: no host round trip, capture-safe),
+ * order: moe_up's blocks find theirs from idx, and its block (0, 0) writes a
+ * route table (ids, each expert's (token, slot) pairs) that moe_down's blocks
+ * read in one step; no host round trip, capture-safe),
  * grid.x the row tiles, so a single token already fills the GPU (at the
  * release dims: 72 up tiles and 160 down tiles per expert). A block applies
  * each decoded weight to TC tokens of its expert (token lists built on the
@@ -118,6 +120,73 @@ __device__ int token_list(int e, int n_experts, int t0, int n_tok, int top_k,
   }
   __syncthreads();
   return *cnt;
+}
+
+/* The step's route table for moe_down, built by one block of moe_up (int32):
+ *   r[0] = n_act, the distinct routed ids; r[1 + a] = the a-th in ascending
+ *   order (a < n_act); r[1 + E + a] = first entry of its pairs (a <= n_act);
+ *   r[2 + 2E + q] = pairs t·n_slots + slot, each expert's in ascending t.
+ * Positions are stable: entries are placed in (t, slot) order a warp-width at
+ * a time (__match_any_sync ranks equal ids within the width). */
+__device__ void build_route(int n_tok, int top_k, int n_slots, int n_experts, const int32_t *idx,
+                            int *r, unsigned *bm, int *base, int *cnt) {
+  const int nk = n_tok * top_k;
+  for (int i = threadIdx.x; i < 32; i += blockDim.x) bm[i] = 0u;
+  for (int i = threadIdx.x; i <= n_experts; i += blockDim.x) cnt[i] = 0;
+  __syncthreads();
+  for (int i = threadIdx.x; i < nk; i += blockDim.x) {
+    const int e = idx[i];
+    if (e >= 0 && e < n_experts) atomicOr(&bm[e >> 5], 1u << (e & 31));
+  }
+  __syncthreads();
+  if (threadIdx.x < 32) { /* base[w] = set bits below word w */
+    const int lane = threadIdx.x, c = __popc(bm[lane]);
+    int incl = c;
+    for (int o = 1; o < 32; o <<= 1) {
+      const int v = __shfl_up_sync(0xFFFFFFFFu, incl, o);
+      if (lane >= o) incl += v;
+    }
+    base[lane] = incl - c;
+    if (lane == 31) r[0] = incl;
+  }
+  __syncthreads();
+  for (int i = threadIdx.x; i < nk; i += blockDim.x) { /* entries per active expert */
+    const int e = idx[i];
+    if (e >= 0 && e < n_experts)
+      atomicAdd((unsigned *)&cnt[base[e >> 5] + __popc(bm[e >> 5] & ((1u << (e & 31)) - 1u))], 1u);
+  }
+  for (int e = threadIdx.x; e < n_experts; e += blockDim.x)
+    if (bm[e >> 5] & (1u << (e & 31))) r[1 + base[e >> 5] + __popc(bm[e >> 5] & ((1u << (e & 31)) - 1u))] = e;
+  __syncthreads();
+  const int n_act = r[0];
+  int *off = r + 1 + n_experts, *pairs = r + 2 + 2 * n_experts;
+  if (threadIdx.x == 0) { /* offsets; cnt becomes each expert's next free entry */
+    int acc = 0;
+    for (int a = 0; a < n_act; a++) {
+      const int c = cnt[a];
+      off[a] = acc, cnt[a] = acc, acc += c;
+    }
+    off[n_act] = acc;
+  }
+  __syncthreads();
+  if (threadIdx.x < 32) {
+    const int lane = threadIdx.x;
+    for (int i0 = 0; i0 < nk; i0 += 32) {
+      const int i = i0 + lane;
+      const int e = i < nk ? idx[i] : -1;
+      const bool ok = e >= 0 && e < n_experts;
+      const int a = ok ? base[e >> 5] + __popc(bm[e >> 5] & ((1u << (e & 31)) - 1u)) : -1 - lane;
+      const unsigned m = __match_any_sync(0xFFFFFFFFu, a);
+      if (ok) {
+        const int rank = __popc(m & ((1u << lane) - 1u));
+        pairs[cnt[a] + rank] = (i / top_k) * n_slots + i % top_k;
+      }
+      __syncwarp();
+      if (ok && lane == 31 - __clz((int)m)) cnt[a] += __popc(m);
+      __syncwarp();
+    }
+  }
+  __syncthreads();
 }
 
 /* Words of one row's K block: fp4 16 B, fp8 32 B. */
@@ -311,17 +380,21 @@ __device__ void up_body(moe_smem &sm, int e, bool shared, int n_tok, int top_k, 
  * [n][top_k], weight f32 [n][top_k]; w1, s1, w3, s3: device pointer tables
  * [E + 1] (entry E the shared expert); aq f32 [n][n_slots][inter], sa f32
  * [n][n_slots][inter/32] (n_slots = top_k + 1; written for the pairs that run);
- * counters u32 [n_counters] zeroed here for moe_down. */
+ * route int32 [2 + 2E + n·top_k] and counters u32 [n_counters]: written by
+ * block (0, 0) for moe_down. */
 extern "C" __global__ void __launch_bounds__(UP_NT, 2)
 dsv4_k_moe_up(int n_tok, int top_k, int has_shared, int n_experts, int dim, int inter,
               int fmt_r, int fmt_s, float limit, const float *xq, const float *sx,
               const int32_t *idx, const float *weight, const unsigned char *const *w1,
               const unsigned char *const *s1, const unsigned char *const *w3,
-              const unsigned char *const *s3, float *aq, float *sa, unsigned *counters,
-              int n_counters) {
+              const unsigned char *const *s3, float *aq, float *sa, int *route,
+              unsigned *counters, int n_counters) {
   __shared__ moe_smem sm;
-  if (blockIdx.x == 0 && blockIdx.y == 0)
+  if (blockIdx.x == 0 && blockIdx.y == 0) { /* for moe_down: its route table and counters */
     for (int i = threadIdx.x; i < n_counters; i += UP_NT) counters[i] = 0u;
+    int *scratch = reinterpret_cast<int *>(sm.part); /* free until the tile work */
+    build_route(n_tok, top_k, top_k + 1, n_experts, idx, route, sm.bm, scratch, scratch + 32);
+  }
   const int e = pick_expert(n_tok, top_k, has_shared, n_experts, idx, sm.bm, &sm.sel);
   if (e < 0) return;
   const bool shared = e == n_experts;
@@ -336,9 +409,15 @@ dsv4_k_moe_up(int n_tok, int top_k, int has_shared, int n_experts, int dim, int 
 
 /* ---- down + combine ------------------------------------------------------------ */
 
+/* Pairs [p0, p0 + np) of expert e: the route table's (p0 >= 0) or, for the
+ * shared expert (p0 < 0), token c at slot top_k. */
+__device__ __forceinline__ int route_pair(const int *pairs, int p0, int c, int n_slots, int top_k) {
+  return p0 >= 0 ? pairs[p0 + c] : c * n_slots + top_k;
+}
+
 template <int FMT>
-__device__ void down_body(moe_smem &sm, int e, int n_tok, int top_k, int n_slots, int n_experts,
-                          int dim, int inter, const float *aq, const float *sa, const int32_t *idx,
+__device__ void down_body(moe_smem &sm, int np, int p0, const int *pairs, int top_k, int n_slots,
+                          int dim, int inter, const float *aq, const float *sa,
                           const unsigned char *pw2, const unsigned char *ps2, uint16_t *o) {
   const int nkb = inter / 32, P = DOWN_NT / nkb, kb = threadIdx.x % nkb, ph = threadIdx.x / nkb;
   const bool active = ph < P;
@@ -347,52 +426,55 @@ __device__ void down_body(moe_smem &sm, int e, int n_tok, int top_k, int n_slots
   const int row0 = blockIdx.x * RT;
   const unsigned char *const w[2] = {pw2, pw2};
   const unsigned char *const s[2] = {ps2, ps2};
-  for (int t0 = 0; t0 < n_tok; t0 += WIN) {
-    const int nl = token_list(e, n_experts, t0, n_tok, top_k, idx, sm.tok, sm.slot, &sm.cnt);
-    for (int c0 = 0; c0 < nl; c0 += TC) {
-      const int nt = nl - c0 < TC ? nl - c0 : TC;
-      int pr[TC];
+  for (int c0 = 0; c0 < np; c0 += TC) {
+    const int nt = np - c0 < TC ? np - c0 : TC;
+    int pr[TC];
 #pragma unroll
-      for (int c = 0; c < TC; c++) pr[c] = c < nt ? sm.tok[c0 + c] * n_slots + sm.slot[c0 + c] : 0;
-      float xa[TC][32], xs[TC];
-      load_acts(aq, inter, sa, nkb, pr, active ? nt : 0, kb, xa, xs);
-      for (int sub0 = 0; sub0 < RT; sub0 += SR) {
-        const int sr = RT - sub0 < SR ? RT - sub0 : SR;
-        if (active)
-          tile_partials<FMT, 1>(w, s, ld, sld, row0, sub0, sr, SR, nkb, kb, ph, P, xa, xs, sm.part);
-        __syncthreads();
-        for (int q = threadIdx.x; q < sr * nt; q += DOWN_NT) {
-          const int r = q % sr, c = q / sr;
-          const float *pp = sm.part + (c * SR + r) * (nkb + 1);
-          float acc = 0.0f;
-          for (int k = 0; k < nkb; k++) acc += pp[k];
-          const long long pc = (long long)sm.tok[c0 + c] * n_slots + sm.slot[c0 + c];
-          o[pc * dim + row0 + sub0 + r] = dsv4i_f32_to_bf16(acc);
-        }
-        __syncthreads();
+    for (int c = 0; c < TC; c++) pr[c] = c < nt ? route_pair(pairs, p0, c0 + c, n_slots, top_k) : 0;
+    float xa[TC][32], xs[TC];
+    load_acts(aq, inter, sa, nkb, pr, active ? nt : 0, kb, xa, xs);
+    for (int sub0 = 0; sub0 < RT; sub0 += SR) {
+      const int sr = RT - sub0 < SR ? RT - sub0 : SR;
+      if (active)
+        tile_partials<FMT, 1>(w, s, ld, sld, row0, sub0, sr, SR, nkb, kb, ph, P, xa, xs, sm.part);
+      __syncthreads();
+      for (int q = threadIdx.x; q < sr * nt; q += DOWN_NT) {
+        const int r = q % sr, c = q / sr;
+        const float *pp = sm.part + (c * SR + r) * (nkb + 1);
+        float acc = 0.0f;
+        for (int k = 0; k < nkb; k++) acc += pp[k];
+        const long long pc = route_pair(pairs, p0, c0 + c, n_slots, top_k);
+        o[pc * dim + row0 + sub0 + r] = dsv4i_f32_to_bf16(acc);
       }
+      __syncthreads();
     }
   }
 }
 
 /* Grid (dim/32, as moe_up), DOWN_NT threads; inter/32 <= DOWN_NT. aq, sa: moe_up's;
- * w2, s2: pointer tables; o bf16 [n][n_slots][dim] scratch; counters u32
- * [dim/32] (zero on entry: moe_up); out bf16 [n][ldo]. */
+ * route: moe_up's route table (build_route); w2, s2: pointer tables; o bf16
+ * [n][n_slots][dim] scratch; counters u32 [dim/32] (zero on entry: moe_up);
+ * out bf16 [n][ldo]. */
 extern "C" __global__ void __launch_bounds__(DOWN_NT, 2)
 dsv4_k_moe_down(int n_tok, int top_k, int has_shared, int n_experts, int dim, int inter,
                 int fmt_r, int fmt_s, const float *aq, const float *sa, const int32_t *idx,
-                const unsigned char *const *w2, const unsigned char *const *s2, uint16_t *o,
-                unsigned *counters, uint16_t *out, long long ldo) {
+                const int *route, const unsigned char *const *w2, const unsigned char *const *s2,
+                uint16_t *o, unsigned *counters, uint16_t *out, long long ldo) {
   __shared__ moe_smem sm;
-  const int e = pick_expert(n_tok, top_k, has_shared, n_experts, idx, sm.bm, &sm.sel);
-  const int n_slots = top_k + 1;
+  const int n_slots = top_k + 1, sh = has_shared ? 1 : 0, y = (int)blockIdx.y;
+  int e = -1, p0 = -1, np = 0;
+  if (y < sh) {
+    e = n_experts, np = n_tok;
+  } else if (y - sh < route[0]) {
+    const int *off = route + 1 + n_experts;
+    e = route[1 + y - sh], p0 = off[y - sh], np = off[y - sh + 1] - p0;
+  }
+  const int *pairs = route + 2 + 2 * n_experts;
   if (e >= 0) {
     if ((e == n_experts ? fmt_s : fmt_r) == W_E2M1)
-      down_body<W_E2M1>(sm, e, n_tok, top_k, n_slots, n_experts, dim, inter, aq, sa, idx, w2[e],
-                        s2[e], o);
+      down_body<W_E2M1>(sm, np, p0, pairs, top_k, n_slots, dim, inter, aq, sa, w2[e], s2[e], o);
     else
-      down_body<W_E4M3>(sm, e, n_tok, top_k, n_slots, n_experts, dim, inter, aq, sa, idx, w2[e],
-                        s2[e], o);
+      down_body<W_E4M3>(sm, np, p0, pairs, top_k, n_slots, dim, inter, aq, sa, w2[e], s2[e], o);
   }
   /* the last block of this row tile combines it (threadFence pattern) */
   __threadfence();

@@ -5,15 +5,18 @@
 #define MOE_TILE 32    /* kernels/moe.cu RT: rows per tile */
 #define MOE_UP_KB 320  /* kernels/moe.cu UP_NT: dim/32 at most */
 #define MOE_DOWN_KB 288 /* kernels/moe.cu DOWN_NT: inter/32 at most */
+#define MOE_MAX_EXPERTS 1024
 
 static size_t al(size_t b) { return (b + 255) / 256 * 256; }
 
 /* xq f32 [n][dim], sx f32 [n][dim/32] (act_quant of x); aq f32
  * [n][top_k + 1][inter], sa f32 [n][top_k + 1][inter/32] (act_quant of the
  * activations); o bf16 [n][top_k + 1][dim] (each expert's rows); cnt u32
- * [dim/32] (per row tile of the down projection). */
+ * [dim/32] (per row tile of the down projection); route int32
+ * [2 + 2·1024 + n·top_k] (kernels/moe.cu build_route; sized for the largest
+ * expert count the launcher takes, so the size needs no n_experts). */
 typedef struct moe_carve {
-  size_t xq, sx, aq, sa, o, cnt, total;
+  size_t xq, sx, aq, sa, o, cnt, route, total;
 } moe_carve;
 
 static moe_carve moe_layout(const dsv4i_gpu_moe *m, int32_t n_tok) {
@@ -26,7 +29,8 @@ static moe_carve moe_layout(const dsv4i_gpu_moe *m, int32_t n_tok) {
   c.sa = c.aq + al(4 * n * slots * inter);
   c.o = c.sa + al(4 * n * slots * inter / 32);
   c.cnt = c.o + al(2 * n * slots * dim);
-  c.total = c.cnt + al(4 * (dim / MOE_TILE + 1));
+  c.route = c.cnt + al(4 * (dim / MOE_TILE + 1));
+  c.total = c.route + al(4 * (2 + 2 * (size_t)MOE_MAX_EXPERTS + n * (size_t)m->top_k));
   return c;
 }
 
@@ -43,7 +47,7 @@ dsv4_status dsv4i_gpu_moe_experts(const dsv4i_gpu_ops *o, dsv4i_custream s,
                                   int64_t ldx, dsv4i_cuptr idx, dsv4i_cuptr weight,
                                   dsv4i_cuptr scratch, dsv4i_cuptr out, int64_t ldo) {
   int fr = expert_fmt(m->fmt_routed), fs = expert_fmt(m->fmt_shared);
-  if (n_tok < 0 || m->n_experts <= 0 || m->n_experts > 1024 || m->top_k <= 0 ||
+  if (n_tok < 0 || m->n_experts <= 0 || m->n_experts > MOE_MAX_EXPERTS || m->top_k <= 0 ||
       m->top_k > 16 || m->dim <= 0 || m->dim % 32 || m->inter <= 0 || m->inter % 32 ||
       ldx < m->dim || ldo < m->dim || (scratch & 255) || !m->w1 || !m->w2 || !m->w3 ||
       !m->s1 || !m->s2 || !m->s3)
@@ -63,7 +67,8 @@ dsv4_status dsv4i_gpu_moe_experts(const dsv4i_gpu_ops *o, dsv4i_custream s,
   if (n_tok > (1 << 24)) return dsv4i_error(DSV4_ERR_INVALID_ARG, "gpu moe_experts: n_tok %d", (int)n_tok);
   const moe_carve c = moe_layout(m, n_tok);
   dsv4i_cuptr xq = scratch + c.xq, sx = scratch + c.sx, aq = scratch + c.aq,
-              sa = scratch + c.sa, ob = scratch + c.o, cnt = scratch + c.cnt;
+              sa = scratch + c.sa, ob = scratch + c.o, cnt = scratch + c.cnt,
+              route = scratch + c.route;
   dsv4_status st = dsv4i_gpu_act_quant(o, s, n_tok, m->dim, x, ldx, xq, sx);
   if (st != DSV4_OK) return st;
   /* grid.y: the shared expert, then at most min(E, n·top_k) distinct routed ids */
@@ -74,11 +79,11 @@ dsv4_status dsv4i_gpu_moe_experts(const dsv4i_gpu_ops *o, dsv4i_custream s,
   float lim = m->swiglu_limit;
   dsv4i_cuptr w1 = m->w1, s1 = m->s1, w3 = m->w3, s3 = m->s3, w2 = m->w2, s2 = m->s2;
   void *pu[] = {&n, &k, &sh, &E, &dim, &inter, &fr, &fs, &lim, &xq, &sx, &idx, &weight,
-                &w1, &s1, &w3, &s3, &aq, &sa, &cnt, &n_cnt};
+                &w1, &s1, &w3, &s3, &aq, &sa, &route, &cnt, &n_cnt};
   st = dsv4i_kreg_launch_grid(o->kr, o->moe_up, (uint32_t)(inter / MOE_TILE), gy, 1, 0, s, pu);
   if (st != DSV4_OK) return st;
   long long lo = ldo;
-  void *pd[] = {&n, &k, &sh, &E, &dim, &inter, &fr, &fs, &aq, &sa, &idx, &w2, &s2, &ob, &cnt,
-                &out, &lo};
+  void *pd[] = {&n, &k, &sh, &E, &dim, &inter, &fr, &fs, &aq, &sa, &idx, &route, &w2, &s2, &ob,
+                &cnt, &out, &lo};
   return dsv4i_kreg_launch_grid(o->kr, o->moe_down, (uint32_t)(dim / MOE_TILE), gy, 1, 0, s, pd);
 }
