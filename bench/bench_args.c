@@ -34,7 +34,7 @@ void usage(FILE *f) {
       "                        (default $DSV4_TP / $DSV4_PP, else TP 1 and PP = the ranks);\n"
       "                        rank 0 writes the report, the other ranks only errors\n"
       "  --micro-batches M     pipeline overlap: decode steps as M micro-batches (PP > 1;\n"
-      "                        default 0 = the library's: PP; 1 = none)\n"
+      "                        default 0 = the library's: none)\n"
       "  --chunk N             prefill chunk tokens (default: the library's)\n"
       "  --op-timings          per-op and per-layer engine timings (DSV4_ENGINE_F_OP_TIMINGS)\n"
       "  --warmup N            untimed warm-up run first: the list's first C, N decode steps\n"

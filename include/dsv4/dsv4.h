@@ -924,8 +924,11 @@ typedef struct dsv4_engine_params {
                               *   rows, so stage k works on micro-batch i + 1 while stage k + 1
                               *   works on micro-batch i (docs/distributed.md "Overlap"). Tokens
                               *   and logits are identical to 1 (the kernels are batch
-                              *   invariant). Default 0 = pp_size; 1 = no overlap; 0..256.
-                              *   Every rank must give the same value. Appended after 0.1 */
+                              *   invariant). 0..256; default 0 = 1 = no overlap: each micro-batch
+                              *   pays a stage's fixed per-step cost and reads its weights again,
+                              *   which on the CPU fixtures costs more than the overlap gains
+                              *   (bench/RESULTS.md §9.2). Every rank must give the same value.
+                              *   Appended after 0.1 */
   int32_t reserved1;         /**< 0 */
 } dsv4_engine_params;
 

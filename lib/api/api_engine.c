@@ -146,7 +146,7 @@ static dsv4_status make_args(const dsv4_engine_params *params, int64_t max_pos,
   a->pp = pp;
   a->dist_timeout_ms = p.dist_timeout_ms ? p.dist_timeout_ms : DEFAULT_DIST_TIMEOUT_MS;
   memcpy(a->stage_first, p.stage_first_layer, sizeof a->stage_first);
-  a->micro_batches = p.pp_micro_batches ? p.pp_micro_batches : pp;
+  a->micro_batches = p.pp_micro_batches ? p.pp_micro_batches : 1;
   return DSV4_OK;
 }
 
