@@ -43,6 +43,8 @@
  * scheduler       every rank drives a scheduler over its rank of the engine with the same
  *                 calls: a greedy, a sampled (top-p, penalty) and a speculative request
  *                 give the one-process scheduler's tokens, finish reasons and counters.
+ * scheduler_mismatch  one rank's scheduler was given another prompt: its step fails with
+ *                 DSV4_ERR_RANK_MISMATCH on every rank, the request ends with an error.
  * memory_per_rank (CUDA: the device pool each rank's backend took against its plan: KV
  *                 pool, workspace, prepared weights and its stage's checkpoint tensors,
  *                 within 2 % + 256 KiB; the host heap is not measured)
@@ -629,6 +631,30 @@ static void scheduler(void **state) {
   dsv4_engine_free(ref);
 }
 
+/* A rank whose scheduler was given another prompt: the agreement of the engine call its step
+ * makes (the prompt's chunk) fails on every rank (DSV4_ERR_RANK_MISMATCH, before the engine
+ * changes anything), and the request ends with DSV4_FINISH_ERROR on every rank alike. */
+static void scheduler_mismatch(void **state) {
+  (void)state;
+  dsv4_engine *e = open_engine("tiny-v41-a", 1);
+  dsv4_scheduler *s = NULL;
+  assert_int_equal(dsv4_scheduler_create(e, NULL, NULL, &s), DSV4_OK);
+  int32_t pr[64], out[16], n = -1, fin = -1, active = -1;
+  prompt(0, pr);
+  if (g_rank == g_size - 1) pr[5] ^= 1;
+  int64_t id;
+  assert_int_equal(dsv4_scheduler_submit(s, pr, prompt_len(0), NULL, &id), DSV4_OK);
+  const dsv4_status st = dsv4_scheduler_step(s, &active);
+  printf("  rank %d: %s: %s\n", g_rank, dsv4_status_string(st), dsv4_last_error());
+  assert_int_equal(st, DSV4_ERR_RANK_MISMATCH);
+  assert_non_null(strstr(dsv4_last_error(), "ranks disagree while starting"));
+  assert_int_equal(dsv4_scheduler_poll(s, id, out, 16, &n, &fin), DSV4_OK);
+  assert_int_equal(fin, DSV4_FINISH_ERROR);
+  assert_int_equal(n, 0);
+  dsv4_scheduler_free(s);
+  dsv4_engine_free(e);
+}
+
 static int64_t heap_in_use(void) {
   const struct mallinfo2 m = mallinfo2();
   return (int64_t)(m.uordblks + m.hblkhd);
@@ -774,6 +800,7 @@ int tu_run_suite(void) {
     cmocka_unit_test(memory_per_rank), cmocka_unit_test(tp_rank_fails),
     cmocka_unit_test(stalled_rank),    cmocka_unit_test(overlap),
     cmocka_unit_test(overlap_fails),   cmocka_unit_test(scheduler),
+    cmocka_unit_test(scheduler_mismatch),
   };
   const struct CMUnitTest tp_device[] = {cmocka_unit_test(cuda_tp_one_device)};
   int rc = g_backend == DSV4_BACKEND_CUDA && g_tp > 1
