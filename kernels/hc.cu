@@ -53,6 +53,16 @@ dsv4_k_hc_mixes_f32(int n_tok, int hc, int dim, const uint16_t *h, const float *
     const float *f = fn + (long long)m * n;
     double s = 0.0;
     int i = 0;
+    for (; i + 8 * 16 <= n; i += 8 * 16) { /* 16 elements' loads in flight, added in order */
+      float xv[16], fv[16];
+#pragma unroll
+      for (int k = 0; k < 16; k++) {
+        xv[k] = dsv4i_bf16_to_f32(x[i + 8 * k + j]);
+        fv[k] = f[i + 8 * k + j];
+      }
+#pragma unroll
+      for (int k = 0; k < 16; k++) s += (double)xv[k] * (double)fv[k];
+    }
     for (; i + 8 <= n; i += 8) s += (double)dsv4i_bf16_to_f32(x[i + j]) * (double)f[i + j];
     if (j == 0)
       for (; i < n; i++) s += (double)dsv4i_bf16_to_f32(x[i]) * (double)f[i];

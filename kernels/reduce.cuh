@@ -28,7 +28,15 @@ __device__ __forceinline__ float dsv4_torch_chain(long long n_rows, int power, A
   float acc0 = 0.0f, acc1 = 0.0f, acc2 = 0.0f, acc3 = 0.0f;
   long long i = 0;
   while (i + step <= n_rows) {
-    for (long long j = 0; j < step; j++, i++) acc0 += a(i);
+    /* step is a power of two >= 16: 16 loads issued, then added in order (the
+     * adds are a dependent chain; without the batch each waited for its load) */
+    for (long long j = 0; j < step; j += 16, i += 16) {
+      float v[16];
+#pragma unroll
+      for (int k = 0; k < 16; k++) v[k] = a(i + k);
+#pragma unroll
+      for (int k = 0; k < 16; k++) acc0 += v[k];
+    }
     acc1 += acc0;
     acc0 = 0.0f;
     if ((i & (mask << power)) != 0) continue;
