@@ -101,6 +101,12 @@ typedef struct dsv4i_cache_format {
   int64_t weight_bytes;      /**< memory the backend adds at load (dequantised wo_a, ...) */
   int64_t act_bytes_per_tok; /**< step workspace per batch token (buffers + scratch) */
   int64_t act_bytes_fixed;   /**< step workspace independent of the batch size */
+  /** A backend whose per-row buffers serve max(tokens, output rows x draft_rows) rows (a
+   *  DSpark draft runs draft_rows rows per sequence): bytes per such row, and per output
+   *  row; the plan's workspace is fixed + T x per_tok + max(T, R x draft_rows) x per_row +
+   *  R x per_out for T batch tokens and R output rows. 0 where unused (the CPU). */
+  int64_t act_bytes_per_row, act_bytes_per_out;
+  int32_t draft_rows, reserved;
 } dsv4i_cache_format;
 
 /** Progress of a long create: stage name, done of total units. Non-zero return = abort. */

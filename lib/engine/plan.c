@@ -95,8 +95,13 @@ dsv4_status dsv4i_plan_make(const struct dsv4i_config *cfg, const dsv4i_plan_req
   if (!mul_ok(req->max_seqs, req->max_ctx, &t) || !mul_ok(t, 4, &out->engram_hist_bytes))
     return too_big("Engram history");
   if (cfg->n_engram == 0) out->engram_hist_bytes = 0;
+  int64_t rows = 0, t_rows = 0, t_out = 0;
+  if (!mul_ok(out->max_out_rows, f->draft_rows, &rows)) return too_big("draft rows");
+  if (rows < out->max_batch_tokens) rows = out->max_batch_tokens;
   if (!mul_ok(out->max_batch_tokens, f->act_bytes_per_tok, &t) ||
-      !add_ok(t, f->act_bytes_fixed, &out->act_bytes))
+      !mul_ok(rows, f->act_bytes_per_row, &t_rows) ||
+      !mul_ok(out->max_out_rows, f->act_bytes_per_out, &t_out) || !add_ok(t, t_rows, &t) ||
+      !add_ok(t, t_out, &t) || !add_ok(t, f->act_bytes_fixed, &out->act_bytes))
     return dsv4i_error(DSV4_ERR_DOES_NOT_FIT,
                        "memory plan: the workspace for %d tokens per step (max of prefill_chunk "
                        "and max_sequences) overflows 64-bit byte counts; lower prefill_chunk",

@@ -192,6 +192,22 @@ static int32_t max_rows(const ws_part *p, int32_t T, int32_t R) {
   return r > T ? r : T;
 }
 
+/* Workspace bytes of T tokens, `rows` block rows, R output rows. */
+static size_t ws_size(const dsv4i_config *c, const ws_part *p, int32_t T, int32_t rows, int32_t R,
+                      int64_t max_pos) {
+  carve cv = {0, 0};
+  gpu_ws w;
+  ws_layout(c, p, T, rows, R, max_pos, &cv, &w);
+  return cv.used;
+}
+
+/* Pages of the KV padding row for n tokens (dsv4i_gkv_device_bytes). */
+static int64_t pad_pages_for(const dsv4i_kv_layout *lay, int32_t n) {
+  int64_t k = 0;
+  for (int32_t i = 0; i < DSV4I_KV_KINDS; i++) k += dsv4i_kv_pages_for(lay, i, n);
+  return k;
+}
+
 static size_t ws_bytes(const dsv4i_config *c, const ws_part *p, int32_t T, int32_t R,
                        int64_t max_pos) {
   carve cv = {0, 0};
@@ -215,15 +231,22 @@ static dsv4_status cuda_format(const struct dsv4i_config *c, int64_t max_positio
   const int64_t wo_a = (int64_t)c->o_groups * c->o_lora_rank *
                        ((int64_t)c->n_heads * c->head_dim / c->o_groups) * 2;
   f->weight_bytes = wo_a * (p.last - p.first + (p.B ? c->n_total_layers - c->n_layers : 0));
-  /* workspace (output rows counted per token: max_out_rows <= max_batch_tokens) and the
-   * engine's stream, pre and logits buffers */
-  const int64_t n = 256, w0 = (int64_t)ws_bytes(c, &p, 0, 0, max_positions),
-                wn = (int64_t)ws_bytes(c, &p, (int32_t)n, (int32_t)n / (p.B ? p.B : 1),
-                                       max_positions);
-  const int64_t eng = (int64_t)c->hc_mult * c->dim * 2 + (int64_t)c->hc_mult * 4 +
-                      (int64_t)c->vocab_size * 4;
-  f->act_bytes_per_tok = (wn - w0 + n - 1) / n + eng;
-  f->act_bytes_fixed = w0 + 3 * 256;
+  /* workspace: per batch token (the inputs), per block row (max(tokens, output rows x B):
+   * a DSpark draft runs B rows per sequence), per output row, each measured on the layout
+   * the create carves; the engine's stream and pre per token, its logits per output row */
+  const int64_t n = 256, w0 = (int64_t)ws_size(c, &p, 0, 0, 0, max_positions);
+  const int64_t eng = (int64_t)c->hc_mult * c->dim * 2 + (int64_t)c->hc_mult * 4;
+  f->act_bytes_per_tok = ((int64_t)ws_size(c, &p, (int32_t)n, 0, 0, max_positions) - w0 + n - 1) / n + eng;
+  const int64_t nr = 64; /* the sparse attention's scratch grows up to 64 rows, then stays */
+  f->act_bytes_per_row = ((int64_t)ws_size(c, &p, 0, (int32_t)nr, 0, max_positions) - w0 + nr - 1) / nr;
+  f->act_bytes_per_out = ((int64_t)ws_size(c, &p, 0, 0, (int32_t)n, max_positions) - w0 + n - 1) / n +
+                         (int64_t)c->vocab_size * 4;
+  f->draft_rows = p.B;
+  /* the KV padding row (gpu_kv.c): pages of its own for a step's tokens, at most one page
+   * per table at the first token plus the records of the rest */
+  const int64_t pad1 = pad_pages_for(&lay, 1), padn = pad_pages_for(&lay, (int32_t)n + 1);
+  f->act_bytes_fixed = w0 + 3 * 256 + pad1 * f->page_bytes;
+  f->act_bytes_per_tok += ((padn - pad1) * f->page_bytes + n - 1) / n;
   return DSV4_OK;
 }
 

@@ -798,9 +798,9 @@ int tu_run_suite(void) {
     cmocka_unit_test(mismatch_call),   cmocka_unit_test(mismatch_create),
     cmocka_unit_test(refused_split),   cmocka_unit_test(failed_create),
     cmocka_unit_test(memory_per_rank), cmocka_unit_test(tp_rank_fails),
-    cmocka_unit_test(stalled_rank),    cmocka_unit_test(overlap),
-    cmocka_unit_test(overlap_fails),   cmocka_unit_test(scheduler),
-    cmocka_unit_test(scheduler_mismatch),
+    cmocka_unit_test(overlap),         cmocka_unit_test(overlap_fails),
+    cmocka_unit_test(scheduler),       cmocka_unit_test(scheduler_mismatch),
+    cmocka_unit_test(stalled_rank), /* last: see there */
   };
   const struct CMUnitTest tp_device[] = {cmocka_unit_test(cuda_tp_one_device)};
   int rc = g_backend == DSV4_BACKEND_CUDA && g_tp > 1

@@ -89,6 +89,13 @@ static void fixture_boundaries(void **state) {
   assert_int_equal(b[3], 6);
 }
 
+/* The plan's workspace (engine/plan.c) at 64 batch tokens and 4 output rows. */
+static int64_t ws_of(const dsv4i_cache_format *f) {
+  const int64_t rows = 4 * f->draft_rows > 64 ? 4 * f->draft_rows : 64;
+  return f->act_bytes_fixed + 64 * f->act_bytes_per_tok + rows * f->act_bytes_per_row +
+         4 * f->act_bytes_per_out;
+}
+
 /* The PP2 split 0-3 | 4-9 of the fixture: each backend's format per stage counts the
  * stage's own pages and prepared weights (they add up to one process's), and the CUDA
  * workspace of stage 0 leaves out what only the last stage runs (DSpark drafts, head). */
@@ -111,11 +118,9 @@ static void stage_formats(void **state) {
     assert_int_equal(s, DSV4_OK);
     assert_int_equal(dsv4i_backend_format(kinds[k], &c, 4096, &p0, &f0), DSV4_OK);
     assert_int_equal(dsv4i_backend_format(kinds[k], &c, 4096, &p1, &f1), DSV4_OK);
-    const int64_t a0 = f0.act_bytes_fixed + 64 * f0.act_bytes_per_tok,
-                  a1 = f1.act_bytes_fixed + 64 * f1.act_bytes_per_tok,
-                  a = all.act_bytes_fixed + 64 * all.act_bytes_per_tok;
+    const int64_t a0 = ws_of(&f0), a1 = ws_of(&f1), a = ws_of(&all);
     printf("%s: pages per sequence %lld + %lld = %lld; prepared weights %lld + %lld = %lld; "
-           "workspace at 64 tokens %lld | %lld (one process %lld)\n",
+           "workspace at 64 tokens, 4 output rows %lld | %lld (one process %lld)\n",
            kinds[k] == DSV4_BACKEND_CPU ? "cpu" : "cuda", (long long)f0.seq_pages,
            (long long)f1.seq_pages, (long long)all.seq_pages, (long long)f0.weight_bytes,
            (long long)f1.weight_bytes, (long long)all.weight_bytes, (long long)a0, (long long)a1,
