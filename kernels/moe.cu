@@ -17,9 +17,11 @@
  * Thread layout (the bandwidth part): thread i owns the K block kb = i mod nkb
  * (32 columns: 16 B of fp4 or 32 B of fp8, read with 16 B loads; a warp reads
  * 512 B contiguous of one row) and phase i / nkb of the tile's rows; it keeps
- * its K block's activations of TC tokens in registers and walks the rows,
- * several rows' loads in flight. The per-block partials go to shared memory
- * and one thread per (row, token) sums them in K-block order.
+ * its K block's activations of TC tokens in registers and walks the rows
+ * through two register buffers (one group of rows loading while the other is
+ * computed). The per-block partials go to shared memory and one thread per
+ * (row, token) sums them in K-block order. moe_down's tiles are 64 rows (its
+ * rows are short: 1,152 B of fp4 at the release dims).
  *
  * Numerics: equal to the CPU bit for bit, in its order:
  *   p = Σ_{i<32} xq_i·w_i in increasing i from 0 (fp32), acc += (p·sx)·sw in
@@ -43,7 +45,8 @@
 #include "gemv.cuh"
 #include "model/ref_math.h"
 
-#define RT 32        /* rows per tile: one act_quant block of the intermediate */
+#define RT 32        /* rows per moe_up tile: one act_quant block of the intermediate */
+#define RTD 64       /* rows per moe_down tile (the combine's unit too) */
 #define TC 1         /* tokens per pass over a tile (registers: 32 per token) */
 #define UP_NT 320    /* threads of moe_up: K blocks (dim/32 <= 320) x phases */
 #define DOWN_NT 288  /* threads of moe_down (inter/32 <= 288) */
@@ -265,8 +268,11 @@ __device__ __forceinline__ void load_acts(const float *src, long long ld, const 
 }
 
 /* Partials of rows [sub0, sub0 + sr) of the tile at row0 for NM matrices (w[m],
- * s[m]) into part[((c·NM + m)·SR + r)·(nkb + 1) + kb]. U rows' loads in flight;
- * the thread's rows are P apart (pointer steps, no per-load multiplies). */
+ * s[m]) into part[((c·NM + m)·SR + r)·(nkb + 1) + kb]. The thread's rows are P
+ * apart (32-bit offsets stepped per row: one expert matrix is far below 2 GiB),
+ * taken in groups of H rows through two register buffers: a group's loads are
+ * issued before the previous group is computed, so the loads of one group are
+ * always in flight while the thread computes (no load-compute bubble). */
 template <int FMT, int NM>
 __device__ __forceinline__ void tile_partials(const unsigned char *const (&w)[2],
                                               const unsigned char *const (&s)[2], long long ld,
@@ -274,36 +280,49 @@ __device__ __forceinline__ void tile_partials(const unsigned char *const (&w)[2]
                                               int nkb, int kb, int ph, int P,
                                               const float (&xa)[TC][32], const float (&xs)[TC],
                                               float *part) {
-  constexpr int U = (NM == 2 ? 4 : 6) / (FMT == W_E2M1 ? NM : 2 * NM); /* 64 / 96 B a thread */
-  /* 32-bit offsets: one expert matrix is far below 2 GiB */
+  constexpr int H = NM == 2 ? 1 : (FMT == W_E2M1 ? 3 : 1); /* rows per group */
   const int row = row0 + sub0 + ph;
-  const unsigned wstep = (unsigned)(P * ld), sstep = FMT == W_E2M1 ? (unsigned)(P * sld) : 0u;
-  unsigned ow = (unsigned)(row * ld) + (unsigned)kb * (FMT == W_E2M1 ? 16u : 32u);
-  unsigned os = (unsigned)((FMT == W_E2M1 ? row : row0 >> 5) * sld) + (unsigned)kb;
-  for (int r = ph; r < sr; r += U * P) {
-    kblock<FMT> b[U][NM];
-    unsigned char sb[U][NM];
+  const unsigned wstep = (unsigned)(P * ld), sstep = (unsigned)(P * sld);
+  const unsigned ow = (unsigned)(row * ld) + (unsigned)kb * (FMT == W_E2M1 ? 16u : 32u);
+  const unsigned os = (unsigned)(row * sld) + (unsigned)kb; /* fp4: scale row = row */
+  const int nr = sr > ph ? (sr - ph + P - 1) / P : 0; /* this thread's rows */
+  kblock<FMT> A[H][NM], B[H][NM];
+  unsigned char sa[H][NM], sb[H][NM];
+  auto load = [&](kblock<FMT>(&X)[H][NM], unsigned char(&sx)[H][NM], int g) {
 #pragma unroll
-    for (int u = 0; u < U; u++)
-      if (r + u * P < sr)
+    for (int h = 0; h < H; h++) {
+      const int j = g * H + h;
+      if (j < nr)
 #pragma unroll
         for (int m = 0; m < NM; m++) {
-          load_kblock<FMT>(w[m] + (ow + u * wstep), &b[u][m]);
-          sb[u][m] = __ldg(s[m] + (os + u * sstep));
+          load_kblock<FMT>(w[m] + (ow + (unsigned)j * wstep), &X[h][m]);
+          sx[h][m] = FMT == W_E2M1 ? __ldg(s[m] + (os + (unsigned)j * sstep))
+                                   : __ldg(s[m] + (long long)((row + j * P) >> 5) * sld + kb);
         }
-    ow += U * wstep, os += U * sstep;
+    }
+  };
+  auto compute = [&](const kblock<FMT>(&X)[H][NM], const unsigned char(&sx)[H][NM], int g) {
 #pragma unroll
-    for (int u = 0; u < U; u++) {
-      const int rr = r + u * P;
-      if (rr < sr)
+    for (int h = 0; h < H; h++) {
+      const int j = g * H + h, rr = ph + j * P;
+      if (j < nr)
 #pragma unroll
         for (int m = 0; m < NM; m++) {
           float q[TC];
-          kblock_partials<FMT>(b[u][m], sb[u][m], xa, xs, q);
+          kblock_partials<FMT>(X[h][m], sx[h][m], xa, xs, q);
 #pragma unroll
           for (int c = 0; c < TC; c++) part[((c * NM + m) * SR + rr) * (nkb + 1) + kb] = q[c];
         }
     }
+  };
+  const int ng = (nr + H - 1) / H;
+  load(A, sa, 0);
+  load(B, sb, 1);
+  for (int g = 0; g < ng; g += 2) {
+    compute(A, sa, g);
+    load(A, sa, g + 2);
+    compute(B, sb, g + 1);
+    load(B, sb, g + 3);
   }
 }
 
@@ -422,8 +441,8 @@ __device__ void down_body(moe_smem &sm, int np, int p0, const int *pairs, int to
   const int nkb = inter / 32, P = DOWN_NT / nkb, kb = threadIdx.x % nkb, ph = threadIdx.x / nkb;
   const bool active = ph < P;
   const long long ld = FMT == W_E2M1 ? inter / 2 : inter, sld = nkb;
-  const int SR0 = PART / (TC * (nkb + 1)), SR = SR0 < RT ? SR0 : RT;
-  const int row0 = blockIdx.x * RT;
+  const int row0 = blockIdx.x * RTD, nrow = dim - row0 < RTD ? dim - row0 : RTD;
+  const int SR0 = PART / (TC * (nkb + 1)), SR = SR0 < nrow ? SR0 : nrow;
   const unsigned char *const w[2] = {pw2, pw2};
   const unsigned char *const s[2] = {ps2, ps2};
   for (int c0 = 0; c0 < np; c0 += TC) {
@@ -433,8 +452,8 @@ __device__ void down_body(moe_smem &sm, int np, int p0, const int *pairs, int to
     for (int c = 0; c < TC; c++) pr[c] = c < nt ? route_pair(pairs, p0, c0 + c, n_slots, top_k) : 0;
     float xa[TC][32], xs[TC];
     load_acts(aq, inter, sa, nkb, pr, active ? nt : 0, kb, xa, xs);
-    for (int sub0 = 0; sub0 < RT; sub0 += SR) {
-      const int sr = RT - sub0 < SR ? RT - sub0 : SR;
+    for (int sub0 = 0; sub0 < nrow; sub0 += SR) {
+      const int sr = nrow - sub0 < SR ? nrow - sub0 : SR;
       if (active)
         tile_partials<FMT, 1>(w, s, ld, sld, row0, sub0, sr, SR, nkb, kb, ph, P, xa, xs, sm.part);
       __syncthreads();
@@ -451,9 +470,9 @@ __device__ void down_body(moe_smem &sm, int np, int p0, const int *pairs, int to
   }
 }
 
-/* Grid (dim/32, as moe_up), DOWN_NT threads; inter/32 <= DOWN_NT. aq, sa: moe_up's;
+/* Grid (ceil(dim/RTD), as moe_up), DOWN_NT threads; inter/32 <= DOWN_NT. aq, sa: moe_up's;
  * route: moe_up's route table (build_route); w2, s2: pointer tables; o bf16
- * [n][n_slots][dim] scratch; counters u32 [dim/32] (zero on entry: moe_up);
+ * [n][n_slots][dim] scratch; counters u32 [ceil(dim/RTD)] (zero on entry: moe_up);
  * out bf16 [n][ldo]. */
 extern "C" __global__ void __launch_bounds__(DOWN_NT, 2)
 dsv4_k_moe_down(int n_tok, int top_k, int has_shared, int n_experts, int dim, int inter,
@@ -483,9 +502,9 @@ dsv4_k_moe_down(int n_tok, int top_k, int has_shared, int n_experts, int dim, in
   __syncthreads();
   if (!sm.last) return;
   __threadfence();
-  const int row0 = blockIdx.x * RT;
-  for (int q = threadIdx.x; q < n_tok * RT; q += DOWN_NT) {
-    const int t = q / RT, d = row0 + q % RT;
+  const int row0 = blockIdx.x * RTD, nrow = dim - row0 < RTD ? dim - row0 : RTD;
+  for (int q = threadIdx.x; q < n_tok * nrow; q += DOWN_NT) {
+    const int t = q / nrow, d = row0 + q % nrow;
     const int32_t *it = idx + (long long)t * top_k;
     float y = 0.0f;
     int prev = -1;

@@ -2,7 +2,8 @@
  * layout, three launches. */
 #include "gpu/gpu_ops.h"
 
-#define MOE_TILE 32    /* kernels/moe.cu RT: rows per tile */
+#define MOE_TILE 32    /* kernels/moe.cu RT: rows per moe_up tile */
+#define MOE_DOWN_TILE 64 /* kernels/moe.cu RTD: rows per moe_down tile */
 #define MOE_UP_KB 320  /* kernels/moe.cu UP_NT: dim/32 at most */
 #define MOE_DOWN_KB 288 /* kernels/moe.cu DOWN_NT: inter/32 at most */
 #define MOE_MAX_EXPERTS 1024
@@ -12,7 +13,7 @@ static size_t al(size_t b) { return (b + 255) / 256 * 256; }
 /* xq f32 [n][dim], sx f32 [n][dim/32] (act_quant of x); aq f32
  * [n][top_k + 1][inter], sa f32 [n][top_k + 1][inter/32] (act_quant of the
  * activations); o bf16 [n][top_k + 1][dim] (each expert's rows); cnt u32
- * [dim/32] (per row tile of the down projection); route int32
+ * [ceil(dim/64)] (per row tile of the down projection); route int32
  * [2 + 2·1024 + n·top_k] (kernels/moe.cu build_route; sized for the largest
  * expert count the launcher takes, so the size needs no n_experts). */
 typedef struct moe_carve {
@@ -29,7 +30,7 @@ static moe_carve moe_layout(const dsv4i_gpu_moe *m, int32_t n_tok) {
   c.sa = c.aq + al(4 * n * slots * inter);
   c.o = c.sa + al(4 * n * slots * inter / 32);
   c.cnt = c.o + al(2 * n * slots * dim);
-  c.route = c.cnt + al(4 * (dim / MOE_TILE + 1));
+  c.route = c.cnt + al(4 * (dim / MOE_DOWN_TILE + 1));
   c.total = c.route + al(4 * (2 + 2 * (size_t)MOE_MAX_EXPERTS + n * (size_t)m->top_k));
   return c;
 }
@@ -75,7 +76,7 @@ dsv4_status dsv4i_gpu_moe_experts(const dsv4i_gpu_ops *o, dsv4i_custream s,
   const int64_t nk = (int64_t)n_tok * m->top_k;
   const uint32_t gy = (uint32_t)((nk < m->n_experts ? nk : m->n_experts) + (m->has_shared ? 1 : 0));
   int n = n_tok, k = m->top_k, sh = m->has_shared ? 1 : 0, E = m->n_experts, dim = m->dim,
-      inter = m->inter, n_cnt = m->dim / MOE_TILE;
+      inter = m->inter, n_cnt = (m->dim + MOE_DOWN_TILE - 1) / MOE_DOWN_TILE;
   float lim = m->swiglu_limit;
   dsv4i_cuptr w1 = m->w1, s1 = m->s1, w3 = m->w3, s3 = m->s3, w2 = m->w2, s2 = m->s2;
   void *pu[] = {&n, &k, &sh, &E, &dim, &inter, &fr, &fs, &lim, &xq, &sx, &idx, &weight,
@@ -85,5 +86,5 @@ dsv4_status dsv4i_gpu_moe_experts(const dsv4i_gpu_ops *o, dsv4i_custream s,
   long long lo = ldo;
   void *pd[] = {&n, &k, &sh, &E, &dim, &inter, &fr, &fs, &aq, &sa, &idx, &route, &w2, &s2, &ob,
                 &cnt, &out, &lo};
-  return dsv4i_kreg_launch_grid(o->kr, o->moe_down, (uint32_t)(dim / MOE_TILE), gy, 1, 0, s, pd);
+  return dsv4i_kreg_launch_grid(o->kr, o->moe_down, (uint32_t)n_cnt, gy, 1, 0, s, pd);
 }
