@@ -557,6 +557,47 @@ static void moe_experts_equal_cpu(void **state) {
 
 /* ---- Engram ------------------------------------------------------------------- */
 
+enum { EG_DIM = 256, EG_HC = 4, EG_NC = 6, EG_HD = 64, EG_ROWS = 100, EG_W = EG_NC * EG_HD,
+       EG_KVW = (EG_HC + 1) * EG_DIM };
+
+/* One random Engram layer for both engines: the CPU's view and the device's, the
+ * table and its scales in the mapped pinned pool. */
+typedef struct engram_fx {
+  uint8_t *wkv, wsc[(EG_KVW / 32) * (EG_W / 32)];
+  uint16_t qw[EG_HC * EG_DIM], kw[EG_HC * EG_DIM];
+  dsv4i_engram_layer e;
+  dsv4i_gpu_engram ge;
+} engram_fx;
+
+static void engram_fixture(engram_fx *f, uint64_t *s) {
+  f->wkv = malloc((size_t)EG_KVW * EG_W);
+  assert_non_null(f->wkv);
+  for (size_t i = 0; i < (size_t)EG_KVW * EG_W; i++) f->wkv[i] = rand_e4m3(s);
+  for (size_t i = 0; i < sizeof f->wsc; i++) f->wsc[i] = (uint8_t)(118 + gt_rand(s) % 8);
+  gt_fill_bf16(s, f->qw, EG_HC * EG_DIM, 1);
+  gt_fill_bf16(s, f->kw, EG_HC * EG_DIM, 1);
+  if (!G.pinned.host) gt_check(dsv4i_gpu_hostpool_create(&G, (size_t)1 << 20));
+  G.pinned.used = 0;
+  void *tab_h, *tsc_h;
+  dsv4i_cuptr tab_d, tsc_d;
+  gt_check(dsv4i_gpu_hostpool_take(&G.pinned, EG_ROWS * EG_HD, "table", &tab_h, &tab_d));
+  gt_check(dsv4i_gpu_hostpool_take(&G.pinned, EG_ROWS * EG_HD / 32, "table scale", &tsc_h, &tsc_d));
+  for (int i = 0; i < EG_ROWS * EG_HD; i++) ((uint8_t *)tab_h)[i] = rand_e4m3(s);
+  for (int i = 0; i < EG_ROWS * EG_HD / 32; i++)
+    ((uint8_t *)tsc_h)[i] = (uint8_t)(120 + gt_rand(s) % 6);
+  const dsv4i_engram_layer e = {.dim = EG_DIM, .hc = EG_HC, .n_cols = EG_NC, .head_dim = EG_HD,
+                                .rows = EG_ROWS, .table = tab_h, .table_scale = tsc_h,
+                                .q_weight = f->qw, .k_weight = f->kw, .eps = 1e-20f};
+  f->e = e;
+  gt_check(dsv4i_wview_init(&f->e.wkv, DSV4I_W_FP8, EG_KVW, EG_W, f->wkv, f->wsc));
+  const dsv4i_gpu_engram ge = {EG_DIM, EG_HC, EG_NC, EG_HD, 1e-20f, tab_d, tsc_d,
+                               {DSV4I_KFMT_E4M3_UE8M0, EG_KVW, EG_W, EG_W, EG_W / 32,
+                                gt_up(&G, f->wkv, (size_t)EG_KVW * EG_W),
+                                gt_up(&G, f->wsc, sizeof f->wsc)},
+                               gt_up(&G, f->qw, sizeof f->qw), gt_up(&G, f->kw, sizeof f->kw)};
+  f->ge = ge;
+}
+
 /* The table in the mapped pinned pool, an image token, 9 tokens x 4 copies:
  * flat gates 0..31 take torch's vectorised exp (bit-equal), 32..35 libm's
  * expf on the CPU and CUDA's here. Tolerance: copies on the vectorised
@@ -565,26 +606,9 @@ static void engram_equals_cpu(void **state) {
   (void)state;
   reset_pool();
   uint64_t s = 20;
-  enum { DIM = 256, HC = 4, NC = 6, HD = 64, ROWS = 100, N = 9, width = NC * HD,
-         kvw = (HC + 1) * DIM };
-  uint8_t *wkv = malloc((size_t)kvw * width), wsc[(kvw / 32) * (width / 32)];
-  for (size_t i = 0; i < (size_t)kvw * width; i++) wkv[i] = rand_e4m3(&s);
-  for (size_t i = 0; i < sizeof wsc; i++) wsc[i] = (uint8_t)(118 + gt_rand(&s) % 8);
-  uint16_t qw[HC * DIM], kw[HC * DIM];
-  gt_fill_bf16(&s, qw, HC * DIM, 1);
-  gt_fill_bf16(&s, kw, HC * DIM, 1);
-  if (!G.pinned.host) gt_check(dsv4i_gpu_hostpool_create(&G, (size_t)1 << 20));
-  G.pinned.used = 0;
-  void *tab_h, *tsc_h;
-  dsv4i_cuptr tab_d, tsc_d;
-  gt_check(dsv4i_gpu_hostpool_take(&G.pinned, ROWS * HD, "table", &tab_h, &tab_d));
-  gt_check(dsv4i_gpu_hostpool_take(&G.pinned, ROWS * HD / 32, "table scale", &tsc_h, &tsc_d));
-  for (int i = 0; i < ROWS * HD; i++) ((uint8_t *)tab_h)[i] = rand_e4m3(&s);
-  for (int i = 0; i < ROWS * HD / 32; i++) ((uint8_t *)tsc_h)[i] = (uint8_t)(120 + gt_rand(&s) % 6);
-  dsv4i_engram_layer e = {.dim = DIM, .hc = HC, .n_cols = NC, .head_dim = HD, .rows = ROWS,
-                          .table = tab_h, .table_scale = tsc_h, .q_weight = qw, .k_weight = kw,
-                          .eps = 1e-20f};
-  gt_check(dsv4i_wview_init(&e.wkv, DSV4I_W_FP8, kvw, width, wkv, wsc));
+  enum { DIM = EG_DIM, HC = EG_HC, NC = EG_NC, ROWS = EG_ROWS, N = 9 };
+  static engram_fx fx;
+  engram_fixture(&fx, &s);
   int64_t ids[N * NC];
   for (int i = 0; i < N * NC; i++) ids[i] = (int64_t)(gt_rand(&s) % ROWS);
   uint8_t img[N] = {0};
@@ -592,15 +616,11 @@ static void engram_equals_cpu(void **state) {
   uint16_t *hc_ = malloc(2 * (size_t)N * HC * DIM), *hg = malloc(2 * (size_t)N * HC * DIM);
   gt_fill_bf16(&s, hc_, (size_t)N * HC * DIM, 4);
   memcpy(hg, hc_, 2 * (size_t)N * HC * DIM);
-  gt_check(dsv4i_cpu_engram(&e, N, ids, NC, img, hc_));
-  dsv4i_gpu_engram ge = {DIM, HC, NC, HD, 1e-20f, tab_d, tsc_d,
-                         {DSV4I_KFMT_E4M3_UE8M0, kvw, width, width, width / 32,
-                          gt_up(&G, wkv, (size_t)kvw * width), gt_up(&G, wsc, sizeof wsc)},
-                         gt_up(&G, qw, sizeof qw), gt_up(&G, kw, sizeof kw)};
+  gt_check(dsv4i_cpu_engram(&fx.e, N, ids, NC, img, hc_));
   dsv4i_cuptr dh = gt_up(&G, hg, 2 * (size_t)N * HC * DIM), di = gt_up(&G, ids, sizeof ids),
               dimg = gt_up(&G, img, sizeof img),
-              scr = gt_up(&G, NULL, dsv4i_gpu_engram_scratch_bytes(&ge, N));
-  gt_check(dsv4i_gpu_engram_run(&O, G.stream, &ge, N, di, NC, dimg, 0, scr, dh));
+              scr = gt_up(&G, NULL, dsv4i_gpu_engram_scratch_bytes(&fx.ge, N));
+  gt_check(dsv4i_gpu_engram_run(&O, G.stream, &fx.ge, N, di, NC, dimg, 0, scr, dh));
   gt_down(&G, hg, dh, 2 * (size_t)N * HC * DIM);
   size_t bad_vec = 0, bad_scalar = 0;
   for (int f = 0; f < N * HC; f++)
@@ -616,7 +636,7 @@ static void engram_equals_cpu(void **state) {
   printf("# engram: vectorised-exp copies %zu differing elements (must be 0); libm-exp copies "
          "%zu of %d differ by 1 bf16 ulp\n", bad_vec, bad_scalar, 4 * DIM);
   assert_int_equal(bad_vec, 0);
-  free(wkv), free(hc_), free(hg);
+  free(fx.wkv), free(hc_), free(hg);
 }
 
 /* A step's batch of several reference calls (docs/cpu-numerics.md): decode rows,
@@ -630,29 +650,12 @@ static void engram_batch_of_calls_equals_calls_alone(void **state) {
   (void)state;
   reset_pool();
   uint64_t s = 23;
-  enum { DIM = 256, HC = 4, NC = 6, HD = 64, ROWS = 100, N = 40, width = NC * HD,
-         kvw = (HC + 1) * DIM };
+  enum { DIM = EG_DIM, HC = EG_HC, NC = EG_NC, ROWS = EG_ROWS, N = 40 };
   static const int32_t run[N] = {-1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, -1, -1, 1, 1, 1, 1,
                                  1, 1, 1, -1, 2, 2, 2, 2, 2, 2, 2, 2, -1, -1, -1, -1, -1, -1,
                                  -1, -1};
-  uint8_t *wkv = malloc((size_t)kvw * width), wsc[(kvw / 32) * (width / 32)];
-  for (size_t i = 0; i < (size_t)kvw * width; i++) wkv[i] = rand_e4m3(&s);
-  for (size_t i = 0; i < sizeof wsc; i++) wsc[i] = (uint8_t)(118 + gt_rand(&s) % 8);
-  uint16_t qw[HC * DIM], kw[HC * DIM];
-  gt_fill_bf16(&s, qw, HC * DIM, 1);
-  gt_fill_bf16(&s, kw, HC * DIM, 1);
-  if (!G.pinned.host) gt_check(dsv4i_gpu_hostpool_create(&G, (size_t)1 << 20));
-  G.pinned.used = 0;
-  void *tab_h, *tsc_h;
-  dsv4i_cuptr tab_d, tsc_d;
-  gt_check(dsv4i_gpu_hostpool_take(&G.pinned, ROWS * HD, "table", &tab_h, &tab_d));
-  gt_check(dsv4i_gpu_hostpool_take(&G.pinned, ROWS * HD / 32, "table scale", &tsc_h, &tsc_d));
-  for (int i = 0; i < ROWS * HD; i++) ((uint8_t *)tab_h)[i] = rand_e4m3(&s);
-  for (int i = 0; i < ROWS * HD / 32; i++) ((uint8_t *)tsc_h)[i] = (uint8_t)(120 + gt_rand(&s) % 6);
-  dsv4i_engram_layer e = {.dim = DIM, .hc = HC, .n_cols = NC, .head_dim = HD, .rows = ROWS,
-                          .table = tab_h, .table_scale = tsc_h, .q_weight = qw, .k_weight = kw,
-                          .eps = 1e-20f};
-  gt_check(dsv4i_wview_init(&e.wkv, DSV4I_W_FP8, kvw, width, wkv, wsc));
+  static engram_fx fx;
+  engram_fixture(&fx, &s);
   int64_t ids[N * NC];
   for (int i = 0; i < N * NC; i++) ids[i] = (int64_t)(gt_rand(&s) % ROWS);
   uint8_t img[N] = {0};
@@ -663,29 +666,26 @@ static void engram_batch_of_calls_equals_calls_alone(void **state) {
   uint16_t *h0 = malloc(hb), *hc_ = malloc(hb), *hg = malloc(hb), *ha = malloc(hb), *hw = malloc(hb);
   gt_fill_bf16(&s, h0, (size_t)N * HC * DIM, 4);
   memcpy(hc_, h0, hb);
-  gt_check(dsv4i_cpu_engram_runs(&e, N, run, ids, NC, img, hc_));
-  dsv4i_gpu_engram ge = {DIM, HC, NC, HD, 1e-20f, tab_d, tsc_d,
-                         {DSV4I_KFMT_E4M3_UE8M0, kvw, width, width, width / 32,
-                          gt_up(&G, wkv, (size_t)kvw * width), gt_up(&G, wsc, sizeof wsc)},
-                         gt_up(&G, qw, sizeof qw), gt_up(&G, kw, sizeof kw)};
+  gt_check(dsv4i_cpu_engram_runs(&fx.e, N, run, ids, NC, img, hc_));
+  const dsv4i_gpu_engram *ge = &fx.ge;
   const size_t row = 2 * (size_t)HC * DIM;
   dsv4i_cuptr dh = gt_up(&G, h0, hb), di = gt_up(&G, ids, sizeof ids),
               dimg = gt_up(&G, img, sizeof img), dvec = gt_up(&G, vec, sizeof vec),
-              scr = gt_up(&G, NULL, dsv4i_gpu_engram_scratch_bytes(&ge, N));
+              scr = gt_up(&G, NULL, dsv4i_gpu_engram_scratch_bytes(ge, N));
   /* the batch with its per-token table */
-  gt_check(dsv4i_gpu_engram_run(&O, G.stream, &ge, N, di, NC, dimg, dvec, scr, dh));
+  gt_check(dsv4i_gpu_engram_run(&O, G.stream, ge, N, di, NC, dimg, dvec, scr, dh));
   gt_down(&G, hg, dh, hb);
   /* each call alone (a run of equal values >= 0, or one token) */
   const dsv4i_cuptr da = gt_up(&G, h0, hb), dw = gt_up(&G, h0, hb);
   int n_calls = 0;
   for (int32_t r0 = 0, r1; r0 < N; r0 = r1, n_calls++) {
     for (r1 = r0 + 1; run[r0] >= 0 && r1 < N && run[r1] == run[r0]; r1++) {}
-    gt_check(dsv4i_gpu_engram_run(&O, G.stream, &ge, r1 - r0, di + (dsv4i_cuptr)r0 * NC * 8, NC,
+    gt_check(dsv4i_gpu_engram_run(&O, G.stream, ge, r1 - r0, di + (dsv4i_cuptr)r0 * NC * 8, NC,
                                   dimg + (dsv4i_cuptr)r0, 0, scr, da + (dsv4i_cuptr)r0 * row));
   }
   gt_down(&G, ha, da, hb);
   /* the old rule: the whole batch as one call */
-  gt_check(dsv4i_gpu_engram_run(&O, G.stream, &ge, N, di, NC, dimg, 0, scr, dw));
+  gt_check(dsv4i_gpu_engram_run(&O, G.stream, ge, N, di, NC, dimg, 0, scr, dw));
   gt_down(&G, hw, dw, hb);
   size_t bad_vec = 0, bad_scalar = 0, whole = 0;
   for (int t = 0; t < N; t++)
@@ -709,7 +709,7 @@ static void engram_batch_of_calls_equals_calls_alone(void **state) {
          n_calls, N, bad_vec, bad_scalar, whole);
   assert_int_equal(bad_vec, 0);
   assert_true(whole > 0); /* the case is sensitive to the split */
-  free(wkv), free(h0), free(hc_), free(hg), free(ha), free(hw);
+  free(fx.wkv), free(h0), free(hc_), free(hg), free(ha), free(hw);
 }
 
 /* ---- cuBLASLt (large-M prefill GEMM) ---------------------------------------------- */
