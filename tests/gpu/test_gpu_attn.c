@@ -876,9 +876,10 @@ static void markov_case(int32_t n, int32_t V, int32_t R, const float *temp, cons
   assert_true(embed && head && base && got && want && bias && seed && counter && toks && gtoks &&
               again);
   rand_bf16(embed, (size_t)V * R, 1.0f);
-  rand_bf16(head, (size_t)V * R, ties ? 0.0f : 0.1f);
+  if (ties) memset(head, 0, (size_t)V * R * 2); /* bias exactly 0: the ties stay ties */
+  else rand_bf16(head, (size_t)V * R, 0.1f);
   for (size_t i = 0; i < (size_t)n * B * V; i++) base[i] = gauss() * 2.0f;
-  if (ties) /* no bias (head 0): each row's best value also sits at a higher index */
+  if (ties) /* each row's best value also sits at a higher index */
     for (size_t r = 0; r < (size_t)n * B; r++) {
       float *row = base + r * (size_t)V;
       int32_t at = (int32_t)(rnd() % (uint32_t)(V / 2));
