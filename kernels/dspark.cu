@@ -59,12 +59,21 @@ __device__ __forceinline__ int warp_min(int x) {
   for (int o = 16; o > 0; o >>= 1) x = min(x, __shfl_xor_sync(0xFFFFFFFFu, x, o));
   return x;
 }
-__device__ __forceinline__ float warp_max(float x) {
-  for (int o = 16; o > 0; o >>= 1) x = fmaxf(x, __shfl_xor_sync(0xFFFFFFFFu, x, o));
-  return x;
-}
 
 __device__ __forceinline__ float temp_of(float T) { return T > 1e-5f ? T : 1e-5f; }
+
+/* lane l's share of the piece [r0, r0 + MK_PIECE) of the warp's 32 head rows from row0:
+ * 16 B of row row0 + l / 4 + 8 j at rank r0 + 8 (l % 4); zeros past V or R */
+__device__ __forceinline__ void load_piece(uint4 *nx, const unsigned short *__restrict__ head,
+                                           int row0, int V, int R, int r0, int lane) {
+  const int q = lane & 3, pw = R - r0 < MK_PIECE ? R - r0 : MK_PIECE;
+  #pragma unroll
+  for (int j = 0; j < 4; j++) {
+    const int row = row0 + (lane >> 2) + 8 * j;
+    nx[j] = make_uint4(0u, 0u, 0u, 0u);
+    if (row < V && 8 * q < pw) nx[j] = *(const uint4 *)(head + (long long)row * R + r0 + 8 * q);
+  }
+}
 
 /* a partial written by another block of this launch (L2, not a stale L1 line) */
 __device__ __forceinline__ mk_part load_part(const mk_part *p) {
@@ -81,13 +90,36 @@ __device__ __forceinline__ mk_part load_part(const mk_part *p) {
   return q;
 }
 
-/* the last block: sequence i's token from its n_chunks partials, by one warp */
+struct op_min {
+  __device__ int operator()(int a, int b) const { return min(a, b); }
+};
+struct op_max {
+  __device__ float operator()(float a, float b) const { return fmaxf(a, b); }
+};
+struct op_add {
+  __device__ float operator()(float a, float b) const { return __fadd_rn(a, b); }
+};
+
+/* op over the block (a fixed tree: deterministic), in every thread; every thread calls it */
+template <typename T, typename Op>
+__device__ T block_all(T x, Op op) {
+  __shared__ T s[MK_WARPS];
+  for (int o = 16; o > 0; o >>= 1) x = op(x, __shfl_xor_sync(0xFFFFFFFFu, x, o));
+  __syncthreads(); /* a previous call's readers are done */
+  if ((threadIdx.x & 31) == 0) s[threadIdx.x >> 5] = x;
+  __syncthreads();
+  T t = s[0];
+  for (int w = 1; w < MK_WARPS; w++) t = op(t, s[w]);
+  return t;
+}
+
+/* the last block: sequence i's token from its n_chunks partials, the whole block (every
+ * thread calls it; the early returns are the same in every thread) */
 __device__ int final_token(const mk_part *p, int n_chunks, int nv, float T, unsigned long long seed,
                            unsigned long long ctr) {
-  const int lane = threadIdx.x & 31;
   int bad = INT_MAX, fin = 0, bi = -1;
   float bv = 0.0f, mx = -INFINITY;
-  for (int c = lane; c < n_chunks; c += 32) {
+  for (int c = threadIdx.x; c < n_chunks; c += MK_THREADS) {
     const mk_part q = load_part(p + c);
     bad = min(bad, q.bad);
     fin |= q.fin;
@@ -97,33 +129,33 @@ __device__ int final_token(const mk_part *p, int n_chunks, int nv, float T, unsi
       dsv4_best_merge(bv, bi, q.m, q.idx);
     }
   }
-  bad = warp_min(bad);
-  fin = __any_sync(0xFFFFFFFFu, fin);
+  bad = block_all(bad, op_min());
+  fin = __syncthreads_or(fin);
   if (bad < nv) return -1 - bad;
   if (!fin) return -1 - nv;
   if (!(T > 0.0f)) {
-    dsv4_warp_best(bv, bi);
+    dsv4_block_best<MK_THREADS>(bv, bi);
     return bi < 0 ? 0 : bi;
   }
   const float t = temp_of(T);
-  mx = warp_max(mx);
+  mx = block_all(mx, op_max());
   float s = 0.0f;
-  for (int c = lane; c < n_chunks; c += 32) {
+  for (int c = threadIdx.x; c < n_chunks; c += MK_THREADS) {
     const mk_part q = load_part(p + c);
     if (q.idx >= 0) s = __fadd_rn(s, __fmul_rn(q.s, expf(__fsub_rn(q.m, mx))));
   }
-  const float inv = __fdiv_rn(1.0f, warp_sum(s));
+  const float inv = __fdiv_rn(1.0f, block_all(s, op_add()));
   float av = 0.0f;
   int ai = -1;
-  for (int c = lane; c < n_chunks; c += 32) {
+  for (int c = threadIdx.x; c < n_chunks; c += MK_THREADS) {
     const mk_part q = load_part(p + c);
     if (q.idx < 0) continue;
     const float pr = __fmul_rn(expf(__fsub_rn(__fdiv_rn(q.lc, t), mx)), inv);
     dsv4_best_merge(bv, bi, __fdiv_rn(pr, dsv4i_sample_noise_at(seed, ctr, q.idx)), q.idx);
     dsv4_best_merge(av, ai, q.m, q.amax);
   }
-  dsv4_warp_best(bv, bi);
-  dsv4_warp_best(av, ai);
+  dsv4_block_best<MK_THREADS>(bv, bi);
+  dsv4_block_best<MK_THREADS>(av, ai);
   return bi >= 0 ? bi : (ai < 0 ? 0 : ai);
 }
 
@@ -139,7 +171,7 @@ __device__ int final_token(const mk_part *p, int n_chunks, int nv, float T, unsi
  * e_k when k > 0); ticket: uint32 [1], zero before the first launch (left
  * zero after each).
  */
-extern "C" __global__ void __launch_bounds__(MK_THREADS) dsv4_k_dspark_markov_bf16(
+extern "C" __global__ void __launch_bounds__(MK_THREADS, 4) dsv4_k_dspark_markov_bf16(
     int n, int n_chunks, int B, int k, int V, int R, int *__restrict__ toks, float *logits,
     const unsigned short *__restrict__ embed, const unsigned short *__restrict__ head,
     const float *__restrict__ temp, const unsigned long long *__restrict__ seed,
@@ -165,21 +197,20 @@ extern "C" __global__ void __launch_bounds__(MK_THREADS) dsv4_k_dspark_markov_bf
     }
     __syncthreads();
     /* bias: the warp stages its 32 rows a piece at a time (lane l loads 16 B of row
-     * l / 4 + 8 j), then lane l runs row l's dot in rank order */
+     * l / 4 + 8 j; the next piece is in flight while this one is used), then lane l runs
+     * row l's dot in rank order */
     float acc[MK_GROUP];
     #pragma unroll
     for (int g = 0; g < MK_GROUP; g++) acc[g] = 0.0f;
+    uint4 nx[4];
+    load_piece(nx, head, wrow0, V, R, 0, lane);
     for (int r0 = 0; r0 < R; r0 += MK_PIECE) {
       const int pw = R - r0 < MK_PIECE ? R - r0 : MK_PIECE; /* a multiple of 8 */
       #pragma unroll
-      for (int j = 0; j < 4; j++) {
-        const int row = (lane >> 2) + 8 * j, q = lane & 3;
-        uint4 val = make_uint4(0u, 0u, 0u, 0u);
-        if (wrow0 + row < V && 8 * q < pw)
-          val = *(const uint4 *)(head + (long long)(wrow0 + row) * R + r0 + 8 * q);
-        *(uint4 *)(&hs[warp][row * MK_LD + 8 * q]) = val;
-      }
+      for (int j = 0; j < 4; j++)
+        *(uint4 *)(&hs[warp][((lane >> 2) + 8 * j) * MK_LD + 8 * (lane & 3)]) = nx[j];
       __syncwarp();
+      if (r0 + MK_PIECE < R) load_piece(nx, head, wrow0, V, R, r0 + MK_PIECE, lane);
       const unsigned short *hr = &hs[warp][lane * MK_LD];
       for (int q = 0; q < pw / 8; q++) {
         const uint4 w4 = *(const uint4 *)(hr + 8 * q);
@@ -292,14 +323,16 @@ extern "C" __global__ void __launch_bounds__(MK_THREADS) dsv4_k_dspark_markov_bf
   if (threadIdx.x == 0) s_last = atomicAdd(ticket, 1u) == (unsigned int)(n_chunks - 1);
   __syncthreads();
   if (!s_last) return;
-  /* the last block: every other block's partials are visible; warp w takes sequences w, w + 8, .. */
+  /* the last block: every other block's partials are visible; the block takes the
+   * sequences one by one (the partials of one are read by all its threads at once) */
   __threadfence();
-  for (int i = warp; i < n; i += MK_WARPS) {
+  for (int i = 0; i < n; i++) {
     const int tok = final_token(part + (long long)i * n_chunks, n_chunks, n_valid[i], temp[i],
                                 seed[i], counter[i] + (unsigned long long)k);
-    if (lane == 0) toks[(long long)i * (B + 1) + k + 1] = tok;
+    if (threadIdx.x == 0) toks[(long long)i * (B + 1) + k + 1] = tok;
     const int src = tok < 0 ? 0 : tok;
-    for (int r = lane; r < R; r += 32) e[(long long)i * R + r] = embed[(long long)src * R + r];
+    for (int r = threadIdx.x; r < R; r += MK_THREADS)
+      e[(long long)i * R + r] = embed[(long long)src * R + r];
   }
   if (threadIdx.x == 0) *ticket = 0u;
 }
