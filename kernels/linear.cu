@@ -216,14 +216,20 @@ extern "C" __global__ void __launch_bounds__(256) dsv4_k_linear_e2m1_ue8m0_warp(
  * memory (4 bytes per 32 weight bytes per token); smaller RT gives more
  * blocks (a 5,120-row matrix: 160 blocks at RT 32, 640 at RT 8) at the cost
  * of more distinct x addresses per load.
+ * Nothing the arithmetic waits for comes from global memory while it runs:
+ * the tile's scale row is staged in shared memory first, and each chunk's
+ * activations and act_quant scales are prefetched into L1 when its weights
+ * are issued, Q_STAGES - 1 chunks ahead (a load issued only when needed
+ * waits the full latency of a saturated memory system, microseconds).
  * Grid (ceil(rows/RT), ceil(n_tok/16)), 256 threads, 48 KB static shared;
  * RT comes in group_rows (the fp8 kernel has no row groups). */
 #define Q_WARPS 8
 #ifndef Q_STAGES
-#define Q_STAGES 4 /* 3 chunks (24 KB) in flight per block */
+#define Q_STAGES 3 /* 2 chunks (16 KB) in flight per block */
 #endif
 #define Q_TOK 16
 #define Q_CHUNK 8192 /* weight bytes per chunk */
+#define Q_SROW 8192  /* the tile's UE8M0 scale row, staged whole: K <= 262,144 */
 
 template <int RT>
 __device__ __forceinline__ void q8_issue(int c, int nch, int tid, int o0, int rows, int nkb,
@@ -242,14 +248,15 @@ __device__ __forceinline__ void q8_issue(int c, int nch, int tid, int o0, int ro
   cp_async_commit(); /* an empty group past the end keeps the wait count uniform */
 }
 
-/* q of K block kb for tokens [0, nt) (NT >= nt), two tokens' chains
- * interleaved; into qs[t][j][row], j = the block's index in the chunk.
+/* q of K block kb for tokens [0, nt) (NT >= nt), token by token (the
+ * warps of the SM interleave their chains); into qs[t][j][row], j = the
+ * block's index in the chunk.
  * wv: the weights × 2^-8 (e4m3x4_to_f32_s8), so p · 2^8 is the CPU's p. */
 template <int NT, int RT>
 __device__ __forceinline__ void q8_dot(int nt, int t0, int k, int kb, const float *wv, float sw,
                                        const float *xq, const float *sx, int nkb, float *qs, int j,
                                        int row) {
-  constexpr int G = NT < 2 ? NT : 2, NB = Q_CHUNK / RT / 32;
+  constexpr int G = 1, NB = Q_CHUNK / RT / 32; /* G > 1 interleaves tokens: spills at 128 registers */
 #pragma unroll
   for (int t = 0; t < NT; t += G) {
     if (t >= nt) break;
@@ -280,11 +287,41 @@ __device__ __forceinline__ void q8_dot(int nt, int t0, int k, int kb, const floa
   }
 }
 
+__device__ __forceinline__ void prefetch_l1(const void *p) {
+  asm volatile("prefetch.global.L1 [%0];\n" ::"l"(p));
+}
+
+/* Chunk c's activations (one 128-byte line per token and K block) and
+ * act_quant scales (one line per token) into L1. */
+__device__ __forceinline__ void q8_prefetch_x(int c, int nch, int nb_chunk, int tid, int nt, int t0, int k,
+                                              int nkb, const float *xq, const float *sx) {
+  if (c >= nch) return;
+  for (int i = tid; i < nt * nb_chunk; i += 256) {
+    const int t = i / nb_chunk, kb = c * nb_chunk + i % nb_chunk;
+    if (kb < nkb) prefetch_l1(xq + (long long)(t0 + t) * k + kb * 32);
+  }
+  if (tid < nt) prefetch_l1(sx + (long long)(t0 + tid) * nkb + c * nb_chunk);
+}
+
+/* acc + q[0] + q[RT] + ... + q[(nb-1)·RT], in that order. */
+template <int RT>
+__device__ __forceinline__ float q8_sum(float acc, const float *q, int nb) {
+  for (int b0 = 0; b0 < nb; b0 += 4) {
+    float v[4];
+#pragma unroll
+    for (int i = 0; i < 4; i++) v[i] = b0 + i < nb ? q[(b0 + i) * RT] : 0.0f;
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+      if (b0 + i < nb) acc = __fadd_rn(acc, v[i]);
+  }
+  return acc;
+}
+
 template <int NT, int RT>
 __device__ __forceinline__ void q8_tile(int n_tok, int rows, int k, const unsigned char *w, long long ld,
                                         const unsigned char *scale, long long scale_ld, const float *xq,
                                         const float *sx, uint16_t *y, long long ldy, unsigned char *ws,
-                                        float *qs) {
+                                        float *qs, unsigned char *ss) {
   constexpr int RSEG = Q_CHUNK / RT, NB = RSEG / 32; /* K blocks per chunk */
   const int tid = threadIdx.x, lane = tid & 31, wp = tid >> 5;
   const int row = lane % RT, j = wp * (32 / RT) + lane / RT; /* this thread's block in the chunk */
@@ -296,11 +333,16 @@ __device__ __forceinline__ void q8_tile(int n_tok, int rows, int k, const unsign
   float acc0 = 0.0f, acc1 = 0.0f;
   const int pr0 = tid, pr1 = tid + 256;
 #pragma unroll
-  for (int c = 0; c < Q_STAGES - 1; c++) q8_issue<RT>(c, nch, tid, o0, rows, nkb, w, ld, ws);
+  for (int c = 0; c < Q_STAGES - 1; c++) {
+    q8_issue<RT>(c, nch, tid, o0, rows, nkb, w, ld, ws);
+    q8_prefetch_x(c, nch, NB, tid, nt, t0, k, nkb, xq, sx);
+  }
+  for (int i = tid; i < nkb; i += 256) ss[i] = srow[i]; /* visible after the first barrier */
   for (int c = 0; c < nch; c++) {
     cp_async_wait<Q_STAGES - 2>();
     __syncthreads(); /* chunk c landed for every thread; chunk c-1 and its q consumed */
     q8_issue<RT>(c + Q_STAGES - 1, nch, tid, o0, rows, nkb, w, ld, ws);
+    q8_prefetch_x(c + Q_STAGES - 1, nch, NB, tid, nt, t0, k, nkb, xq, sx);
     const int kb = c * NB + j;
     if (kb < nkb) {
       const unsigned char *st = ws + (c % Q_STAGES) * Q_CHUNK + row * RSEG;
@@ -310,14 +352,13 @@ __device__ __forceinline__ void q8_tile(int n_tok, int rows, int k, const unsign
       e4m3x4_to_f32_s8(a.x, wv), e4m3x4_to_f32_s8(a.y, wv + 4), e4m3x4_to_f32_s8(a.z, wv + 8);
       e4m3x4_to_f32_s8(a.w, wv + 12), e4m3x4_to_f32_s8(b.x, wv + 16), e4m3x4_to_f32_s8(b.y, wv + 20);
       e4m3x4_to_f32_s8(b.z, wv + 24), e4m3x4_to_f32_s8(b.w, wv + 28);
-      q8_dot<NT, RT>(nt, t0, k, kb, wv, dsv4i_e8m0_to_f32(srow[kb]), xq, sx, nkb, qs, j, row);
+      q8_dot<NT, RT>(nt, t0, k, kb, wv, dsv4i_e8m0_to_f32(ss[kb]), xq, sx, nkb, qs, j, row);
     }
     __syncthreads(); /* the chunk's q are in shared memory */
     const int nb = nkb - c * NB < NB ? nkb - c * NB : NB;
-    if (pr0 < RT * nt)
-      for (int b = 0; b < nb; b++) acc0 = __fadd_rn(acc0, qs[((pr0 / RT) * NB + b) * RT + pr0 % RT]);
-    if (RT * NT > 256 && pr1 < RT * nt)
-      for (int b = 0; b < nb; b++) acc1 = __fadd_rn(acc1, qs[((pr1 / RT) * NB + b) * RT + pr1 % RT]);
+    /* four loads at a time (independent), then their sums in K-block order */
+    if (pr0 < RT * nt) acc0 = q8_sum<RT>(acc0, qs + (pr0 / RT) * NB * RT + pr0 % RT, nb);
+    if (RT * NT > 256 && pr1 < RT * nt) acc1 = q8_sum<RT>(acc1, qs + (pr1 / RT) * NB * RT + pr1 % RT, nb);
   }
   cp_async_wait<0>();
   if (pr0 < RT * nt && o0 + pr0 % RT < rows)
@@ -327,10 +368,10 @@ __device__ __forceinline__ void q8_tile(int n_tok, int rows, int k, const unsign
 }
 
 template <int RT>
-__device__ __forceinline__ void q8_kernel(GEMV_ARGS, unsigned char *ws, float *qs) {
+__device__ __forceinline__ void q8_kernel(GEMV_ARGS, unsigned char *ws, float *qs, unsigned char *ss) {
   const int nt = n_tok - (int)blockIdx.y * Q_TOK;
   uint16_t *yb = static_cast<uint16_t *>(y);
-#define Q8(NT) q8_tile<NT, RT>(n_tok, rows, k, w, ld, scale, scale_ld, xq, sx, yb, ldy, ws, qs)
+#define Q8(NT) q8_tile<NT, RT>(n_tok, rows, k, w, ld, scale, scale_ld, xq, sx, yb, ldy, ws, qs, ss)
   if (nt <= 1) Q8(1);
   else if (nt <= 2) Q8(2);
   else if (nt <= 4) Q8(4);
@@ -339,12 +380,13 @@ __device__ __forceinline__ void q8_kernel(GEMV_ARGS, unsigned char *ws, float *q
 #undef Q8
 }
 
-extern "C" __global__ void __launch_bounds__(256) dsv4_k_linear_e4m3_ue8m0(GEMV_ARGS) {
+extern "C" __global__ void __launch_bounds__(256, 2) dsv4_k_linear_e4m3_ue8m0(GEMV_ARGS) {
   __shared__ __align__(16) unsigned char ws[Q_STAGES * Q_CHUNK];
   __shared__ float qs[Q_TOK * Q_CHUNK / 32]; /* [token][block of the chunk][row] */
-  if (group_rows == 8) q8_kernel<8>(GEMV_PASS, ws, qs);
-  else if (group_rows == 16) q8_kernel<16>(GEMV_PASS, ws, qs);
-  else q8_kernel<32>(GEMV_PASS, ws, qs);
+  __shared__ unsigned char ss[Q_SROW];
+  if (group_rows == 8) q8_kernel<8>(GEMV_PASS, ws, qs, ss);
+  else if (group_rows == 16) q8_kernel<16>(GEMV_PASS, ws, qs, ss);
+  else q8_kernel<32>(GEMV_PASS, ws, qs, ss);
 }
 
 /* ---- the head (bf16 weight, fp32 logits): 32 rows per warp ---------------
@@ -412,6 +454,9 @@ __device__ __forceinline__ void head_tile(int n_tok, int rows, int k, const uint
     cp_async_wait<NS - 2>();
     __syncwarp(); /* stage c and x of chunk c visible to the warp; stage c-1 consumed */
     head_issue<NS>(c + NS - 1, nch, lane, o0, rows, w, ld, ws);
+    /* x of chunk c + NS - 1 into L1 (lane = token), so its load above never
+     * waits for the saturated memory system */
+    if (lane < nt && c + NS - 1 < nch) prefetch_l1(xt - lane + (long long)lane * ldx + (c + NS - 1) * H_K);
     const unsigned char *st = ws + (c % NS) * H_SEG + lane * (H_K * 2);
     float wv[H_K];
 #pragma unroll

@@ -193,12 +193,14 @@ static int weight_ok(const dsv4i_gpu_weight *w) {
   }
 }
 
-/* The fp8 kernel's row tile (8, 16 or 32 rows per block): the largest that
- * still gives every SM of a big GPU (132 SMs, 2 blocks each) a few blocks,
- * so that a matrix of few rows is not left to a fraction of the SMs. */
-static int32_t fp8_row_tile(int32_t rows) {
-  if (rows >= 32 * 4 * 132) return 32;
-  if (rows >= 16 * 2 * 132) return 16;
+/* The fp8 kernel's row tile (8, 16 or 32 rows per block). Smaller tiles read
+ * longer row segments per chunk (1 KB at 8 rows: better DRAM locality) and
+ * give more blocks; 32 rows pay off only for the tallest matrices, 16 for
+ * tall ones and for short K (fewer idle warps in the last chunk). Measured
+ * on an H200 (bench/RESULTS.md, the microbenchmark of every tile). */
+static int32_t fp8_row_tile(int32_t rows, int32_t cols) {
+  if (rows >= 30000) return 32;
+  if (rows >= 10000 || cols / 32 < 64) return 16;
   return 8;
 }
 
@@ -210,9 +212,12 @@ dsv4_status dsv4i_gpu_linear_q(const dsv4i_gpu_ops *o, dsv4i_custream s,
     return bad("linear_q", "needs a valid fp8/fp4 weight (cols % 32 == 0) and ldy >= rows");
   const dsv4i_kernel_id id =
       w->rows <= o->warp_rows_max ? o->linear_warp[w->fmt] : o->linear[w->fmt];
+  if (id == o->linear[DSV4I_KFMT_E4M3_UE8M0] && w->cols > 262144)
+    return dsv4i_error(DSV4_ERR_UNSUPPORTED, "gpu linear_q: fp8 K = %d; the kernel stages one "
+                       "scale row of at most 8,192 blocks (K <= 262,144)", (int)w->cols);
   return gemv(o, s, id, w, n_tok, xq, sx, 0, w->cols, y, ldy,
               id != o->linear[DSV4I_KFMT_E4M3_UE8M0] ? 0
-              : o->fp8_row_tile ? o->fp8_row_tile : fp8_row_tile(w->rows), 0);
+              : o->fp8_row_tile ? o->fp8_row_tile : fp8_row_tile(w->rows, w->cols), 0);
 }
 
 dsv4_status dsv4i_gpu_linear(const dsv4i_gpu_ops *o, dsv4i_custream s, const dsv4i_gpu_weight *w,
@@ -227,7 +232,7 @@ dsv4_status dsv4i_gpu_linear(const dsv4i_gpu_ops *o, dsv4i_custream s, const dsv
   /* bf16 -> fp32 with fewer rows than 4 warps per SM of a big GPU (the router
    * gate): one warp per block with the block's whole ring in flight */
   const int narrow = id == o->linear_f32out[DSV4I_KFMT_BF16] &&
-                     (o->f32out_narrow ? o->f32out_narrow > 0 : w->rows < 4 * 132 * 32);
+                     (o->f32out_narrow ? o->f32out_narrow > 0 : w->rows < 4 * 132 * 32 || n_tok <= 4);
   return gemv(o, s, id, w, n_tok, 0, 0, x, ldx, y, ldy, narrow, 0);
 }
 
