@@ -1275,9 +1275,10 @@ typedef struct dsv4_engine_timings {
                               *   step: the whole model for one process, its stage's layers on
                               *   a rank of a distributed engine), in every call; stage_ns /
                               *   decode_ns over decode calls is the stage's busy fraction
-                              *   (docs/distributed.md "Overlap"). A device backend's step is
-                              *   timed to its outputs' copy, not per kernel. Appended after 0.1:
-                              *   filled when struct_size covers it */
+                              *   (docs/distributed.md "Overlap"). Host wall time: a device
+                              *   backend's step returns once queued (a graph launch), the wait for
+                              *   the device falls in the copy of its outputs, outside stage_ns.
+                              *   Appended after 0.1: filled when struct_size covers it */
 } dsv4_engine_timings;
 
 /**
