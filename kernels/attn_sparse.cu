@@ -113,60 +113,6 @@ __device__ __forceinline__ float e4m3f(unsigned int b) {
   return mag == 0x7Fu ? __uint_as_float(((b & 0x80u) << 24) | 0x7FC00000u) : v;
 }
 
-/* An entry's bytes for 16 dims, fetched (fetch16) apart from their decode
- * (decode16) so that a thread can have several chunks in flight. */
-struct raw16 {
-  uint4 a, b;     /* window: a = 16 E4M3 codes; compressed: a.x, a.y = 16 E2M1; row: a, b */
-  unsigned int s; /* the scale byte (window, compressed) */
-};
-
-__device__ __forceinline__ void fetch16(int kind, unsigned long long ptr, int d0, int hd, raw16 &r) {
-  r.a = make_uint4(0, 0, 0, 0);
-  r.b = r.a;
-  r.s = 0;
-  const unsigned char *rec = (const unsigned char *)ptr;
-  if (kind == E_WIN) {
-    unsigned int w[4];
-    load_words<4>(rec + d0, w);
-    r.a = make_uint4(w[0], w[1], w[2], w[3]);
-    r.s = rec[hd + d0 / 32];
-  } else if (kind == E_COMP) {
-    r.a.x = ((const unsigned int *)(rec + d0 / 2))[0];
-    r.a.y = ((const unsigned int *)(rec + d0 / 2))[1];
-    r.s = rec[hd / 2 + d0 / 16];
-  } else if (kind == E_ROW) {
-    const uint4 *src = (const uint4 *)((const unsigned short *)ptr + d0);
-    r.a = src[0];
-    r.b = src[1];
-  }
-}
-
-__device__ __forceinline__ void decode16(int kind, const raw16 &r, unsigned int out[8]) {
-  const unsigned int w[4] = {r.a.x, r.a.y, r.a.z, r.a.w};
-  if (kind == E_WIN) {
-    const float s = dsv4i_e8m0_to_f32((unsigned char)r.s);
-    #pragma unroll
-    for (int i = 0; i < 8; i++) {
-      const unsigned int wd = w[i >> 1] >> (16 * (i & 1));
-      out[i] = pack_bf16(__fmul_rn(e4m3f(wd & 0xFFu), s), __fmul_rn(e4m3f((wd >> 8) & 0xFFu), s));
-    }
-  } else if (kind == E_COMP) {
-    const float s = dsv4i_e4m3_to_f32((unsigned char)r.s);
-    #pragma unroll
-    for (int i = 0; i < 8; i++) { /* byte i holds elements 2i (low nibble) and 2i + 1 */
-      const unsigned int byte = (w[i >> 2] >> (8 * (i & 3))) & 0xFFu;
-      out[i] = pack_bf16(__fmul_rn(dsv4i_e2m1_to_f32(byte & 0xFu), s),
-                         __fmul_rn(dsv4i_e2m1_to_f32(byte >> 4), s));
-    }
-  } else if (kind == E_ROW) {
-    out[0] = r.a.x; out[1] = r.a.y; out[2] = r.a.z; out[3] = r.a.w;
-    out[4] = r.b.x; out[5] = r.b.y; out[6] = r.b.z; out[7] = r.b.w;
-  } else {
-    #pragma unroll
-    for (int i = 0; i < 8; i++) out[i] = 0;
-  }
-}
-
 /* Dims [d0, d0 + N) of an entry's row as N/2 packed bf16 pairs (element 2i
  * in the low half of out[i]); N = 4 or 16, d0 a multiple of N. The values
  * are the records' (kvrec.cuh: bf16(code · scale)). */
@@ -266,47 +212,6 @@ __device__ __forceinline__ unsigned int ld_acquire(const unsigned int *p) {
  * chunk; lane (g, c) loads N contiguous dims of its four entries per k step
  * and n tile j of the warp is dim g'·N + j of lane g''s run (N = 16 or 4).
  */
-/* Scores of lane (g, c)'s two entries (kinds ka, kb at pa, pb) with heads
- * g and g + 8 (rows qa, qb; va, vb: real heads) over all dims, G 64-dim
- * chunks per stage: a stage's q and record bytes are all fetched before
- * any is used, so a thread waits on memory hd / (64·G) times, not hd / 64. */
-template <int G>
-__device__ __forceinline__ void qk_stages(int ka, unsigned long long pa, int kb,
-                                          unsigned long long pb, const unsigned short *qa,
-                                          const unsigned short *qb, bool va, bool vb, int hd,
-                                          int c, float acc[2][4]) {
-  for (int k0 = 0; k0 < hd; k0 += 64 * G) {
-    uint4 q[G][4];
-    raw16 ra[G], rb[G];
-    #pragma unroll
-    for (int i = 0; i < G; i++) {
-      const int d0 = k0 + 64 * i + 16 * c;
-      const uint4 z = make_uint4(0, 0, 0, 0);
-      q[i][0] = va ? ((const uint4 *)(qa + d0))[0] : z;
-      q[i][1] = va ? ((const uint4 *)(qa + d0))[1] : z;
-      q[i][2] = vb ? ((const uint4 *)(qb + d0))[0] : z;
-      q[i][3] = vb ? ((const uint4 *)(qb + d0))[1] : z;
-      fetch16(ka, pa, d0, hd, ra[i]);
-      fetch16(kb, pb, d0, hd, rb[i]);
-    }
-    #pragma unroll
-    for (int i = 0; i < G; i++) {
-      const unsigned int wa[8] = {q[i][0].x, q[i][0].y, q[i][0].z, q[i][0].w,
-                                  q[i][1].x, q[i][1].y, q[i][1].z, q[i][1].w};
-      const unsigned int wb[8] = {q[i][2].x, q[i][2].y, q[i][2].z, q[i][2].w,
-                                  q[i][3].x, q[i][3].y, q[i][3].z, q[i][3].w};
-      unsigned int k0w[8], k1w[8];
-      decode16(ka, ra[i], k0w);
-      decode16(kb, rb[i], k1w);
-      #pragma unroll
-      for (int ks = 0; ks < 4; ks++) { /* mma k 2c, 2c+1 | 2c+8, 2c+9 = dims d0 + 4ks + 0,1 | 2,3 */
-        mma_bf16(acc[0], wa[2 * ks], wb[2 * ks], wa[2 * ks + 1], wb[2 * ks + 1], k0w[2 * ks], k0w[2 * ks + 1]);
-        mma_bf16(acc[1], wa[2 * ks], wb[2 * ks], wa[2 * ks + 1], wb[2 * ks + 1], k1w[2 * ks], k1w[2 * ks + 1]);
-      }
-    }
-  }
-}
-
 template <int N>
 __device__ __forceinline__ void split_pv(const unsigned long long *e_ptr, const int *e_kind,
                                          const unsigned short *Pb, int hd, int H, int head0,
@@ -319,40 +224,22 @@ __device__ __forceinline__ void split_pv(const unsigned long long *e_ptr, const 
     float acc[N][4];
     #pragma unroll
     for (int j = 0; j < N; j++) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
-    /* two k steps (32 entries) per stage: their 8 entries' bytes fetched first */
     #pragma unroll
-    for (int k2 = 0; k2 < BLK; k2 += 32) {
-      raw16 raw[2][4];
-      if constexpr (N == 16) {
-        #pragma unroll
-        for (int h = 0; h < 2; h++)
-          #pragma unroll
-          for (int r = 0; r < 4; r++) {
-            const int e = k2 + 16 * h + 2 * c + (r & 1) + 8 * (r >> 1);
-            fetch16(e_kind[e], e_ptr[e], dw + g * N, hd, raw[h][r]);
-          }
+    for (int ks = 0; ks < BLK; ks += 16) {
+      const unsigned int a0 = lds32(pa + ks + 2 * c), a1 = lds32(pa + 8 * LDP + ks + 2 * c);
+      const unsigned int a2 = lds32(pa + ks + 2 * c + 8), a3 = lds32(pa + 8 * LDP + ks + 2 * c + 8);
+      unsigned int v[4][N / 2]; /* entries ks + 2c, + 1, + 8, + 9: dims dw + g·N .. + N − 1 */
+      #pragma unroll
+      for (int r = 0; r < 4; r++) {
+        const int e = ks + 2 * c + (r & 1) + 8 * (r >> 1);
+        load_dims<N>(e_kind[e], e_ptr[e], dw + g * N, hd, v[r]);
       }
       #pragma unroll
-      for (int h = 0; h < 2; h++) {
-        const int ks = k2 + 16 * h;
-        const unsigned int a0 = lds32(pa + ks + 2 * c), a1 = lds32(pa + 8 * LDP + ks + 2 * c);
-        const unsigned int a2 = lds32(pa + ks + 2 * c + 8), a3 = lds32(pa + 8 * LDP + ks + 2 * c + 8);
-        unsigned int v[4][N / 2]; /* entries ks + 2c, + 1, + 8, + 9: dims dw + g·N .. + N − 1 */
-        #pragma unroll
-        for (int r = 0; r < 4; r++) {
-          const int e = ks + 2 * c + (r & 1) + 8 * (r >> 1);
-          if constexpr (N == 16)
-            decode16(e_kind[e], raw[h][r], v[r]);
-          else
-            load_dims<N>(e_kind[e], e_ptr[e], dw + g * N, hd, v[r]);
-        }
-        #pragma unroll
-        for (int j = 0; j < N; j++) { /* n tile j: column g is dim dw + g·N + j */
-          const unsigned int sel = (j & 1) ? 0x7632u : 0x5410u;
-          const unsigned int b0 = __byte_perm(v[0][j >> 1], v[1][j >> 1], sel);
-          const unsigned int b1 = __byte_perm(v[2][j >> 1], v[3][j >> 1], sel);
-          mma_bf16(acc[j], a0, a1, a2, a3, b0, b1);
-        }
+      for (int j = 0; j < N; j++) { /* n tile j: column g is dim dw + g·N + j */
+        const unsigned int sel = (j & 1) ? 0x7632u : 0x5410u;
+        const unsigned int b0 = __byte_perm(v[0][j >> 1], v[1][j >> 1], sel);
+        const unsigned int b1 = __byte_perm(v[2][j >> 1], v[3][j >> 1], sel);
+        mma_bf16(acc[j], a0, a1, a2, a3, b0, b1);
       }
     }
     /* acc[j][0..1]: head g, dims dw + (2c)·N + j and dw + (2c + 1)·N + j;
@@ -416,10 +303,22 @@ extern "C" __global__ void __launch_bounds__(128) dsv4_k_attn_sparse_split_e4m3(
     const bool va = head0 + g < H, vb = head0 + g + 8 < H;
     const unsigned short *qa = q + ((long long)t * H + (va ? head0 + g : 0)) * hd;
     const unsigned short *qb = q + ((long long)t * H + (vb ? head0 + g + 8 : 0)) * hd;
-    if (hd % 256 == 0)
-      qk_stages<4>(ka, pa, kb, pb, qa, qb, va, vb, hd, c, acc);
-    else
-      qk_stages<2>(ka, pa, kb, pb, qa, qb, va, vb, hd, c, acc);
+    for (int kc = 0; kc < hd; kc += 64) {
+      const int d0 = kc + 16 * c;
+      uint4 z = make_uint4(0, 0, 0, 0);
+      const uint4 qa0 = va ? ((const uint4 *)(qa + d0))[0] : z, qa1 = va ? ((const uint4 *)(qa + d0))[1] : z;
+      const uint4 qb0 = vb ? ((const uint4 *)(qb + d0))[0] : z, qb1 = vb ? ((const uint4 *)(qb + d0))[1] : z;
+      const unsigned int wa[8] = {qa0.x, qa0.y, qa0.z, qa0.w, qa1.x, qa1.y, qa1.z, qa1.w};
+      const unsigned int wb[8] = {qb0.x, qb0.y, qb0.z, qb0.w, qb1.x, qb1.y, qb1.z, qb1.w};
+      unsigned int k0[8], k1[8];
+      load_dims<16>(ka, pa, d0, hd, k0);
+      load_dims<16>(kb, pb, d0, hd, k1);
+      #pragma unroll
+      for (int ks = 0; ks < 4; ks++) { /* mma k 2c, 2c+1 | 2c+8, 2c+9 = dims d0 + 4ks + 0,1 | 2,3 */
+        mma_bf16(acc[0], wa[2 * ks], wb[2 * ks], wa[2 * ks + 1], wb[2 * ks + 1], k0[2 * ks], k0[2 * ks + 1]);
+        mma_bf16(acc[1], wa[2 * ks], wb[2 * ks], wa[2 * ks + 1], wb[2 * ks + 1], k1[2 * ks], k1[2 * ks + 1]);
+      }
+    }
   }
   /* acc[nt][j]: head g (j < 2) / g + 8, entry 16w + 8nt + 2c + (j & 1) */
   const float ninf = -__int_as_float(0x7F800000);
