@@ -35,6 +35,16 @@ static dsv4_status too_big(const char *what) {
   return dsv4i_error(DSV4_ERR_DOES_NOT_FIT, "memory plan: %s overflows 64-bit byte counts", what);
 }
 
+int dsv4i_plan_workspace(const dsv4i_cache_format *f, int64_t tokens, int64_t out_rows,
+                         int64_t *bytes) {
+  int64_t rows = 0, t = 0, t_rows = 0, t_out = 0;
+  if (!mul_ok(out_rows, f->draft_rows, &rows)) return 0;
+  if (rows < tokens) rows = tokens;
+  return mul_ok(tokens, f->act_bytes_per_tok, &t) && mul_ok(rows, f->act_bytes_per_row, &t_rows) &&
+         mul_ok(out_rows, f->act_bytes_per_out, &t_out) && add_ok(t, t_rows, &t) &&
+         add_ok(t, t_out, &t) && add_ok(t, f->act_bytes_fixed, bytes);
+}
+
 dsv4_status dsv4i_plan_make(const struct dsv4i_config *cfg, const dsv4i_plan_req *req,
                             dsv4i_plan *out) {
   memset(out, 0, sizeof *out);
@@ -95,13 +105,7 @@ dsv4_status dsv4i_plan_make(const struct dsv4i_config *cfg, const dsv4i_plan_req
   if (!mul_ok(req->max_seqs, req->max_ctx, &t) || !mul_ok(t, 4, &out->engram_hist_bytes))
     return too_big("Engram history");
   if (cfg->n_engram == 0) out->engram_hist_bytes = 0;
-  int64_t rows = 0, t_rows = 0, t_out = 0;
-  if (!mul_ok(out->max_out_rows, f->draft_rows, &rows)) return too_big("draft rows");
-  if (rows < out->max_batch_tokens) rows = out->max_batch_tokens;
-  if (!mul_ok(out->max_batch_tokens, f->act_bytes_per_tok, &t) ||
-      !mul_ok(rows, f->act_bytes_per_row, &t_rows) ||
-      !mul_ok(out->max_out_rows, f->act_bytes_per_out, &t_out) || !add_ok(t, t_rows, &t) ||
-      !add_ok(t, t_out, &t) || !add_ok(t, f->act_bytes_fixed, &out->act_bytes))
+  if (!dsv4i_plan_workspace(f, out->max_batch_tokens, out->max_out_rows, &out->act_bytes))
     return dsv4i_error(DSV4_ERR_DOES_NOT_FIT,
                        "memory plan: the workspace for %d tokens per step (max of prefill_chunk "
                        "and max_sequences) overflows 64-bit byte counts; lower prefill_chunk",

@@ -78,6 +78,13 @@ typedef struct dsv4i_plan {
 dsv4_status dsv4i_plan_make(const struct dsv4i_config *cfg, const dsv4i_plan_req *req,
                             dsv4i_plan *out);
 
+/** The backend workspace in bytes for `tokens` batch tokens and `out_rows` output
+ * rows of format f: fixed + per token x tokens + per block row x max(tokens,
+ * out_rows x draft_rows) + per output row x out_rows (a DSpark draft runs
+ * draft_rows rows per sequence). 1 with *bytes set; 0 when a count overflows. */
+int dsv4i_plan_workspace(const dsv4i_cache_format *f, int64_t tokens, int64_t out_rows,
+                         int64_t *bytes);
+
 /** Add a distributed rank's communication buffer (bytes >= 0) to the plan's figures. */
 dsv4_status dsv4i_plan_add_comm(dsv4i_plan *p, int64_t bytes);
 

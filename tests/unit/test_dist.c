@@ -13,6 +13,7 @@
 #include "dist/nccl.h"
 #include "dist/payload.h"
 #include "dist/topology.h"
+#include "engine/plan.h"
 #include "model/config.h"
 #include "release_config.h"
 #include "test_util.h"
@@ -89,11 +90,11 @@ static void fixture_boundaries(void **state) {
   assert_int_equal(b[3], 6);
 }
 
-/* The plan's workspace (engine/plan.c) at 64 batch tokens and 4 output rows. */
+/* The plan's workspace at 64 batch tokens and 4 output rows. */
 static int64_t ws_of(const dsv4i_cache_format *f) {
-  const int64_t rows = 4 * f->draft_rows > 64 ? 4 * f->draft_rows : 64;
-  return f->act_bytes_fixed + 64 * f->act_bytes_per_tok + rows * f->act_bytes_per_row +
-         4 * f->act_bytes_per_out;
+  int64_t bytes = 0;
+  assert_true(dsv4i_plan_workspace(f, 64, 4, &bytes));
+  return bytes;
 }
 
 /* The PP2 split 0-3 | 4-9 of the fixture: each backend's format per stage counts the
