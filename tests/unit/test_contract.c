@@ -261,12 +261,9 @@ static void fake_free(fake_ckpt *f) {
 }
 
 static void tiny_contract(dsv4i_contract *k) {
-  const char *dir = tu_fixture_or_skip("tiny-v41-a");
-  char *path = tu_join(dir, "config.json");
   dsv4i_config c;
-  assert_int_equal(dsv4i_config_load(path, &c), DSV4_OK);
+  tu_load_fixture_config("tiny-v41-a", &c);
   assert_int_equal(dsv4i_contract_build(&c, k), DSV4_OK);
-  free(path);
 }
 
 static void expect_in(const char *msg, const char *needle) {

@@ -77,11 +77,8 @@ static void dspark_tap_boundary(void **state) {
 
 static void fixture_boundaries(void **state) {
   (void)state;
-  const char *dir = tu_fixture_or_skip("tiny-v41-a");
-  char *path = tu_join(dir, "config.json");
   dsv4i_config c;
-  assert_int_equal(dsv4i_config_load(path, &c), DSV4_OK);
-  free(path);
+  tu_load_fixture_config("tiny-v41-a", &c);
   int32_t b[16];
   assert_int_equal(dsv4i_dist_boundaries(&c, b, 16), 4);
   assert_int_equal(b[0], 1);
@@ -102,11 +99,8 @@ static int64_t ws_of(const dsv4i_cache_format *f) {
  * workspace of stage 0 leaves out what only the last stage runs (DSpark drafts, head). */
 static void stage_formats(void **state) {
   (void)state;
-  const char *dir = tu_fixture_or_skip("tiny-v41-a");
-  char *path = tu_join(dir, "config.json");
   dsv4i_config c;
-  assert_int_equal(dsv4i_config_load(path, &c), DSV4_OK);
-  free(path);
+  tu_load_fixture_config("tiny-v41-a", &c);
   const dsv4i_model_part p0 = {0, 4, 0, 1}, p1 = {4, c.n_layers, 0, 1};
   static const int32_t kinds[2] = {DSV4_BACKEND_CPU, DSV4_BACKEND_CUDA};
   for (int k = 0; k < 2; k++) {

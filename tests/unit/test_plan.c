@@ -443,11 +443,8 @@ static void engine_plan_chunk(void **state) {
 
 static void tiny_fixture(void **state) {
   (void)state;
-  const char *dir = tu_fixture_or_skip("tiny-v41-a");
-  char *path = tu_join(dir, "config.json");
   dsv4i_config c;
-  assert_int_equal(dsv4i_config_load(path, &c), DSV4_OK);
-  free(path);
+  tu_load_fixture_config("tiny-v41-a", &c);
   dsv4i_topo_params p;
   dsv4i_topo_params_default(&p);
   p.nodes = 1;
