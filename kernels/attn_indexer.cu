@@ -9,6 +9,7 @@
  * and adds, exactly its order, so the selection is exact too.
  */
 #include "kvrec.cuh"
+#include "mma.cuh"
 
 #define IHD 128        /* index_head_dim the score kernel is written for */
 #define MAX_IH 64      /* largest index_n_heads */
@@ -16,26 +17,6 @@
 #define QLD (IHD + 8)  /* bf16 row stride of the query tile */
 #define NOFAST 1000    /* qe: an all-zero q block */
 #define NANQ 2000      /* qe / qlo: a q block holding an inf or NaN */
-
-namespace {
-
-__device__ __forceinline__ unsigned int pack_bf16(float lo, float hi) {
-  unsigned int r;
-  asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
-  return r;
-}
-
-__device__ __forceinline__ void mma_bf16(float c[4], unsigned int a0, unsigned int a1,
-                                         unsigned int a2, unsigned int a3, unsigned int b0,
-                                         unsigned int b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-      "{%8,%9}, {%0,%1,%2,%3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-
-}  // namespace
 
 /*
  * scores[t][i] for the visible keys i < (pos + 1) / ratio of each token:

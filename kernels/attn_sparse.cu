@@ -28,6 +28,7 @@
  * Host side: lib/gpu/attn_sparse.c.
  */
 #include "kvrec.cuh"
+#include "mma.cuh"
 
 #define BLK DSV4I_GPU_ATTN_BLOCK /* entries per online-softmax block */
 #define SG 16                    /* heads per split thread block (one mma row tile) */
@@ -98,14 +99,6 @@ __device__ __forceinline__ void load_words(const unsigned char *p, unsigned int 
   }
 }
 
-/* bf16 pair (lo, hi) from two f32, round to nearest even (finite values as
- * dsv4i_f32_to_bf16; a NaN stays a NaN) */
-__device__ __forceinline__ unsigned int pack_bf16(float lo, float hi) {
-  unsigned int r;
-  asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
-  return r;
-}
-
 /* E4M3 byte -> f32 (dsv4i_e4m3_to_f32 without the uint8_t round trip) */
 __device__ __forceinline__ float e4m3f(unsigned int b) {
   const unsigned int mag = b & 0x7Fu;
@@ -160,15 +153,6 @@ __device__ __forceinline__ void load_dims(int kind, unsigned long long ptr, int 
     #pragma unroll
     for (int i = 0; i < N / 2; i++) out[i] = 0;
   }
-}
-__device__ __forceinline__ void mma_bf16(float c[4], unsigned int a0, unsigned int a1,
-                                         unsigned int a2, unsigned int a3, unsigned int b0,
-                                         unsigned int b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-      "{%8,%9}, {%0,%1,%2,%3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
 __device__ __forceinline__ unsigned int lds32(const unsigned short *p) {
