@@ -16,7 +16,7 @@
 /* Oldest accepted sizes: the 0.1 structs through their last used field. */
 #define EP_MIN (offsetof(dsv4_engine_params, progress_user_data) + sizeof(void *))
 #define SP_MIN DSV4I_SAMPLING_PARAMS_MIN
-#define KNOWN_FLAGS ((uint32_t)DSV4_ENGINE_F_OP_TIMINGS)
+#define KNOWN_FLAGS ((uint32_t)(DSV4_ENGINE_F_OP_TIMINGS | DSV4_ENGINE_F_GPU_CPU_ORDER))
 #define DEFAULT_SEQS 8
 #define DEFAULT_CTX 4096
 #define DEFAULT_CHUNK 256
@@ -129,6 +129,7 @@ static dsv4_status make_args(const dsv4_engine_params *params, int64_t max_pos,
                        fn, (int)tp, (int)pp);
   memset(a, 0, sizeof *a);
   a->flags = p.flags & DSV4_ENGINE_F_OP_TIMINGS ? DSV4I_ENGINE_F_OP_TIMINGS : 0;
+  if (p.flags & DSV4_ENGINE_F_GPU_CPU_ORDER) a->flags |= DSV4I_ENGINE_F_GPU_CPU_ORDER;
   a->backend = p.backend == DSV4_BACKEND_AUTO ? auto_backend(p.device, tp) : p.backend;
   a->device = p.device;
   a->max_seqs = p.max_sequences;

@@ -158,7 +158,8 @@ typedef struct dsv4i_backend_desc {
   int32_t n_slots;                /**< live sequences (incl. forks): rows of a step's kv */
   int32_t max_batch_tokens;       /**< largest n_tok of a step */
   int32_t max_out_rows;           /**< largest n_out of a step */
-  int32_t reserved;
+  int32_t cpu_order;              /**< device backends: every kernel in the CPU's summation
+                                   *   order (DSV4_ENGINE_F_GPU_CPU_ORDER); ignored by the CPU */
   int64_t max_positions;          /**< positions one slot may hold (max context) */
   int64_t pool_pages;             /**< pages of the KV pool (from the plan), allocated at create */
   const dsv4i_kv_layout *kv_layout; /**< the engine's layout (page_bytes from format();

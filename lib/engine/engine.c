@@ -199,6 +199,7 @@ dsv4_status dsv4i_engine_create(struct dsv4_model *model, const dsv4i_engine_arg
     d.n_slots = e->plan.max_seqs;
     d.max_batch_tokens = e->plan.max_batch_tokens;
     d.max_out_rows = e->plan.max_out_rows;
+    d.cpu_order = (a->flags & DSV4I_ENGINE_F_GPU_CPU_ORDER) ? 1 : 0;
     d.max_positions = e->plan.max_ctx;
     d.pool_pages = e->plan.pool_pages;
     d.kv_layout = &lay;

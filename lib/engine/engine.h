@@ -64,6 +64,7 @@ typedef struct dsv4i_timings {
 
 /** Engine flags (mirror DSV4_ENGINE_F_*). */
 #define DSV4I_ENGINE_F_OP_TIMINGS 1u
+#define DSV4I_ENGINE_F_GPU_CPU_ORDER 2u
 
 /** Creation arguments after the API layer applied defaults. */
 typedef struct dsv4i_engine_args {

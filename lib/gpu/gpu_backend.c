@@ -766,6 +766,7 @@ static dsv4_status cuda_create(const dsv4i_backend_desc *d, dsv4i_backend **out)
                     "or the CPU backend for tensor parallelism", (int)b->base.tp_rank,
                     (int)b->base.tp_size);
   if (!s) s = dsv4i_gpu_ops_init(&b->g.kr, &b->ops);
+  if (!s) b->ops.cpu_order = d->cpu_order ? 1 : 0;
   if (!s) s = dsv4i_gpu_attn_select(&b->g.kr, &b->ak);
   if (!s && b->dspark) s = dsv4i_gpu_dspark_select(&b->g.kr, &b->dspark->k);
   if (!s && d->n_buckets > 0 && d->bucket_tokens)

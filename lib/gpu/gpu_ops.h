@@ -38,10 +38,19 @@ typedef struct dsv4i_gpu_ops {
    * head); 1 / -1 force one or the other (tests). Same bits either way. */
   int32_t f32out_narrow;
   dsv4i_kernel_id linear_f32out[DSV4I_KFMT_COUNT_]; /**< BF16 / F32 weights, fp32 out */
+  /** Numerics mode (docs/gpu-dense.md "Numerics modes"). 0 (default): every
+   * launcher that has a tiled kernel launches it (fp32 sums in a fixed order
+   * that depends only on the op's shape: deterministic, batch invariant,
+   * within the derived bound of the CPU oracle). 1: the exact kernels, each
+   * summing in the CPU oracle's order, equal to it bit for bit. Set from
+   * DSV4_ENGINE_F_GPU_CPU_ORDER when the CUDA engine is created (after
+   * dsv4i_gpu_ops_init, which sets 0); tests set it directly. */
+  int32_t cpu_order;
 } dsv4i_gpu_ops;
 
 /**
- * Select every kernel for kr's device (the engine-creation dispatch).
+ * Select every kernel for kr's device (the engine-creation dispatch), both
+ * the exact and the tiled ones; cpu_order = 0 (the default mode).
  * @return DSV4_OK; DSV4_ERR_UNSUPPORTED naming op, format, shape and arch.
  */
 dsv4_status dsv4i_gpu_ops_init(const dsv4i_kreg *kr, dsv4i_gpu_ops *ops);

@@ -68,7 +68,7 @@ class Engine(Handle):
 
     def __init__(self, model, *, max_sequences=None, max_context=None, n_threads=None,
                  prefill_chunk=None, kv_budget_bytes=None, backend="auto", device=0,
-                 op_timings=False):
+                 op_timings=False, gpu_cpu_order=False):
         p = _ffi.EngineParams()
         check(_lib.dsv4_engine_params_init(ctypes.byref(p), ctypes.sizeof(p)),
               "dsv4_engine_params_init", _lib.dsv4_last_error)
@@ -80,6 +80,8 @@ class Engine(Handle):
                         device=device)
         if op_timings:
             p.flags |= _ffi.ENGINE_F_OP_TIMINGS
+        if gpu_cpu_order:
+            p.flags |= _ffi.ENGINE_F_GPU_CPU_ORDER
         out = ctypes.c_void_p()
         if isinstance(model, Model):
             self._model = model

@@ -133,6 +133,14 @@ static void params_and_create_errors(void **st) {
   assert_int_equal(dsv4_engine_params_init(&ep, sizeof ep), DSV4_OK);
   ep.flags = 1u << 30;
   assert_int_equal(dsv4_engine_create(m, &ep, &e), DSV4_ERR_INVALID_ARG);
+  /* the GPU numerics flag is known; the CPU backend takes and ignores it */
+  assert_int_equal(dsv4_engine_params_init(&ep, sizeof ep), DSV4_OK);
+  ep.backend = DSV4_BACKEND_CPU;
+  ep.max_context = 64;
+  ep.flags = DSV4_ENGINE_F_GPU_CPU_ORDER;
+  assert_int_equal(dsv4_engine_create(m, &ep, &e), DSV4_OK);
+  dsv4_engine_free(e);
+  e = NULL;
   assert_int_equal(dsv4_engine_params_init(&ep, sizeof ep), DSV4_OK);
   ep.tp_size = 2;
   assert_int_equal(dsv4_engine_create(m, &ep, &e), DSV4_ERR_INVALID_ARG);
