@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "test_util.h"
+#include "real_dims_diag.h"
 
 #include "dsv4/dsv4.h"
 #include "engine/engine.h"
@@ -129,6 +130,11 @@ static void real_dims_gpu_equals_cpu(void **st) {
     for (int k = 0; k <= STEPS; k++) printf(" %.4g", (double)dstep[b][k]);
     printf("\n");
   }
+  /* where the bit-exact mode parts from the CPU: each logits row, then the prefill op by op
+   * (real_dims_diag.c) */
+  rd_diag_steps("gpu (cpu order)", lg[0], lg[1], V, STEPS + 1);
+  ep.flags = DSV4_ENGINE_F_GPU_CPU_ORDER;
+  rd_diag_prefill(m, &ep, in, 12);
   /* the bit-exact mode's claim; the default mode's numbers are reported above */
   assert_memory_equal(tok[0], tok[1], sizeof tok[0]);
   for (int b = 0; b < 3; b++) free(lg[b]);
