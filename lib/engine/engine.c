@@ -175,8 +175,11 @@ dsv4_status dsv4i_engine_create(struct dsv4_model *model, const dsv4i_engine_arg
   if (!s && e->dist) { /* this rank's stage and TP shard */
     dsv4i_dist_get_info(e->dist, &di);
     part = (dsv4i_model_part){di.first_layer, di.last_layer, di.tp_rank, di.tp};
+  } else if (a->tp_local) { /* tests: one TP shard of the whole model, in process */
+    part = (dsv4i_model_part){0, c->n_layers, a->tp_local->rank, a->tp_local->size};
   }
-  if (!s) s = dsv4i_engine_plan(model, a, e->dist ? &part : NULL, &e->plan);
+  const int sharded = e->dist || a->tp_local;
+  if (!s) s = dsv4i_engine_plan(model, a, sharded ? &part : NULL, &e->plan);
   if (!s && progress(a, "engram", 0, 1)) s = dsv4i_error(DSV4_ABORTED, "engine: aborted");
   if (!s) s = use_tokenizer(e);
   if (!s && progress(a, "engram", 1, 1)) s = dsv4i_error(DSV4_ABORTED, "engine: aborted");
@@ -210,7 +213,7 @@ dsv4_status dsv4i_engine_create(struct dsv4_model *model, const dsv4i_engine_arg
     d.last_layer = part.last_layer;
     d.tp_rank = part.tp_rank;
     d.tp_size = part.tp_size;
-    d.tp_comm = e->dist ? di.tp_comm : NULL;
+    d.tp_comm = e->dist ? di.tp_comm : (void *)a->tp_local;
     d.n_buckets = e->plan.n_buckets;
     d.bucket_tokens = e->plan.buckets;
     s = dsv4i_backend_create(a->backend, &d, &e->be);

@@ -85,6 +85,10 @@ typedef struct dsv4i_engine_args {
   int32_t dist_timeout_ms; /**< bound of every wait between ranks */
   int32_t stage_first[16]; /**< first layer of each stage, or all 0 = automatic */
   int32_t micro_batches;   /**< decode micro-batches of a pipeline (1 = no overlap) */
+  /** Tests: without mpi_comm, the engine holds TP rank tp_local->rank of tp_local->size of
+   *  the whole model (its backend's shard) and reduces through these collectives (two
+   *  shards of one process on two threads: tests/gpu/test_cuda_tp.c). NULL: none. */
+  const struct dsv4i_tp_ops *tp_local;
 } dsv4i_engine_args;
 
 struct dsv4_engine {

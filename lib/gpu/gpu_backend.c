@@ -230,7 +230,10 @@ static dsv4_status cuda_format(const struct dsv4i_config *c, int64_t max_positio
    * checkpoint bytes; the DSpark stages' on the last stage */
   const int64_t wo_a = (int64_t)c->o_groups * c->o_lora_rank *
                        ((int64_t)c->n_heads * c->head_dim / c->o_groups) * 2;
-  f->weight_bytes = wo_a * (p.last - p.first + (p.B ? c->n_total_layers - c->n_layers : 0));
+  /* a TP rank keeps its groups' rows of the backbone's wo_a; the DSpark stages stay whole */
+  const int64_t tp = part && part->tp_size > 1 ? part->tp_size : 1;
+  f->weight_bytes = wo_a / tp * (p.last - p.first) +
+                    wo_a * (p.B ? c->n_total_layers - c->n_layers : 0);
   /* workspace: per batch token (the inputs), per block row (max(tokens, output rows x B):
    * a DSpark draft runs B rows per sequence), per output row, each measured on the layout
    * the create carves; the engine's stream and pre per token, its logits per output row */
@@ -702,6 +705,19 @@ static dsv4_status stage_alloc(gpu_backend *b) {
   return DSV4_OK;
 }
 
+/* A TP shard splits heads, wo_a groups (o_lora rows each) and the expert intermediate
+ * dimension into equal runs of whole 32-blocks (gpu_weights.c cuts them). */
+static dsv4_status tp_check(const dsv4i_config *c, int32_t tp) {
+  if (c->n_heads % tp || c->o_groups % tp || c->moe_inter_dim % (32 * tp) ||
+      c->o_lora_rank % 32 || ((int64_t)c->n_heads / tp * c->head_dim) % 32)
+    return dsv4i_error(DSV4_ERR_UNSUPPORTED,
+                       "cuda backend: TP %d must divide the heads (%d), the wo_a groups (%d) and "
+                       "the expert intermediate dimension in 32-blocks (%d), with o_lora_rank "
+                       "(%d) a multiple of 32", (int)tp, (int)c->n_heads, (int)c->o_groups,
+                       (int)c->moe_inter_dim, (int)c->o_lora_rank);
+  return DSV4_OK;
+}
+
 static dsv4_status cuda_create(const dsv4i_backend_desc *d, dsv4i_backend **out) {
   gpu_backend *b = dsv4i_calloc(1, sizeof *b, "cuda backend");
   if (!b) return DSV4_ERR_OUT_OF_MEMORY;
@@ -756,15 +772,10 @@ static dsv4_status cuda_create(const dsv4i_backend_desc *d, dsv4i_backend **out)
                     (long long)d->kv_layout->max_positions, dsv4i_gkv_page_bytes(c),
                     (long long)d->max_positions);
   if (!s) s = dsv4i_gpu_open(d->device, &b->g);
-  /* TP: the ranks join the stage's NCCL communicator (refused when two share a device); the
-   * kernels do not take a shard of the heads, wo_a groups and expert dims yet */
+  /* TP: the shard must split along whole 32-blocks (the weight table's split rules); then
+   * the ranks join the stage's device communicator (NCCL: refused when two share a device) */
+  if (!s && b->base.tp_size > 1) s = tp_check(c, b->base.tp_size);
   if (!s && b->base.tp_size > 1) s = tp_join(b, d->tp_comm);
-  if (!s && b->base.tp_size > 1)
-    s = dsv4i_error(DSV4_ERR_UNSUPPORTED, "cuda backend: TP rank %d of %d joined the NCCL "
-                    "communicator, but the CUDA kernels do not split heads, wo_a groups and "
-                    "expert dims yet: use tp_size 1 on the CUDA backend (pipeline stages work) "
-                    "or the CPU backend for tensor parallelism", (int)b->base.tp_rank,
-                    (int)b->base.tp_size);
   if (!s) s = dsv4i_gpu_ops_init(&b->g.kr, &b->ops);
   if (!s) b->ops.cpu_order = d->cpu_order ? 1 : 0;
   if (!s) s = dsv4i_gpu_attn_select(&b->g.kr, &b->ak);

@@ -26,8 +26,8 @@
 #include "gpu/gpu_ops.h"
 #include "model/model.h"
 
-/** Largest tp_size create accepts (it joins the communicator, then refuses tp_size > 1:
- *  the kernels take no shard yet). */
+/** Largest tp_size create accepts: a TP rank loads its shard of every backbone block
+ *  (docs/distributed.md "GPU TP shards"). */
 #define DSV4I_GPU_MAX_TP 64
 
 /** Largest compress ratio the step precomputes group positions for. */
@@ -38,6 +38,7 @@ typedef struct gpu_attn {
   int32_t ratio;            /**< compress ratio (0: window only) */
   uint32_t roles;           /**< DSV4_ROLE_* */
   int32_t kv_source, index_key_source, candidate_source;
+  int32_t n_heads, o_groups; /**< this TP rank's heads and wo_a groups (all without TP) */
   dsv4i_gpu_weight wq_a, wq_b, wkv, wo_a /* bf16 */, wo_b;
   dsv4i_gpu_weight c_wkv, c_wgate, i_wq_b, i_wproj, i_wk;
   dsv4i_cuptr q_norm, kv_norm, sink, c_norm, i_knorm; /**< bf16 [..] / f32 [H] */

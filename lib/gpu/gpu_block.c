@@ -69,7 +69,8 @@ static dsv4_status attention(gpu_backend *b, int32_t L, const gpu_rows *rw, dsv4
   const gpu_ws *w = &b->ws;
   const dsv4i_gpu_ops *o = &b->ops;
   const dsv4i_custream s = b->g.stream;
-  const int32_t n = rw->n, H = c->n_heads, hd = c->head_dim, rd = c->rope_head_dim,
+  /* H, G: this TP rank's heads and wo_a groups (all of them without TP) */
+  const int32_t n = rw->n, H = a->n_heads, G = a->o_groups, hd = c->head_dim, rd = c->rope_head_dim,
                 nf = rd / 2, ql = c->q_lora_rank, dim = c->dim;
   const dsv4i_cuptr atok = rw->atok, pos = rw->pos;
   const int32_t IH = c->index_n_heads, ihd = c->index_head_dim;
@@ -161,9 +162,9 @@ static dsv4_status attention(gpu_backend *b, int32_t L, const gpu_rows *rw, dsv4
   if (!st && !rw->dspark_block)
     st = dsv4i_gpu_attn_window_store(&b->ak, s, &win, atok, n, hd, w->kv, 0);
   /* 5-6. inverse RoPE, grouped wo_a (bf16), wo_b (fp8) */
-  const int64_t ldo = (int64_t)H * hd, ldu = (int64_t)c->o_groups * c->o_lora_rank;
+  const int64_t ldo = (int64_t)H * hd, ldu = (int64_t)G * c->o_lora_rank;
   if (!st) st = dsv4i_gpu_rope(o, s, n, H, nf, w->o + tail, ldo, hd, a->freqs, pos, 1);
-  if (!st) st = wo_a(b, &a->wo_a, c->o_groups, n, w->o, ldo, w->u, ldu);
+  if (!st) st = wo_a(b, &a->wo_a, G, n, w->o, ldo, w->u, ldu);
   if (!st) st = dsv4i_gpu_lin_q(b, &a->wo_b, n, w->u, ldu, w->rq, w->rsx, out, dim);
   return st;
 }

@@ -5,6 +5,14 @@
  * conversion, bit for bit), the Engram tables into the host-pinned pool.
  * Every dtype and shape the step relies on is checked here, once. A
  * counting pass with the same code measures the pools before they exist.
+ *
+ * A TP rank (tp_size > 1) uploads only its shard of every backbone block
+ * (the weight table's split rules, docs/distributed.md "GPU TP shards"):
+ * rows of wq_b and attn_sink (its heads), of wo_a (its groups) and of every
+ * expert's and the shared expert's w1 / w3 (its intermediate slice), as
+ * offset uploads; the matching columns of wo_b and of every w2, repacked on
+ * the host into dense [rows][cols / s] (and their scale columns) so the
+ * kernels see the dense layout they take. The DSpark stages stay whole.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -18,6 +26,15 @@ typedef struct loader {
   int count;          /**< 1: measure only */
   size_t bytes, pinned, temp;
 } loader;
+
+/* What a TP rank keeps of a matrix: rows (axis 0) or columns (axis 1) [lo, lo + n);
+ * n 0: the whole matrix. */
+typedef struct cut {
+  int axis;
+  int32_t lo, n;
+} cut;
+
+static const cut WHOLE = {0, 0, 0};
 
 static size_t al(size_t n) { return (n + 255) / 256 * 256; }
 
@@ -51,9 +68,36 @@ static dsv4_status vec(loader *ld, int32_t role, int32_t layer, int32_t dtype, i
   return st ? st : put(ld, w->data, (size_t)w->nbytes, dsv4i_weight_name(w), out);
 }
 
-/* A matrix [rows][cols] (logical) in its stored format; expert -1 unless routed. */
-static dsv4_status mat(loader *ld, int32_t role, int32_t layer, int32_t expert, int32_t rows,
-                       int32_t cols, dsv4i_gpu_weight *out) {
+/* Elements [lo, lo + k) of a 1-D tensor of n elements (a TP rank's attn_sink entries). */
+static dsv4_status vec_part(loader *ld, int32_t role, int32_t layer, int32_t dtype, int64_t n,
+                            int64_t lo, int64_t k, dsv4i_cuptr *out) {
+  const dsv4i_weight *w;
+  dsv4_status st = get(ld, role, layer, -1, dtype, n, &w);
+  if (st) return st;
+  const size_t es = (size_t)w->nbytes / (size_t)n;
+  return put(ld, (const uint8_t *)w->data + (size_t)lo * es, (size_t)k * es,
+             dsv4i_weight_name(w), out);
+}
+
+/* Columns [c0, c0 + nc) bytes of every one of `rows` rows of `row_bytes` each, packed
+ * densely and uploaded (the counting pass only counts). */
+static dsv4_status put_cols(loader *ld, const void *src, int64_t rows, size_t row_bytes, size_t c0,
+                            size_t nc, const char *what, dsv4i_cuptr *out) {
+  const size_t n = (size_t)rows * nc;
+  if (ld->count) return put(ld, NULL, n, what, out);
+  uint8_t *tmp = dsv4i_malloc(n ? n : 1, "TP column repack");
+  if (!tmp) return DSV4_ERR_OUT_OF_MEMORY;
+  for (int64_t r = 0; r < rows; r++)
+    memcpy(tmp + (size_t)r * nc, (const uint8_t *)src + (size_t)r * row_bytes + c0, nc);
+  const dsv4_status st = put(ld, tmp, n, what, out); /* pageable: staged before it returns */
+  free(tmp);
+  return st;
+}
+
+/* A matrix [rows][cols] (logical) in its stored format, or the cut k of it a TP rank
+ * keeps; expert -1 unless routed. */
+static dsv4_status mat_cut(loader *ld, int32_t role, int32_t layer, int32_t expert, int32_t rows,
+                           int32_t cols, cut k, dsv4i_gpu_weight *out) {
   const dsv4i_weight *w;
   dsv4_status st = get(ld, role, layer, expert, -1, -1, &w);
   if (st) return st;
@@ -76,40 +120,86 @@ static dsv4_status mat(loader *ld, int32_t role, int32_t layer, int32_t expert, 
                        "needs [%d, %d]", name, (long long)w->shape[0],
                        (long long)(w->ndim == 2 ? w->shape[1] : 0), (int)rows, (int)cols);
   const int q = out->fmt == DSV4I_KFMT_E4M3_UE8M0 || out->fmt == DSV4I_KFMT_E2M1_UE8M0;
+  const int fp8 = out->fmt == DSV4I_KFMT_E4M3_UE8M0;
   out->ld = w->shape[1];
-  if (q) {
-    const int64_t s0 = out->fmt == DSV4I_KFMT_E4M3_UE8M0 ? (rows + 31) / 32 : rows;
-    if (!w->scale || w->scale_dtype != DSV4_DTYPE_F8_E8M0 || w->scale_shape[0] != s0 ||
-        w->scale_shape[1] != (cols + 31) / 32)
-      return dsv4i_error(DSV4_ERR_WEIGHTS, "cuda backend: weight %s: its UE8M0 scale is absent or "
-                         "not [%lld, %d]", name, (long long)s0, (int)((cols + 31) / 32));
-    out->scale_ld = w->scale_shape[1];
-    st = put(ld, w->scale, (size_t)w->scale_nbytes, name, &out->scale);
+  const int64_t s0 = fp8 ? (rows + 31) / 32 : rows;
+  if (q && (!w->scale || w->scale_dtype != DSV4_DTYPE_F8_E8M0 || w->scale_shape[0] != s0 ||
+            w->scale_shape[1] != (cols + 31) / 32))
+    return dsv4i_error(DSV4_ERR_WEIGHTS, "cuda backend: weight %s: its UE8M0 scale is absent or "
+                       "not [%lld, %d]", name, (long long)s0, (int)((cols + 31) / 32));
+  if (q) out->scale_ld = w->scale_shape[1];
+  if (!k.n) {
+    if (q) st = put(ld, w->scale, (size_t)w->scale_nbytes, name, &out->scale);
+    if (!st) st = put(ld, w->data, (size_t)w->nbytes, name, &out->data);
+    return st;
   }
-  if (!st) st = put(ld, w->data, (size_t)w->nbytes, name, &out->data);
+  /* a TP shard: whole 32-blocks of the UE8M0 scales (the split rules' granularity) */
+  const int32_t len = k.axis ? cols : rows;
+  if (k.lo < 0 || k.n < 0 || k.lo + k.n > len || k.lo % 32 || k.n % 32)
+    return dsv4i_error(DSV4_ERR_UNSUPPORTED, "cuda backend: weight %s: TP %s [%d, %d) of %d is "
+                       "not in whole 32-blocks", name, k.axis ? "columns" : "rows", (int)k.lo,
+                       (int)(k.lo + k.n), (int)len);
+  const size_t rb = (size_t)w->nbytes / (size_t)rows; /* bytes per row */
+  const size_t sb = q ? (size_t)w->scale_shape[1] : 0; /* scale bytes per scale row */
+  if (k.axis == 0) { /* rows: one contiguous run, and its scale rows */
+    out->rows = k.n;
+    const int64_t q0 = fp8 ? k.lo / 32 : k.lo, qn = fp8 ? k.n / 32 : k.n;
+    if (q) st = put(ld, (const uint8_t *)w->scale + (size_t)q0 * sb, (size_t)qn * sb, name,
+                    &out->scale);
+    if (!st) st = put(ld, (const uint8_t *)w->data + (size_t)k.lo * rb, (size_t)k.n * rb, name,
+                      &out->data);
+    return st;
+  }
+  /* columns: repacked dense [rows][n] (E2M1: two per byte) with scale columns [.][n / 32] */
+  out->cols = k.n;
+  out->ld = out->fmt == DSV4I_KFMT_E2M1_UE8M0 ? k.n / 2 : k.n;
+  if (q) {
+    out->scale_ld = k.n / 32;
+    st = put_cols(ld, w->scale, s0, sb, (size_t)k.lo / 32, (size_t)k.n / 32, name, &out->scale);
+  }
+  if (!st)
+    st = put_cols(ld, w->data, rows, rb, (size_t)k.lo * rb / (size_t)cols,
+                  (size_t)k.n * rb / (size_t)cols, name, &out->data);
   return st;
 }
 
-/* wo_a: fp8 uploaded to scratch at the pool's end, dequantised into bf16, scratch returned. */
-static dsv4_status wo_a(loader *ld, int32_t L, int32_t rows, int32_t cols, dsv4i_gpu_weight *out) {
+static dsv4_status mat(loader *ld, int32_t role, int32_t layer, int32_t expert, int32_t rows,
+                       int32_t cols, dsv4i_gpu_weight *out) {
+  return mat_cut(ld, role, layer, expert, rows, cols, WHOLE, out);
+}
+
+/* This rank's TP cut of a backbone layer's dimension of `len` (whole for the DSpark
+ * stages, which are replicated, and without TP). */
+static cut tp_cut(const loader *ld, int32_t layer, int axis, int32_t len) {
+  const dsv4i_backend *be = &ld->b->base;
+  if (be->tp_size <= 1 || layer >= ld->b->cfg->n_layers) return WHOLE;
+  const int32_t n = len / be->tp_size;
+  return (cut){axis, be->tp_rank * n, n};
+}
+
+/* wo_a (rows k of [rows][cols]): fp8 uploaded to scratch at the pool's end, dequantised
+ * into bf16, scratch returned. */
+static dsv4_status wo_a(loader *ld, int32_t L, int32_t rows, int32_t cols, cut k,
+                        dsv4i_gpu_weight *out) {
   gpu_backend *b = ld->b;
-  const size_t bf = (size_t)rows * (size_t)cols * 2;
+  const int32_t kept = k.n ? k.n : rows;
+  const size_t bf = (size_t)kept * (size_t)cols * 2;
   memset(out, 0, sizeof *out);
   out->fmt = DSV4I_KFMT_BF16;
-  out->rows = rows;
+  out->rows = kept;
   out->cols = cols;
   out->ld = cols;
   dsv4i_gpu_weight q;
   if (ld->count) {
     ld->bytes += al(bf);
     loader tmp = {b, 1, 0, 0, 0};
-    dsv4_status st = mat(&tmp, DSV4I_W_ATTN_WO_A, L, -1, rows, cols, &q);
+    dsv4_status st = mat_cut(&tmp, DSV4I_W_ATTN_WO_A, L, -1, rows, cols, k, &q);
     if (tmp.bytes > ld->temp) ld->temp = tmp.bytes;
     return st;
   }
   dsv4_status st = dsv4i_gpu_pool_take(&b->g.pool, bf, "wo_a (bf16)", &out->data);
   const size_t mark = dsv4i_gpu_pool_mark(&b->g.pool);
-  if (!st) st = mat(ld, DSV4I_W_ATTN_WO_A, L, -1, rows, cols, &q);
+  if (!st) st = mat_cut(ld, DSV4I_W_ATTN_WO_A, L, -1, rows, cols, k, &q);
   if (!st && q.fmt != DSV4I_KFMT_E4M3_UE8M0)
     st = dsv4i_error(DSV4_ERR_WEIGHTS, "cuda backend: layer %d wo_a is not fp8", (int)L);
   if (!st) st = dsv4i_gpu_note(&b->g, dsv4i_gpu_dequant_bf16(&b->ops, b->g.stream, &q, out->data));
@@ -135,18 +225,26 @@ static dsv4_status load_attn(loader *ld, int32_t L, gpu_attn *a) {
   if (rd <= 0 || rd % 2 || rd > hd || rd / 2 > 128 || hd % 32 || G <= 0 || (H * hd) % G)
     return dsv4i_error(DSV4_ERR_UNSUPPORTED, "cuda backend: attention dims (head_dim %d, rope %d, "
                        "groups %d)", (int)hd, (int)rd, (int)G);
+  /* a TP rank: heads [r·H/s, (r+1)·H/s) are exactly those of its wo_a groups (a group's
+   * heads are contiguous); rows of wq_b, attn_sink, wo_a, columns of wo_b */
+  const int32_t olr = c->o_lora_rank;
+  const cut kq = tp_cut(ld, L, 0, H), kg = tp_cut(ld, L, 0, G);
+  a->n_heads = kq.n ? kq.n : H;
+  a->o_groups = kg.n ? kg.n : G;
+  const cut cq = {0, kq.lo * hd, kq.n * hd}, co = {0, kg.lo * olr, kg.n * olr},
+            cb = {1, kg.lo * olr, kg.n * olr};
   dsv4_status st = mat(ld, DSV4I_W_ATTN_WQ_A, L, -1, c->q_lora_rank, c->dim, &a->wq_a);
-  if (!st) st = mat(ld, DSV4I_W_ATTN_WQ_B, L, -1, H * hd, c->q_lora_rank, &a->wq_b);
+  if (!st) st = mat_cut(ld, DSV4I_W_ATTN_WQ_B, L, -1, H * hd, c->q_lora_rank, cq, &a->wq_b);
   if (!st) st = mat(ld, DSV4I_W_ATTN_WKV, L, -1, hd, c->dim, &a->wkv);
-  if (!st) st = mat(ld, DSV4I_W_ATTN_WO_B, L, -1, c->dim, G * c->o_lora_rank, &a->wo_b);
-  if (!st) st = wo_a(ld, L, G * c->o_lora_rank, H * hd / G, &a->wo_a);
+  if (!st) st = mat_cut(ld, DSV4I_W_ATTN_WO_B, L, -1, c->dim, G * olr, cb, &a->wo_b);
+  if (!st) st = wo_a(ld, L, G * olr, H * hd / G, co, &a->wo_a);
   if (!st && (a->wq_a.fmt != DSV4I_KFMT_E4M3_UE8M0 || a->wq_b.fmt != DSV4I_KFMT_E4M3_UE8M0 ||
               a->wkv.fmt != DSV4I_KFMT_E4M3_UE8M0 || a->wo_b.fmt != DSV4I_KFMT_E4M3_UE8M0))
     st = dsv4i_error(DSV4_ERR_WEIGHTS, "cuda backend: layer %d: wq_a, wq_b, wkv and wo_b must be "
                      "fp8", (int)L);
   if (!st) st = vec(ld, DSV4I_W_ATTN_Q_NORM, L, DSV4_DTYPE_BF16, c->q_lora_rank, &a->q_norm);
   if (!st) st = vec(ld, DSV4I_W_ATTN_KV_NORM, L, DSV4_DTYPE_BF16, hd, &a->kv_norm);
-  if (!st) st = vec(ld, DSV4I_W_ATTN_SINK, L, DSV4_DTYPE_F32, H, &a->sink);
+  if (!st) st = vec_part(ld, DSV4I_W_ATTN_SINK, L, DSV4_DTYPE_F32, H, kq.lo, a->n_heads, &a->sink);
   const int kv_src = a->ratio > 0 && (a->roles & DSV4_ROLE_KV_SOURCE);
   const int idx_src = a->ratio > 0 && (a->roles & DSV4_ROLE_INDEX_SOURCE);
   if (!st && kv_src) {
@@ -191,7 +289,10 @@ static dsv4_status load_moe(loader *ld, int32_t L, gpu_block *k) {
   m->n_experts = E;
   m->top_k = dspark ? c->dspark_n_experts_per_tok : c->n_experts_per_tok;
   m->dim = c->dim;
-  m->inter = c->moe_inter_dim;
+  /* a TP rank: intermediate slice [r·I/s, (r+1)·I/s) of every expert and the shared one */
+  const int32_t I = c->moe_inter_dim;
+  const cut ki = tp_cut(ld, L, 0, I);
+  m->inter = ki.n ? ki.n : I;
   m->has_shared = c->n_shared_experts > 0;
   m->swiglu_limit = c->swiglu_limit;
   dsv4_status st = mat(ld, DSV4I_W_GATE, L, -1, E, c->dim, &k->gate);
@@ -208,8 +309,10 @@ static dsv4_status load_moe(loader *ld, int32_t L, gpu_block *k) {
     if (e == E && !m->has_shared) break;
     for (int j = 0; !st && j < 3; j++) {
       dsv4i_gpu_weight w;
-      const int32_t rows = j == 1 ? c->dim : c->moe_inter_dim, cols = j == 1 ? c->moe_inter_dim : c->dim;
-      st = e < E ? mat(ld, wr[j], L, e, rows, cols, &w) : mat(ld, sr[j], L, -1, rows, cols, &w);
+      const int32_t rows = j == 1 ? c->dim : I, cols = j == 1 ? I : c->dim;
+      const cut k = {j == 1, ki.lo, ki.n}; /* w1 / w3 rows, w2 columns */
+      st = e < E ? mat_cut(ld, wr[j], L, e, rows, cols, k, &w)
+                 : mat_cut(ld, sr[j], L, -1, rows, cols, k, &w);
       if (st) break;
       dsv4i_kfmt *f = e < E ? &m->fmt_routed : &m->fmt_shared;
       if (j == 0 && (e == 0 || e == E)) *f = w.fmt;

@@ -11,8 +11,25 @@
  *     the identity: tolerance 0). The all-reduces issued are counted (eager: 2
  *     per backbone layer per step; graph: at capture only) and the pinned
  *     algorithm / protocol printed.
+ *   - two_shards_equal_one_gpu: TP ranks 0 and 1 of 2 as two engines of one process on
+ *     one GPU (NCCL refuses two ranks of one communicator on one device), each loading
+ *     only its shard (heads, wo_a groups, wo_b columns, every expert's and the shared
+ *     expert's intermediate slice; docs/distributed.md "GPU TP shards"), stepped op by op
+ *     on two host threads; their device_allreduce binding is the one thing that differs
+ *     from the NCCL path: it syncs the rank's stream, meets the other thread, sums the
+ *     two partials in rank order on the host as NCCL's two-rank sum does (bf16: rounded
+ *     once after the f32 add; f32: the add) and writes the sum back on the stream. Both
+ *     fixtures against the unsharded GPU engine: greedy tokens equal, the two shards'
+ *     logits bit-identical to each other, and the logits within the fixture's tolerance
+ *     (TOL below). Each shard's device pool is printed against its plan (KV + workspace
+ *     + prepared weights + its shard of the checkpoint tensors kept on the device) and
+ *     must be within 2 %.
  * Two ranks on one device are refused before NCCL (tests/mpi, mpi_engine_cuda_tp2_pp1).
  */
+#include <errno.h>
+#include <math.h>
+#include <pthread.h>
+#include <time.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,6 +40,8 @@
 #include "dist/nccl.h"
 #include "engine/engine.h"
 #include "gpu/gpu_backend.h"
+#include "model/format_codes.h"
+#include "model/weights.h"
 
 typedef struct binding {
   dsv4i_nccl_comm *comm;
@@ -43,6 +62,17 @@ static dsv4_status allreduce(void *ctx, uint64_t buf, size_t n, int32_t dtype, v
   return dsv4i_nccl_allreduce(b->comm, (void *)(uintptr_t)buf, n,
                               dtype == DSV4I_TP_BF16 ? DSV4I_NCCL_BFLOAT16 : DSV4I_NCCL_FLOAT32,
                               stream);
+}
+
+/* A log sink that keeps the device pool of the last CUDA backend created ("pool N B"). */
+static long long g_pool = -1;
+static pthread_mutex_t g_log_mu = PTHREAD_MUTEX_INITIALIZER;
+static void pool_log(int32_t level, const char *msg, void *user) {
+  (void)level, (void)user;
+  const char *q = strstr(msg, "cuda backend: device") ? strstr(msg, ", pool ") : NULL;
+  pthread_mutex_lock(&g_log_mu);
+  if (q) g_pool = atoll(q + 7);
+  pthread_mutex_unlock(&g_log_mu);
 }
 
 static dsv4_engine *open_engine(uint32_t flags) {
@@ -150,9 +180,289 @@ static void nccl_tp1_equals_no_tp(void **state) {
   }
 }
 
+/* ---- two shards of one GPU ------------------------------------------------- */
+
+typedef struct pair {
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  int arrived, failed;
+  unsigned gen;
+  void *part[2];     /* each rank's partial, host copy */
+  size_t cap[2];
+  int64_t calls[2];
+} pair;
+
+typedef struct shard {
+  pair *p;
+  int32_t rank;
+  dsv4i_tp_ops ops;
+  dsv4_engine *e;
+  void *sum;
+  size_t sum_cap;
+  int32_t (*tok)[N_GEN];
+  float *lg;
+  dsv4_status st;
+  char err[512];
+} shard;
+
+/* Both threads arrive (60 s bound: a partner that failed or stalled ends the wait). */
+static int meet(pair *p) {
+  pthread_mutex_lock(&p->mu);
+  const unsigned g = p->gen;
+  if (!p->failed && ++p->arrived == 2) {
+    p->arrived = 0;
+    p->gen++;
+    pthread_cond_broadcast(&p->cv);
+  } else {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_sec += 60;
+    while (g == p->gen && !p->failed)
+      if (pthread_cond_timedwait(&p->cv, &p->mu, &ts) == ETIMEDOUT) {
+        p->failed = 1;
+        pthread_cond_broadcast(&p->cv);
+      }
+  }
+  const int r = p->failed ? -1 : 0;
+  pthread_mutex_unlock(&p->mu);
+  return r;
+}
+
+static void give_up(pair *p) {
+  pthread_mutex_lock(&p->mu);
+  p->failed = 1;
+  pthread_cond_broadcast(&p->cv);
+  pthread_mutex_unlock(&p->mu);
+}
+
+static dsv4_status pair_join(void *ctx, const uint8_t id[16], int32_t ordinal) {
+  (void)ctx, (void)id, (void)ordinal; /* both shards share the device: no NCCL here */
+  return DSV4_OK;
+}
+
+static int grow(void **buf, size_t *cap, size_t bytes) {
+  if (bytes <= *cap) return 0;
+  void *q = realloc(*buf, bytes);
+  if (!q) return -1;
+  *buf = q;
+  *cap = bytes;
+  return 0;
+}
+
+/* The in-process all-reduce: the same call the NCCL binding gets (engine stream, in place). */
+static dsv4_status pair_allreduce(void *ctx, uint64_t buf, size_t n, int32_t dtype, void *stream) {
+  shard *sh = ctx;
+  pair *p = sh->p;
+  const int r = sh->rank;
+  const dsv4i_cu *cu = ((gpu_backend *)sh->e->be)->g.dev.cu;
+  const size_t es = dtype == DSV4I_TP_BF16 ? 2 : 4, bytes = n * es;
+  if (grow(&p->part[r], &p->cap[r], bytes) || grow(&sh->sum, &sh->sum_cap, bytes)) {
+    give_up(p);
+    return dsv4i_error(DSV4_ERR_OUT_OF_MEMORY, "test all-reduce: %zu bytes", bytes);
+  }
+  if (cu->StreamSynchronize((dsv4i_custream)stream) != DSV4I_CUDA_SUCCESS ||
+      cu->MemcpyDtoH(p->part[r], (dsv4i_cuptr)buf, bytes) != DSV4I_CUDA_SUCCESS) {
+    give_up(p);
+    return dsv4i_error(DSV4_ERR_DEVICE, "test all-reduce: copy of rank %d's partial", r);
+  }
+  if (meet(p)) return dsv4i_error(DSV4_ERR_RANK_FAILED, "test all-reduce: the other shard failed");
+  for (size_t i = 0; i < n; i++) { /* rank order; NCCL's two-rank sum gives these bits */
+    if (dtype == DSV4I_TP_BF16) {
+      const uint16_t *a = p->part[0], *b = p->part[1];
+      ((uint16_t *)sh->sum)[i] = dsv4i_f32_to_bf16(dsv4i_bf16_to_f32(a[i]) + dsv4i_bf16_to_f32(b[i]));
+    } else {
+      const float *a = p->part[0], *b = p->part[1];
+      ((float *)sh->sum)[i] = a[i] + b[i];
+    }
+  }
+  if (meet(p)) return dsv4i_error(DSV4_ERR_RANK_FAILED, "test all-reduce: the other shard failed");
+  p->calls[r]++;
+  if (cu->MemcpyHtoDAsync((dsv4i_cuptr)buf, sh->sum, bytes, (dsv4i_custream)stream) !=
+      DSV4I_CUDA_SUCCESS) {
+    give_up(p);
+    return dsv4i_error(DSV4_ERR_DEVICE, "test all-reduce: writing the sum back");
+  }
+  return DSV4_OK;
+}
+
+/* greedy() without cmocka (it runs on the shard threads): a status and a message. */
+static dsv4_status run_greedy(dsv4_engine *e, int32_t V, int32_t tok[N_PROMPT][N_GEN], float *lg,
+                              char *err, size_t cap) {
+  int64_t id[N_PROMPT] = {0, 0};
+  int32_t in[40];
+  dsv4_status s = DSV4_OK;
+  for (int p = 0; p < N_PROMPT && !s; p++) {
+    const int32_t n = p ? 29 : 11;
+    uint32_t x = 777u + 31u * (uint32_t)p;
+    in[0] = 0;
+    for (int32_t i = 1; i < n; i++) {
+      x = x * 1664525u + 1013904223u;
+      in[i] = 3 + (int32_t)((x >> 8) % 600u);
+    }
+    s = dsv4_engine_seq_create(e, &id[p]);
+    if (!s) s = dsv4_engine_prefill(e, id[p], in, n, NULL, lg + (size_t)p * V, &tok[p][0]);
+    if (s) snprintf(err, cap, "prefill %d: %s", p, dsv4_last_error());
+  }
+  for (int t = 1; t < N_GEN && !s; t++) {
+    int32_t cur[N_PROMPT], nx[N_PROMPT];
+    for (int p = 0; p < N_PROMPT; p++) cur[p] = tok[p][t - 1];
+    s = dsv4_engine_decode(e, N_PROMPT, id, cur, NULL, lg + (size_t)t * N_PROMPT * (size_t)V, nx);
+    if (s) snprintf(err, cap, "decode %d: %s", t, dsv4_last_error());
+    for (int p = 0; p < N_PROMPT && !s; p++) tok[p][t] = nx[p];
+  }
+  return s;
+}
+
+static void *shard_main(void *arg) {
+  shard *sh = arg;
+  sh->st = run_greedy(sh->e, sh->e->vocab, sh->tok, sh->lg, sh->err, sizeof sh->err);
+  if (sh->st) give_up(sh->p);
+  return NULL;
+}
+
+/* The device bytes of the shard's checkpoint tensors (the weight table's split rules; not
+ * the Engram tables (pinned host memory), the confidence projection (read on the host),
+ * wo_a (its bf16 copy is a prepared weight) or the vision tower). */
+static int64_t shard_device_bytes(const dsv4_model *m, int32_t tp) {
+  const dsv4i_weights *wt = dsv4i_model_weights(m);
+  int64_t n = 0;
+  for (size_t i = 0; i < wt->n; i++) {
+    const dsv4i_weight *w = &wt->w[i];
+    if (w->role == DSV4I_W_ENGRAM_EMBED || w->role == DSV4I_W_ATTN_WO_A ||
+        w->role == DSV4I_W_VISION || w->role == DSV4I_W_DSPARK_CONF_PROJ ||
+        w->role == DSV4I_W_GATE_BIAS_VL)
+      continue;
+    const int split = w->placement == DSV4I_PLACE_LAYER &&
+                      (w->split == DSV4I_SPLIT_ROWS || w->split == DSV4I_SPLIT_COLS);
+    n += (int64_t)(w->nbytes + w->scale_nbytes) / (split ? tp : 1);
+  }
+  return n;
+}
+
+/* The unsharded GPU engine (or TP shard `rank` of 2 bound to tp), op by op. */
+static dsv4_engine *make_engine(dsv4_model *m, const dsv4i_tp_ops *tp) {
+  dsv4i_engine_args a;
+  memset(&a, 0, sizeof a);
+  a.backend = DSV4_BACKEND_CUDA;
+  a.max_seqs = 2;
+  a.max_ctx = 128;
+  a.chunk = 8;
+  a.tp = 1;
+  a.pp = 1;
+  a.dist_timeout_ms = 60000;
+  a.micro_batches = 1;
+  a.log.fn = pool_log;
+  a.log.max_level = DSV4_LOG_INFO;
+  a.tp_local = tp;
+  dsv4_engine *e = NULL;
+  const dsv4_status s = dsv4i_engine_create(m, &a, &e);
+  if (s == DSV4_ERR_NO_DEVICE) {
+    printf("skip: no usable CUDA backend: %s\n", dsv4_last_error());
+    exit(77);
+  }
+  if (s) fail_msg("engine%s: %s: %s", tp ? " shard" : "", dsv4_status_string(s), dsv4_last_error());
+  dsv4i_gpu_backend_set_eager(e->be, 1); /* the in-process reduction syncs: no capture */
+  return e;
+}
+
+static void two_shards(const char *fx, double tol) {
+  const char *dir = tu_fixture_or_skip(fx);
+  dsv4_model *m = NULL;
+  if (dsv4_model_load(dir, NULL, &m)) fail_msg("model %s: %s", fx, dsv4_last_error());
+  dsv4_engine *ref = make_engine(m, NULL);
+  const int32_t V = ref->vocab;
+  const size_t n = (size_t)N_GEN * N_PROMPT * (size_t)V;
+  int32_t tr[N_PROMPT][N_GEN], ts[2][N_PROMPT][N_GEN];
+  float *lr = malloc(n * sizeof *lr), *ls[2] = {malloc(n * sizeof(float)), malloc(n * sizeof(float))};
+  assert_true(lr && ls[0] && ls[1]);
+  char err[512] = "";
+  if (run_greedy(ref, V, tr, lr, err, sizeof err)) fail_msg("unsharded engine: %s", err);
+  pair p;
+  memset(&p, 0, sizeof p);
+  pthread_mutex_init(&p.mu, NULL);
+  pthread_cond_init(&p.cv, NULL);
+  shard sh[2];
+  memset(sh, 0, sizeof sh);
+  const int64_t wdev = shard_device_bytes(m, 2);
+  for (int r = 0; r < 2; r++) {
+    sh[r].p = &p;
+    sh[r].rank = r;
+    sh[r].ops.rank = r;
+    sh[r].ops.size = 2;
+    sh[r].ops.device_join = pair_join;
+    sh[r].ops.device_allreduce = pair_allreduce;
+    sh[r].ops.ctx = &sh[r];
+    sh[r].tok = ts[r];
+    sh[r].lg = ls[r];
+    g_pool = -1;
+    sh[r].e = make_engine(m, &sh[r].ops);
+    dsv4_engine_info info;
+    assert_int_equal(dsv4_engine_get_info(sh[r].e, &info, sizeof info), DSV4_OK);
+    const int64_t plan = info.kv_pages_total * info.kv_page_bytes + info.workspace_bytes +
+                         info.prepared_weight_bytes + wdev;
+    printf("%s, TP rank %d of 2: device pool %lld B, plan %lld B (%+.2f %%) = KV pool %lld + "
+           "workspace %lld + prepared weights %lld + its shard of the checkpoint tensors %lld\n",
+           fx, r, g_pool, (long long)plan, 100.0 * (double)(g_pool - plan) / (double)plan,
+           (long long)(info.kv_pages_total * info.kv_page_bytes), (long long)info.workspace_bytes,
+           (long long)info.prepared_weight_bytes, (long long)wdev);
+    assert_true(g_pool > 0 && llabs(g_pool - plan) <= plan / 50);
+  }
+  pthread_t th[2];
+  for (int r = 0; r < 2; r++) assert_int_equal(pthread_create(&th[r], NULL, shard_main, &sh[r]), 0);
+  for (int r = 0; r < 2; r++) pthread_join(th[r], NULL);
+  for (int r = 0; r < 2; r++)
+    if (sh[r].st) fail_msg("%s, TP rank %d of 2: %s: %s", fx, r, dsv4_status_string(sh[r].st), sh[r].err);
+  /* the two shards hold the same sums after every all-reduce: the same logits */
+  size_t between = 0;
+  for (size_t i = 0; i < n; i++) between += memcmp(&ls[0][i], &ls[1][i], sizeof(float)) != 0;
+  double md = 0;
+  size_t at = 0, diff = 0;
+  for (size_t i = 0; i < n; i++) {
+    const double d = fabs((double)ls[0][i] - (double)lr[i]);
+    diff += d != 0;
+    if (!(d <= md)) md = d, at = i;
+  }
+  printf("%s, TP 2 as two shards on one GPU: %lld all-reduces per shard (2 per layer per step), "
+         "%d tokens %s, shard logits %s, max |shard - unsharded| %.4g at step %zu row %zu id %zu "
+         "(%zu of %zu differ; tolerance %.3g)\n",
+         fx, (long long)p.calls[0], N_PROMPT * N_GEN,
+         memcmp(ts[0], tr, sizeof tr) || memcmp(ts[1], tr, sizeof tr) ? "DIFFER" : "equal",
+         between ? "DIFFER between the shards" : "bit-identical between the shards", md,
+         at / ((size_t)N_PROMPT * V), at / V % N_PROMPT, at % V, diff, n, tol);
+  for (int r = 0; r < 2; r++)
+    for (int q = 0; q < N_PROMPT; q++)
+      for (int t = 0; t < N_GEN; t++)
+        if (ts[r][q][t] != tr[q][t])
+          fail_msg("%s: TP rank %d: prompt %d token %d is %d, unsharded %d", fx, r, q, t,
+                   ts[r][q][t], tr[q][t]);
+  assert_int_equal(between, 0);
+  assert_true(md <= tol);
+  assert_int_equal(p.calls[0], p.calls[1]);
+  assert_int_equal(p.calls[0] % (2 * ref->cfg->n_layers), 0);
+  for (int r = 0; r < 2; r++) {
+    dsv4_engine_free(sh[r].e);
+    free(sh[r].sum);
+    free(p.part[r]);
+    free(ls[r]);
+  }
+  dsv4_engine_free(ref);
+  dsv4_model_free(m);
+  free(lr);
+}
+
+/* TOL: the fixture's logits tolerance for a GPU against its CPU golden (fixture READMEs:
+ * tiny-v41-e2e-a 0.829 = 4 x the reference's own CUDA-vs-CPU difference; tiny-v41-a has
+ * none, its tokens are the check): TP only changes where partial sums meet. */
+static void two_shards_equal_one_gpu(void **state) {
+  (void)state;
+  two_shards("tiny-v41-e2e-a", 0.829);
+  two_shards("tiny-v41-a", 0.829);
+}
+
 int tu_run_suite(void) {
   const struct CMUnitTest tests[] = {
     cmocka_unit_test(nccl_tp1_equals_no_tp),
+    cmocka_unit_test(two_shards_equal_one_gpu),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
