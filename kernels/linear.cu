@@ -528,3 +528,20 @@ dsv4_k_dequant_e4m3_bf16(int rows, int cols, const unsigned char *w, long long l
                   dsv4i_e8m0_to_f32(scale[(long long)(r >> 5) * scale_ld + (c >> 5)]);
   out[(long long)r * cols + c] = dsv4i_f32_to_bf16(v);
 }
+
+/* ---- TP shards (docs/distributed.md "GPU TP shards") ------------------------
+ * A TP rank's fp8 projection over its share of K (wo_b), fp32 out: the ranks'
+ * sums meet in the all-reduce before the one bf16 rounding of the reference,
+ * so TP changes only where fp32 partial sums are added. gemv_body's order (K
+ * blocks ascending). Grid (ceil(rows/128), ceil(n_tok/8)), 128 threads. */
+extern "C" __global__ void __launch_bounds__(ROWS) dsv4_k_linear_e4m3_ue8m0_f32out(GEMV_ARGS) {
+  gemv_body<W_E4M3, 1>(GEMV_PASS);
+}
+
+/* y[i] = bf16(x[i]) for i < n (round to nearest even, dsv4i_f32_to_bf16): the all-reduced
+ * fp32 sums rounded where the reference rounds. Grid ceil(n/256), 256 threads. */
+extern "C" __global__ void __launch_bounds__(256)
+dsv4_k_cast_f32_bf16(long long n, const float *x, uint16_t *y) {
+  const long long i = (long long)blockIdx.x * 256 + threadIdx.x;
+  if (i < n) y[i] = dsv4i_f32_to_bf16(x[i]);
+}

@@ -434,10 +434,14 @@ __device__ __forceinline__ int route_pair(const int *pairs, int p0, int c, int n
   return p0 >= 0 ? pairs[p0 + c] : c * n_slots + top_k;
 }
 
-template <int FMT>
+/* An expert row's value as stored: bf16 (moe_down), or fp32 unrounded (moe_down_part). */
+__device__ __forceinline__ void put_row(uint16_t *o, long long i, float v) { o[i] = dsv4i_f32_to_bf16(v); }
+__device__ __forceinline__ void put_row(float *o, long long i, float v) { o[i] = v; }
+
+template <int FMT, typename OT>
 __device__ void down_body(moe_smem &sm, int np, int p0, const int *pairs, int top_k, int n_slots,
                           int dim, int inter, const float *aq, const float *sa,
-                          const unsigned char *pw2, const unsigned char *ps2, uint16_t *o) {
+                          const unsigned char *pw2, const unsigned char *ps2, OT *o) {
   const int nkb = inter / 32, P = DOWN_NT / nkb, kb = threadIdx.x % nkb, ph = threadIdx.x / nkb;
   const bool active = ph < P;
   const long long ld = FMT == W_E2M1 ? inter / 2 : inter, sld = nkb;
@@ -463,7 +467,7 @@ __device__ void down_body(moe_smem &sm, int np, int p0, const int *pairs, int to
         float acc = 0.0f;
         for (int k = 0; k < nkb; k++) acc += pp[k];
         const long long pc = route_pair(pairs, p0, c0 + c, n_slots, top_k);
-        o[pc * dim + row0 + sub0 + r] = dsv4i_f32_to_bf16(acc);
+        put_row(o, pc * dim + row0 + sub0 + r, acc);
       }
       __syncthreads();
     }
@@ -491,9 +495,9 @@ dsv4_k_moe_down(int n_tok, int top_k, int has_shared, int n_experts, int dim, in
   const int *pairs = route + 2 + 2 * n_experts;
   if (e >= 0) {
     if ((e == n_experts ? fmt_s : fmt_r) == W_E2M1)
-      down_body<W_E2M1>(sm, np, p0, pairs, top_k, n_slots, dim, inter, aq, sa, w2[e], s2[e], o);
+      down_body<W_E2M1, uint16_t>(sm, np, p0, pairs, top_k, n_slots, dim, inter, aq, sa, w2[e], s2[e], o);
     else
-      down_body<W_E4M3>(sm, np, p0, pairs, top_k, n_slots, dim, inter, aq, sa, w2[e], s2[e], o);
+      down_body<W_E4M3, uint16_t>(sm, np, p0, pairs, top_k, n_slots, dim, inter, aq, sa, w2[e], s2[e], o);
   }
   /* the last block of this row tile combines it (threadFence pattern) */
   __threadfence();
@@ -521,4 +525,61 @@ dsv4_k_moe_down(int n_tok, int top_k, int has_shared, int n_experts, int dim, in
     if (has_shared) y += dsv4i_bf16_to_f32(__ldcg(o + ((long long)t * n_slots + top_k) * dim + d));
     out[(long long)t * ldo + d] = dsv4i_f32_to_bf16(y);
   }
+}
+
+/* ---- TP shards (docs/distributed.md "GPU TP shards") ------------------------
+ * moe_down_part: moe_down's expert rows over this TP rank's share of the
+ * intermediate dimension, fp32 and not combined: o f32 [n][n_slots][dim] (rows
+ * of skipped slots are not written). The all-reduce sums the ranks' rows, then
+ * moe_combine rounds each row to bf16 and adds them as moe_down's last block
+ * does: TP changes only where fp32 partial sums are added. Grid and arguments
+ * as moe_down's, without counters and out. */
+extern "C" __global__ void __launch_bounds__(DOWN_NT, 2)
+dsv4_k_moe_down_part(int n_tok, int top_k, int has_shared, int n_experts, int dim, int inter,
+                     int fmt_r, int fmt_s, const float *aq, const float *sa, const int32_t *idx,
+                     const int *route, const unsigned char *const *w2,
+                     const unsigned char *const *s2, float *o) {
+  __shared__ moe_smem sm;
+  (void)n_tok, (void)idx;
+  const int n_slots = top_k + 1, sh = has_shared ? 1 : 0, y = (int)blockIdx.y;
+  int e = -1, p0 = -1, np = 0;
+  if (y < sh) {
+    e = n_experts, np = n_tok;
+  } else if (y - sh < route[0]) {
+    const int *off = route + 1 + n_experts;
+    e = route[1 + y - sh], p0 = off[y - sh], np = off[y - sh + 1] - p0;
+  }
+  const int *pairs = route + 2 + 2 * n_experts;
+  if (e < 0) return; /* uniform over the block */
+  if ((e == n_experts ? fmt_s : fmt_r) == W_E2M1)
+    down_body<W_E2M1, float>(sm, np, p0, pairs, top_k, n_slots, dim, inter, aq, sa, w2[e], s2[e], o);
+  else
+    down_body<W_E4M3, float>(sm, np, p0, pairs, top_k, n_slots, dim, inter, aq, sa, w2[e], s2[e], o);
+}
+
+/* out[t][d] = bf16(sum of bf16(o[t][slot][d]) over the token's experts in ascending id,
+ * the shared expert last, in fp32): moe_down's combine over fp32 rows. Grid
+ * ceil(n_tok·dim/256), 256 threads. */
+extern "C" __global__ void __launch_bounds__(256)
+dsv4_k_moe_combine(int n_tok, int top_k, int has_shared, int n_experts, int dim,
+                   const int32_t *idx, const float *o, uint16_t *out, long long ldo) {
+  const long long q = (long long)blockIdx.x * 256 + threadIdx.x;
+  if (q >= (long long)n_tok * dim) return;
+  const int t = (int)(q / dim), d = (int)(q % dim), n_slots = top_k + 1;
+  const int32_t *it = idx + (long long)t * top_k;
+  float y = 0.0f;
+  int prev = -1;
+  for (int k = 0; k < top_k; k++) { /* the token's experts in ascending id */
+    int best = n_experts, bj = -1;
+    for (int j = 0; j < top_k; j++) {
+      const int ej = it[j];
+      if (ej > prev && ej < best) best = ej, bj = j;
+    }
+    if (bj < 0) break;
+    y += dsv4i_bf16_to_f32(dsv4i_f32_to_bf16(o[((long long)t * n_slots + bj) * dim + d]));
+    prev = best;
+  }
+  if (has_shared)
+    y += dsv4i_bf16_to_f32(dsv4i_f32_to_bf16(o[((long long)t * n_slots + top_k) * dim + d]));
+  out[(long long)t * ldo + d] = dsv4i_f32_to_bf16(y);
 }

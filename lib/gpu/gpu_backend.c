@@ -36,15 +36,15 @@ static dsv4i_cuptr take(carve *c, size_t bytes) {
  * index scores of its index sources, the Engram scratch of its Engram layers) and the
  * DSpark draft block B (0 off the last stage, or without a draft head). One process: all. */
 typedef struct ws_part {
-  int32_t first, last, B;
+  int32_t first, last, B, tp; /* tp > 1: a TP shard (the f32 partial sums' buffer) */
 } ws_part;
 
 static int32_t dspark_block(const dsv4i_config *c);
 
-static ws_part part_of(const dsv4i_config *c, int32_t first, int32_t last) {
+static ws_part part_of(const dsv4i_config *c, int32_t first, int32_t last, int32_t tp) {
   if (last <= 0 || last > c->n_layers) last = c->n_layers;
   if (first < 0 || first >= last) first = 0;
-  return (ws_part){first, last, last == c->n_layers ? dspark_block(c) : 0};
+  return (ws_part){first, last, last == c->n_layers ? dspark_block(c) : 0, tp > 1 ? tp : 1};
 }
 
 static int part_has_engram(const dsv4i_config *c, const ws_part *p) {
@@ -156,6 +156,9 @@ static void ws_layout(const dsv4i_config *c, const ws_part *p, int32_t T, int32_
   m.inter = c->moe_inter_dim;
   m.has_shared = c->n_shared_experts > 0;
   w->moe = take(cv, dsv4i_gpu_moe_scratch_bytes(&m, rows));
+  /* TP shards: the backbone's partial sums in f32, all-reduced before the bf16 rounding */
+  m.top_k = c->n_experts_per_tok;
+  w->tpf = take(cv, p->tp > 1 ? dsv4i_gpu_moe_rows_bytes(&m, rows) : 1);
   size_t eg = 1;
   if (c->n_engram > 0 && part_has_engram(c, p)) {
     dsv4i_gpu_engram e;
@@ -223,7 +226,8 @@ static dsv4_status cuda_format(const struct dsv4i_config *c, int64_t max_positio
   dsv4i_kv_layout lay; /* the part's caches, weights and workspace (a pipeline stage's) */
   dsv4_status s = dsv4i_kv_format_init(c, part, dsv4i_gkv_page_bytes(c), max_positions, f, &lay);
   if (s) return s;
-  const ws_part p = part_of(c, part ? part->first_layer : 0, part ? part->last_layer : 0);
+  const ws_part p = part_of(c, part ? part->first_layer : 0, part ? part->last_layer : 0,
+                            part ? part->tp_size : 1);
   /* per live sequence: its page row in the pinned staging and in the device table */
   f->slot_bytes = 2 * (int64_t)lay.ld * (int64_t)sizeof(int32_t);
   /* wo_a dequantised to bf16 per attention layer of the part (spec §3.3), next to the
@@ -735,7 +739,7 @@ static dsv4_status cuda_create(const dsv4i_backend_desc *d, dsv4i_backend **out)
   b->n_engram_cols = c->n_engram * (c->engram_max_ngram - 1) * c->engram_n_heads;
   b->max_tok = d->max_batch_tokens;
   b->max_out = d->max_out_rows;
-  const ws_part wp = part_of(c, b->base.first_layer, b->base.last_layer); /* its stage's */
+  const ws_part wp = part_of(c, b->base.first_layer, b->base.last_layer, b->base.tp_size);
   b->max_rows = max_rows(&wp, b->max_tok, b->max_out);
   b->n_slots = d->n_slots;
   b->kv_ld = d->kv_layout ? d->kv_layout->ld : 0;

@@ -101,6 +101,8 @@ typedef struct gpu_ws {
   int32_t topk_ld, cand_ld;
   /* MoE and Engram */
   dsv4i_cuptr z, ridx, rw, moe, engram;
+  dsv4i_cuptr tpf;          /**< TP shards: f32 partial sums, wo_b's [T][dim] or the MoE's
+                             *   expert rows [T][top_k + 1][dim] (all-reduced in place) */
   /* head and sampling */
   dsv4i_cuptr hsel, presel, hx, junk, samp, samp_out; /**< samp: temp f32, seed, ctr u64 [R] */
   dsv4i_cuptr accq, accout; /**< accept: the draft's logits f32 [vocab], the decision int32 [2] */

@@ -37,6 +37,19 @@ dsv4_status dsv4i_gpu_be_engram(dsv4i_backend *be, int32_t layer, dsv4i_bbuf h) 
                                       b->ws.gvec, b->ws.engram, D(h.impl)));
 }
 
+/* ---- TP (docs/distributed.md "GPU TP shards") --------------------------------- */
+
+/* A TP shard's backbone layer (tp_size > 1; the DSpark stages are replicated): its
+ * partial sublayer outputs meet in f32, before the reference's bf16 rounding points. */
+static int tp_shard(const gpu_backend *b, int32_t layer) {
+  return b->tp && b->base.tp_size > 1 && layer < b->cfg->n_layers;
+}
+
+/* In-place sum over the stage's TP ranks on the engine stream (captured into graphs). */
+static dsv4_status tp_allreduce(gpu_backend *b, dsv4i_cuptr buf, size_t n, int32_t dtype) {
+  return b->tp->device_allreduce(b->tp->ctx, (uint64_t)buf, n, dtype, (void *)b->g.stream);
+}
+
 /* ---- attention (spec §5.4; lib/cpu/attn_forward.c) ---------------------------- */
 
 /* fp8 linear on bf16 rows: act_quant into (xq, sx), then the GEMV. */
@@ -165,7 +178,14 @@ static dsv4_status attention(gpu_backend *b, int32_t L, const gpu_rows *rw, dsv4
   const int64_t ldo = (int64_t)H * hd, ldu = (int64_t)G * c->o_lora_rank;
   if (!st) st = dsv4i_gpu_rope(o, s, n, H, nf, w->o + tail, ldo, hd, a->freqs, pos, 1);
   if (!st) st = wo_a(b, &a->wo_a, G, n, w->o, ldo, w->u, ldu);
-  if (!st) st = dsv4i_gpu_lin_q(b, &a->wo_b, n, w->u, ldu, w->rq, w->rsx, out, dim);
+  if (!st && tp_shard(b, L)) { /* this rank's wo_b columns in f32, summed, then rounded */
+    st = dsv4i_gpu_act_quant(o, s, n, a->wo_b.cols, w->u, ldu, w->rq, w->rsx);
+    if (!st) st = dsv4i_gpu_linear_q_f32(o, s, &a->wo_b, n, w->rq, w->rsx, w->tpf, dim);
+    if (!st) st = tp_allreduce(b, w->tpf, (size_t)n * (size_t)dim, DSV4I_TP_F32);
+    if (!st) st = dsv4i_gpu_cast_bf16(o, s, (int64_t)n * dim, w->tpf, out);
+  } else if (!st) {
+    st = dsv4i_gpu_lin_q(b, &a->wo_b, n, w->u, ldu, w->rq, w->rsx, out, dim);
+  }
   return st;
 }
 
@@ -183,7 +203,7 @@ static dsv4_status mixes(gpu_backend *b, const gpu_block *k, int32_t n, int whic
   return st;
 }
 
-static dsv4_status moe(gpu_backend *b, const gpu_block *k, int32_t n, dsv4i_cuptr x,
+static dsv4_status moe(gpu_backend *b, int32_t layer, const gpu_block *k, int32_t n, dsv4i_cuptr x,
                        dsv4i_cuptr out) {
   const gpu_ws *w = &b->ws;
   const dsv4i_gpu_moe *m = &k->moe;
@@ -193,18 +213,24 @@ static dsv4_status moe(gpu_backend *b, const gpu_block *k, int32_t n, dsv4i_cupt
   if (!st) st = dsv4i_gpu_router(&b->ops, b->g.stream, n, m->n_experts, m->top_k, w->z,
                                  m->n_experts, k->gate_bias, 0, 0, b->cfg->norm_topk_prob,
                                  b->cfg->route_scale, w->ridx, w->rw);
-  if (!st) st = dsv4i_gpu_moe_experts(&b->ops, b->g.stream, m, n, x, b->dim, w->ridx, w->rw,
-                                      w->moe, out, b->dim);
+  if (!st && tp_shard(b, layer)) { /* this rank's expert rows in f32, summed, combined */
+    st = dsv4i_gpu_moe_experts_part(&b->ops, b->g.stream, m, n, x, b->dim, w->ridx, w->rw,
+                                    w->moe, w->tpf);
+    if (!st) st = tp_allreduce(b, w->tpf, dsv4i_gpu_moe_rows_bytes(m, n) / 4, DSV4I_TP_F32);
+    if (!st) st = dsv4i_gpu_moe_combine(&b->ops, b->g.stream, m, n, w->ridx, w->tpf, out, b->dim);
+  } else if (!st) {
+    st = dsv4i_gpu_moe_experts(&b->ops, b->g.stream, m, n, x, b->dim, w->ridx, w->rw, w->moe,
+                               out, b->dim);
+  }
   return st;
 }
 
-/* The TP all-reduce of a sublayer's output y (bf16 [n][dim]) over the stage's TP ranks, on
- * the engine stream (inside a captured graph too). Backbone layers only: the DSpark stages
- * are replicated. */
+/* A TP binding over one rank (tp_size 1; tests/gpu/test_cuda_tp.c binds a one-rank NCCL
+ * communicator): the all-reduce of a sublayer's bf16 output, the identity, issued where a
+ * shard's sums meet. */
 static dsv4_status tp_sum(gpu_backend *b, int32_t layer, int32_t n, dsv4i_cuptr y) {
-  if (!b->tp || layer >= b->cfg->n_layers) return DSV4_OK;
-  return b->tp->device_allreduce(b->tp->ctx, (uint64_t)y, (size_t)n * (size_t)b->dim,
-                                 DSV4I_TP_BF16, (void *)b->g.stream);
+  if (!b->tp || layer >= b->cfg->n_layers || b->base.tp_size > 1) return DSV4_OK;
+  return tp_allreduce(b, y, (size_t)n * (size_t)b->dim, DSV4I_TP_BF16);
 }
 
 dsv4_status dsv4i_gpu_block_rows(gpu_backend *b, int32_t layer, const gpu_rows *rw, dsv4i_cuptr h,
@@ -226,7 +252,7 @@ dsv4_status dsv4i_gpu_block_rows(gpu_backend *b, int32_t layer, const gpu_rows *
   if (!st) st = mixes(b, k, n, 1, h, pre, w->f_post, w->f_comb);
   if (!st) st = dsv4i_gpu_hc_pre(o, s, n, hc, d, h, w->a_pre, w->x);
   if (!st) st = dsv4i_gpu_rmsnorm(o, s, n, d, w->x, d, k->ffn_norm, c->norm_eps, w->x, d);
-  if (!st) st = moe(b, k, n, w->x, w->y);
+  if (!st) st = moe(b, layer, k, n, w->x, w->y);
   if (!st) st = tp_sum(b, layer, n, w->y);
   if (!st) st = dsv4i_gpu_hc_post(o, s, n, hc, d, w->y, h, w->f_post, w->f_comb, h);
   return st;

@@ -43,14 +43,15 @@ static int expert_fmt(dsv4i_kfmt f) { /* kernels/gemv.cuh W_E4M3 / W_E2M1 */
   return f == DSV4I_KFMT_E4M3_UE8M0 ? 0 : f == DSV4I_KFMT_E2M1_UE8M0 ? 1 : -1;
 }
 
-dsv4_status dsv4i_gpu_moe_experts(const dsv4i_gpu_ops *o, dsv4i_custream s,
-                                  const dsv4i_gpu_moe *m, int32_t n_tok, dsv4i_cuptr x,
-                                  int64_t ldx, dsv4i_cuptr idx, dsv4i_cuptr weight,
-                                  dsv4i_cuptr scratch, dsv4i_cuptr out, int64_t ldo) {
+/* rows 0: the whole layer into out; else (TP shards) the fp32 expert rows into rows. */
+static dsv4_status experts(const dsv4i_gpu_ops *o, dsv4i_custream s, const dsv4i_gpu_moe *m,
+                           int32_t n_tok, dsv4i_cuptr x, int64_t ldx, dsv4i_cuptr idx,
+                           dsv4i_cuptr weight, dsv4i_cuptr scratch, dsv4i_cuptr out, int64_t ldo,
+                           dsv4i_cuptr rows) {
   int fr = expert_fmt(m->fmt_routed), fs = expert_fmt(m->fmt_shared);
   if (n_tok < 0 || m->n_experts <= 0 || m->n_experts > MOE_MAX_EXPERTS || m->top_k <= 0 ||
       m->top_k > 16 || m->dim <= 0 || m->dim % 32 || m->inter <= 0 || m->inter % 32 ||
-      ldx < m->dim || ldo < m->dim || (scratch & 255) || !m->w1 || !m->w2 || !m->w3 ||
+      ldx < m->dim || (!rows && ldo < m->dim) || (scratch & 255) || !m->w1 || !m->w2 || !m->w3 ||
       !m->s1 || !m->s2 || !m->s3)
     return dsv4i_error(DSV4_ERR_INVALID_ARG, "gpu moe_experts: sizes (experts <= 1024, "
                        "top_k <= 16), tables or scratch alignment");
@@ -86,5 +87,40 @@ dsv4_status dsv4i_gpu_moe_experts(const dsv4i_gpu_ops *o, dsv4i_custream s,
   long long lo = ldo;
   void *pd[] = {&n, &k, &sh, &E, &dim, &inter, &fr, &fs, &aq, &sa, &idx, &route, &w2, &s2, &ob,
                 &cnt, &out, &lo};
-  return dsv4i_kreg_launch_grid(o->kr, o->moe_down, (uint32_t)n_cnt, gy, 1, 0, s, pd);
+  void *pp[] = {&n, &k, &sh, &E, &dim, &inter, &fr, &fs, &aq, &sa, &idx, &route, &w2, &s2, &rows};
+  return dsv4i_kreg_launch_grid(o->kr, rows ? o->moe_down_part : o->moe_down, (uint32_t)n_cnt, gy,
+                                1, 0, s, rows ? pp : pd);
+}
+
+dsv4_status dsv4i_gpu_moe_experts(const dsv4i_gpu_ops *o, dsv4i_custream s,
+                                  const dsv4i_gpu_moe *m, int32_t n_tok, dsv4i_cuptr x,
+                                  int64_t ldx, dsv4i_cuptr idx, dsv4i_cuptr weight,
+                                  dsv4i_cuptr scratch, dsv4i_cuptr out, int64_t ldo) {
+  return experts(o, s, m, n_tok, x, ldx, idx, weight, scratch, out, ldo, 0);
+}
+
+dsv4_status dsv4i_gpu_moe_experts_part(const dsv4i_gpu_ops *o, dsv4i_custream s,
+                                       const dsv4i_gpu_moe *m, int32_t n_tok, dsv4i_cuptr x,
+                                       int64_t ldx, dsv4i_cuptr idx, dsv4i_cuptr weight,
+                                       dsv4i_cuptr scratch, dsv4i_cuptr rows) {
+  if (!rows) return dsv4i_error(DSV4_ERR_INVALID_ARG, "gpu moe_experts_part: no rows buffer");
+  return experts(o, s, m, n_tok, x, ldx, idx, weight, scratch, 0, 0, rows);
+}
+
+size_t dsv4i_gpu_moe_rows_bytes(const dsv4i_gpu_moe *m, int32_t n_tok) {
+  return 4 * (size_t)(n_tok > 0 ? n_tok : 0) * ((size_t)m->top_k + 1) * (size_t)m->dim;
+}
+
+dsv4_status dsv4i_gpu_moe_combine(const dsv4i_gpu_ops *o, dsv4i_custream s,
+                                  const dsv4i_gpu_moe *m, int32_t n_tok, dsv4i_cuptr idx,
+                                  dsv4i_cuptr rows, dsv4i_cuptr out, int64_t ldo) {
+  if (n_tok < 0 || n_tok > (1 << 24) || m->n_experts <= 0 || m->n_experts > MOE_MAX_EXPERTS ||
+      m->top_k <= 0 || m->top_k > 16 || m->dim <= 0 || ldo < m->dim || !rows || !out)
+    return dsv4i_error(DSV4_ERR_INVALID_ARG, "gpu moe_combine: sizes or buffers");
+  if (n_tok == 0) return DSV4_OK;
+  int n = n_tok, k = m->top_k, sh = m->has_shared ? 1 : 0, E = m->n_experts, dim = m->dim;
+  long long lo = ldo;
+  void *p[] = {&n, &k, &sh, &E, &dim, &idx, &rows, &out, &lo};
+  const uint64_t blocks = ((uint64_t)n_tok * (uint64_t)dim + 255) / 256;
+  return dsv4i_kreg_launch_grid(o->kr, o->moe_combine, (uint32_t)blocks, 1, 1, 0, s, p);
 }

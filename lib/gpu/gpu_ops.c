@@ -49,6 +49,10 @@ dsv4_status dsv4i_gpu_ops_init(const dsv4i_kreg *kr, dsv4i_gpu_ops *o) {
   PICK(linear_warp[DSV4I_KFMT_E2M1_UE8M0], LINEAR, E2M1_UE8M0, DECODE_WARP);
   PICK(linear_f32out[DSV4I_KFMT_BF16], LINEAR_F32OUT, BF16, DECODE);
   PICK(linear_f32out[DSV4I_KFMT_F32], LINEAR_F32OUT, F32, DECODE);
+  PICK(linear_f32out[DSV4I_KFMT_E4M3_UE8M0], LINEAR_F32OUT, E4M3_UE8M0, DECODE);
+  PICK(moe_down_part, MOE_DOWN_PART, E2M1_UE8M0, DECODE);
+  PICK(moe_combine, MOE_COMBINE, BF16, ANY);
+  PICK(cast, CAST, F32, ANY);
 #undef PICK
   return st;
 }
@@ -219,6 +223,25 @@ dsv4_status dsv4i_gpu_linear_q(const dsv4i_gpu_ops *o, dsv4i_custream s,
   return gemv(o, s, id, w, n_tok, xq, sx, 0, w->cols, y, ldy,
               id != o->linear[DSV4I_KFMT_E4M3_UE8M0] ? 0
               : o->fp8_row_tile ? o->fp8_row_tile : fp8_row_tile(w->rows, w->cols), 0);
+}
+
+dsv4_status dsv4i_gpu_linear_q_f32(const dsv4i_gpu_ops *o, dsv4i_custream s,
+                                   const dsv4i_gpu_weight *w, int32_t n_tok, dsv4i_cuptr xq,
+                                   dsv4i_cuptr sx, dsv4i_cuptr y, int64_t ldy) {
+  if (!weight_ok(w) || n_tok < 0 || ldy < w->rows || cdiv(n_tok, LIN_TM) > 65535 ||
+      w->fmt != DSV4I_KFMT_E4M3_UE8M0)
+    return bad("linear_q_f32", "needs a valid fp8 weight (cols % 32 == 0) and ldy >= rows");
+  return gemv(o, s, o->linear_f32out[DSV4I_KFMT_E4M3_UE8M0], w, n_tok, xq, sx, 0, w->cols, y,
+              ldy, 0, 0);
+}
+
+dsv4_status dsv4i_gpu_cast_bf16(const dsv4i_gpu_ops *o, dsv4i_custream s, int64_t n,
+                                dsv4i_cuptr x, dsv4i_cuptr y) {
+  if (n < 0 || n / 256 >= INT32_MAX) return bad("cast", "size");
+  if (n == 0) return DSV4_OK;
+  long long nn = n;
+  void *p[] = {&nn, &x, &y};
+  return launch(o, o->cast, cdiv(n, 256), 1, s, p);
 }
 
 dsv4_status dsv4i_gpu_linear(const dsv4i_gpu_ops *o, dsv4i_custream s, const dsv4i_gpu_weight *w,

@@ -24,6 +24,7 @@ typedef struct dsv4i_gpu_ops {
   const dsv4i_kreg *kr;
   dsv4i_kernel_id rmsnorm, embed_hc, hc_mixes, hc_sinkhorn, hc_pre, hc_post, hc_tap, act_quant, rope,
       argmax, sample, accept, router, moe_up, moe_down, engram_gather, engram_update, dequant;
+  dsv4i_kernel_id moe_down_part, moe_combine, cast; /**< TP shards (docs/distributed.md) */
   dsv4i_kernel_id linear[DSV4I_KFMT_COUNT_];        /**< by weight format, bf16 out */
   dsv4i_kernel_id linear_warp[DSV4I_KFMT_COUNT_];   /**< fp8 / fp4, one warp per row */
   /** fp8 / fp4 linears with at most this many rows use linear_warp. Default 0 (off): the warp-per-row kernels pass the ptxas check
@@ -37,7 +38,8 @@ typedef struct dsv4i_gpu_ops {
    * for fewer than 16,896 rows (the router gate), 4-warp blocks otherwise (the
    * head); 1 / -1 force one or the other (tests). Same bits either way. */
   int32_t f32out_narrow;
-  dsv4i_kernel_id linear_f32out[DSV4I_KFMT_COUNT_]; /**< BF16 / F32 weights, fp32 out */
+  dsv4i_kernel_id linear_f32out[DSV4I_KFMT_COUNT_]; /**< BF16 / F32 weights, fp32 out; E4M3:
+                                                     *   linear_q_f32 (TP shards) */
   /** Numerics mode (docs/gpu-dense.md "Numerics modes"). 0 (default): every
    * launcher that has a tiled kernel launches it (fp32 sums in a fixed order
    * that depends only on the op's shape: deterministic, batch invariant,
@@ -118,6 +120,17 @@ dsv4_status dsv4i_gpu_act_quant(const dsv4i_gpu_ops *o, dsv4i_custream s, int32_
 dsv4_status dsv4i_gpu_linear_q(const dsv4i_gpu_ops *o, dsv4i_custream s,
                                const dsv4i_gpu_weight *w, int32_t n_tok, dsv4i_cuptr xq,
                                dsv4i_cuptr sx, dsv4i_cuptr y, int64_t ldy);
+
+/** fp8 linear on act_quant output with fp32 y [n][ldy], unrounded (a TP rank's partial
+ * sums of wo_b over its share of K; dsv4i_cpu_linear_q's sum, K blocks ascending, before its
+ * bf16 rounding). w->fmt E4M3_UE8M0, w->cols % 32 == 0. */
+dsv4_status dsv4i_gpu_linear_q_f32(const dsv4i_gpu_ops *o, dsv4i_custream s,
+                                   const dsv4i_gpu_weight *w, int32_t n_tok, dsv4i_cuptr xq,
+                                   dsv4i_cuptr sx, dsv4i_cuptr y, int64_t ldy);
+
+/** y bf16 [n] = x f32 [n] rounded to nearest even (dsv4i_f32_to_bf16, bit for bit). */
+dsv4_status dsv4i_gpu_cast_bf16(const dsv4i_gpu_ops *o, dsv4i_custream s, int64_t n,
+                                dsv4i_cuptr x, dsv4i_cuptr y);
 
 /** bf16 / fp32 weight on bf16 rows x [n][ldx]: out_f32 = 0 gives
  * dsv4i_cpu_linear (BF16 weight, bf16 y), 1 gives dsv4i_cpu_linear_f32
@@ -212,6 +225,24 @@ dsv4_status dsv4i_gpu_moe_experts(const dsv4i_gpu_ops *o, dsv4i_custream s,
                                   const dsv4i_gpu_moe *m, int32_t n_tok, dsv4i_cuptr x,
                                   int64_t ldx, dsv4i_cuptr idx, dsv4i_cuptr weight,
                                   dsv4i_cuptr scratch, dsv4i_cuptr out, int64_t ldo);
+
+/**
+ * TP shards (docs/distributed.md "GPU TP shards"): dsv4i_gpu_moe_experts up to the expert
+ * rows, over m's share of the intermediate dimension, fp32 and not combined: rows f32
+ * [n][top_k + 1][dim] (dsv4i_gpu_moe_rows_bytes; rows of skipped slots are not written).
+ * Sum the TP ranks' rows, then dsv4i_gpu_moe_combine. Same checks and statuses.
+ */
+dsv4_status dsv4i_gpu_moe_experts_part(const dsv4i_gpu_ops *o, dsv4i_custream s,
+                                       const dsv4i_gpu_moe *m, int32_t n_tok, dsv4i_cuptr x,
+                                       int64_t ldx, dsv4i_cuptr idx, dsv4i_cuptr weight,
+                                       dsv4i_cuptr scratch, dsv4i_cuptr rows);
+/** Bytes of the fp32 expert rows of n_tok tokens. */
+size_t dsv4i_gpu_moe_rows_bytes(const dsv4i_gpu_moe *m, int32_t n_tok);
+/** out bf16 [n][ldo] = the combine of dsv4i_gpu_moe_experts (each row rounded to bf16, added
+ *  in ascending expert id, the shared expert last, in fp32; rounded) over fp32 rows. */
+dsv4_status dsv4i_gpu_moe_combine(const dsv4i_gpu_ops *o, dsv4i_custream s,
+                                  const dsv4i_gpu_moe *m, int32_t n_tok, dsv4i_cuptr idx,
+                                  dsv4i_cuptr rows, dsv4i_cuptr out, int64_t ldo);
 
 /** One Engram layer on the device (spec §5.2; the fields of the CPU's
  * dsv4i_engram_layer). The table may be in a mapped host-pinned pool. */

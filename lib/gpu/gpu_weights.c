@@ -310,9 +310,9 @@ static dsv4_status load_moe(loader *ld, int32_t L, gpu_block *k) {
     for (int j = 0; !st && j < 3; j++) {
       dsv4i_gpu_weight w;
       const int32_t rows = j == 1 ? c->dim : I, cols = j == 1 ? I : c->dim;
-      const cut k = {j == 1, ki.lo, ki.n}; /* w1 / w3 rows, w2 columns */
-      st = e < E ? mat_cut(ld, wr[j], L, e, rows, cols, k, &w)
-                 : mat_cut(ld, sr[j], L, -1, rows, cols, k, &w);
+      const cut kc = {j == 1, ki.lo, ki.n}; /* w1 / w3 rows, w2 columns */
+      st = e < E ? mat_cut(ld, wr[j], L, e, rows, cols, kc, &w)
+                 : mat_cut(ld, sr[j], L, -1, rows, cols, kc, &w);
       if (st) break;
       dsv4i_kfmt *f = e < E ? &m->fmt_routed : &m->fmt_shared;
       if (j == 0 && (e == 0 || e == E)) *f = w.fmt;

@@ -38,6 +38,9 @@
   X(ROUTER, "router")                                                                            \
   X(MOE_UP, "moe_up")                                                                            \
   X(MOE_DOWN, "moe_down")                                                                        \
+  X(MOE_DOWN_PART, "moe_down_part")                                                              \
+  X(MOE_COMBINE, "moe_combine")                                                                  \
+  X(CAST, "cast")                                                                                \
   X(ENGRAM_GATHER, "engram_gather")                                                              \
   X(ENGRAM_UPDATE, "engram_update")                                                              \
   X(DEQUANT, "dequant")                                                                          \
@@ -77,6 +80,10 @@
   X(ROUTER_F32, ROUTER, F32, ANY, 80, router, dsv4_k_router_topk_f32, 128)                       \
   X(MOE_UP, MOE_UP, E2M1_UE8M0, DECODE, 80, moe, dsv4_k_moe_up, 320)                              \
   X(MOE_DOWN, MOE_DOWN, E2M1_UE8M0, DECODE, 80, moe, dsv4_k_moe_down, 288)                       \
+  X(MOE_DOWN_PART, MOE_DOWN_PART, E2M1_UE8M0, DECODE, 80, moe, dsv4_k_moe_down_part, 288)        \
+  X(MOE_COMBINE, MOE_COMBINE, BF16, ANY, 80, moe, dsv4_k_moe_combine, 256)                       \
+  X(LINEAR_E4M3_F32OUT, LINEAR_F32OUT, E4M3_UE8M0, DECODE, 80, linear, dsv4_k_linear_e4m3_ue8m0_f32out, 128) \
+  X(CAST_F32_BF16, CAST, F32, ANY, 80, linear, dsv4_k_cast_f32_bf16, 256)                        \
   X(ENGRAM_GATHER, ENGRAM_GATHER, E4M3_UE8M0, ANY, 80, engram, dsv4_k_engram_gather, 128)          \
   X(ENGRAM_UPDATE, ENGRAM_UPDATE, BF16, ANY, 80, engram, dsv4_k_engram_update, 128)              \
   X(DEQUANT_E4M3_BF16, DEQUANT, E4M3_UE8M0, ANY, 80, linear, dsv4_k_dequant_e4m3_bf16, 256)      \
