@@ -326,9 +326,12 @@ static void *shard_main(void *arg) {
 /* The device bytes of the shard's checkpoint tensors (the weight table's split rules; not
  * the Engram tables (pinned host memory), the confidence projection (read on the host),
  * wo_a (its bf16 copy is a prepared weight) or the vision tower). */
-static int64_t shard_device_bytes(const dsv4_model *m, int32_t tp) {
+static int64_t pad256(int64_t n) { return (n + 255) / 256 * 256 - n; }
+
+static int64_t shard_device_bytes(const dsv4_model *m, int32_t tp, int64_t *pad) {
   const dsv4i_weights *wt = dsv4i_model_weights(m);
   int64_t n = 0;
+  *pad = 0;
   for (size_t i = 0; i < wt->n; i++) {
     const dsv4i_weight *w = &wt->w[i];
     if (w->role == DSV4I_W_ENGRAM_EMBED || w->role == DSV4I_W_ATTN_WO_A ||
@@ -337,7 +340,9 @@ static int64_t shard_device_bytes(const dsv4_model *m, int32_t tp) {
       continue;
     const int split = w->placement == DSV4I_PLACE_LAYER &&
                       (w->split == DSV4I_SPLIT_ROWS || w->split == DSV4I_SPLIT_COLS);
-    n += (int64_t)(w->nbytes + w->scale_nbytes) / (split ? tp : 1);
+    const int64_t d = (int64_t)w->nbytes / (split ? tp : 1), q = (int64_t)w->scale_nbytes / (split ? tp : 1);
+    n += d + q;
+    *pad += pad256(d) + (q ? pad256(q) : 0); /* the pool's 256 B alignment per upload */
   }
   return n;
 }
@@ -390,7 +395,8 @@ static void two_shards(const char *fx, double tol) {
   pthread_cond_init(&p.cv, NULL);
   shard sh[2];
   memset(sh, 0, sizeof sh);
-  const int64_t wdev = shard_device_bytes(m, 2);
+  int64_t pad = 0;
+  const int64_t wdev = shard_device_bytes(m, 2, &pad);
   for (int r = 0; r < 2; r++) {
     sh[r].p = &p;
     sh[r].rank = r;
@@ -408,10 +414,11 @@ static void two_shards(const char *fx, double tol) {
     const int64_t plan = info.kv_pages_total * info.kv_page_bytes + info.workspace_bytes +
                          info.prepared_weight_bytes + wdev;
     printf("%s, TP rank %d of 2: device pool %lld B, plan %lld B (%+.2f %%) = KV pool %lld + "
-           "workspace %lld + prepared weights %lld + its shard of the checkpoint tensors %lld\n",
+           "workspace %lld + prepared weights %lld + its shard of the checkpoint tensors %lld; "
+           "the pool's 256 B alignment of those tensors: %lld B\n",
            fx, r, g_pool, (long long)plan, 100.0 * (double)(g_pool - plan) / (double)plan,
            (long long)(info.kv_pages_total * info.kv_page_bytes), (long long)info.workspace_bytes,
-           (long long)info.prepared_weight_bytes, (long long)wdev);
+           (long long)info.prepared_weight_bytes, (long long)wdev, (long long)pad);
     /* as memory_per_rank (tests/mpi): 256 B alignment per tensor and the wo_a upload
      * scratch are not in the plan (tens of KB on the fixtures, 0.3 % at real dims) */
     assert_true(g_pool > 0 && llabs(g_pool - plan) <= plan / 50 + 256 * 1024);
