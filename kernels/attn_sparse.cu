@@ -27,7 +27,7 @@
  * call row), as lib/cpu/attn_dspark.c builds it.
  * Host side: lib/gpu/attn_sparse.c.
  */
-#include "kvrec.cuh"
+#include "attn_rows.cuh"
 #include "mma.cuh"
 
 #define BLK DSV4I_GPU_ATTN_BLOCK /* entries per online-softmax block */
@@ -36,75 +36,6 @@
 #define FLAGS DSV4I_GPU_ATTN_SPLIT_FLAGS
 
 namespace {
-
-enum { E_NONE = 0, E_WIN = 1, E_ROW = 2, E_COMP = 3 };
-
-/* Where entry e of token t's index row lives. */
-__device__ void resolve_entry(const dsv4i_gpu_kvtab &win, const dsv4i_gpu_kvtab &comp,
-                              const dsv4i_gpu_attn_tok &tk, int e, int window, int hd,
-                              const unsigned short *kvw, const int *sel_row, int sel_ld,
-                              unsigned long long *ptr, int *kind) {
-  *kind = E_NONE;
-  *ptr = 0;
-  if (tk.layout < 0) { /* DSpark block of −layout tokens at anchor + 1 .. (spec §6.1) */
-    const int anchor = tk.first - 1, nr = anchor + 1 < window ? anchor + 1 : window;
-    if (e < nr) { /* ring slot e in slot order: the newest position <= anchor in it */
-      *kind = E_WIN;
-      *ptr = (unsigned long long)dsv4_kv_rec(win, tk.seq, anchor - ((anchor - e) % window));
-    } else if (e < nr - tk.layout) { /* the block's own rows, never stored */
-      *kind = E_ROW;
-      *ptr = (unsigned long long)(kvw + (long long)(tk.row0 + (e - nr)) * hd);
-    }
-    return;
-  }
-  const int W = tk.layout == 0 ? window : tk.layout;
-  if (e < W) {
-    long long p;
-    if (tk.layout == 0) {
-      p = (long long)tk.pos - window + 1 + e;
-    } else {
-      const long long lo = tk.pos - window + 1 > 0 ? tk.pos - window + 1 : 0;
-      p = lo + e <= tk.pos ? lo + e : -1;
-    }
-    if (p < 0) return;
-    if (p >= tk.first) {
-      *kind = E_ROW;
-      *ptr = (unsigned long long)(kvw + (long long)(tk.row0 + (p - tk.first)) * hd);
-    } else {
-      *kind = E_WIN;
-      *ptr = (unsigned long long)dsv4_kv_rec(win, tk.seq, p);
-    }
-  } else if (e - W < sel_ld) {
-    const int j = sel_row[e - W];
-    if (j < 0) return;
-    *kind = E_COMP;
-    *ptr = (unsigned long long)dsv4_kv_rec(comp, tk.seq, j);
-  }
-}
-
-/* N 32-bit words from p (4-byte aligned: records of head_dim a multiple of
- * 128), in 16-byte loads where p allows (the 528 / 288 B records of the
- * release dims always do; the tiny model's 132 / 72 B ones not always). */
-template <int N>
-__device__ __forceinline__ void load_words(const unsigned char *p, unsigned int *w) {
-  if (((unsigned long long)p & 15u) == 0) {
-    #pragma unroll
-    for (int j = 0; j < N / 4; j++) {
-      const uint4 v = ((const uint4 *)p)[j];
-      w[4 * j] = v.x; w[4 * j + 1] = v.y; w[4 * j + 2] = v.z; w[4 * j + 3] = v.w;
-    }
-  } else {
-    #pragma unroll
-    for (int j = 0; j < N; j++) w[j] = ((const unsigned int *)p)[j];
-  }
-}
-
-/* E4M3 byte -> f32 (dsv4i_e4m3_to_f32 without the uint8_t round trip) */
-__device__ __forceinline__ float e4m3f(unsigned int b) {
-  const unsigned int mag = b & 0x7Fu;
-  const float v = __fmul_rn(__uint_as_float(((b & 0x80u) << 24) | (mag << 20)), 0x1p120f);
-  return mag == 0x7Fu ? __uint_as_float(((b & 0x80u) << 24) | 0x7FC00000u) : v;
-}
 
 /* Dims [d0, d0 + N) of an entry's row as N/2 packed bf16 pairs (element 2i
  * in the low half of out[i]); N = 4 or 16, d0 a multiple of N. The values
@@ -167,12 +98,6 @@ __device__ __forceinline__ unsigned int lds32(const unsigned short *p) {
 __device__ unsigned int g_split_flag[FLAGS];
 __device__ unsigned int g_split_epoch;
 __device__ unsigned int g_split_done;
-
-__device__ __forceinline__ unsigned int ld_acquire(const unsigned int *p) {
-  unsigned int v;
-  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-  return v;
-}
 
 }  // namespace
 
@@ -268,8 +193,10 @@ extern "C" __global__ void __launch_bounds__(128) dsv4_k_attn_sparse_split_e4m3(
   }
   __syncthreads();
   if (tid < BLK) {
+    int rk;
     resolve_entry(win, comp, tk, b * BLK + tid, window, hd, kvw,
-                  sel ? sel + (long long)t * sel_ld : sel, sel ? sel_ld : 0, &e_ptr[tid], &e_kind[tid]);
+                  sel ? sel + (long long)t * sel_ld : sel, sel ? sel_ld : 0, &e_ptr[tid], &e_kind[tid],
+                  &rk);
     if (e_kind[tid] != E_NONE) s_any = 1;
   }
   __syncthreads();

@@ -36,7 +36,11 @@
 typedef struct dsv4i_gpu_attn_kernels {
   const dsv4i_kreg *kr; /**< borrowed registry */
   dsv4i_kernel_id window_store, comp_store, idxk_store, compress_pool, cstate_store;
-  dsv4i_kernel_id index_scores, topk, sparse_split, sparse_combine;
+  dsv4i_kernel_id index_scores, topk, sparse_split, sparse_combine, sparse_tiled;
+  /** 1: attention by the split pass + combine, the CPU's summation order for Σp and the
+   *  block recurrence (DSV4_ENGINE_F_GPU_CPU_ORDER); 0 (default): the tiled kernel
+   *  (docs/gpu-attention.md, "Numerics"). Neither is bit-exact (expf, mma dots). */
+  int32_t cpu_order;
 } dsv4i_gpu_attn_kernels;
 
 /**

@@ -21,6 +21,8 @@ dsv4_status dsv4i_gpu_attn_select(const dsv4i_kreg *kr, dsv4i_gpu_attn_kernels *
     st = pick(kr, DSV4I_KOP_ATTN_SPARSE_SPLIT, DSV4I_KFMT_E4M3_UE8M0, &out->sparse_split);
   if (st == DSV4_OK)
     st = pick(kr, DSV4I_KOP_ATTN_SPARSE_COMBINE, DSV4I_KFMT_F32, &out->sparse_combine);
+  if (st == DSV4_OK)
+    st = pick(kr, DSV4I_KOP_ATTN_SPARSE_TILED, DSV4I_KFMT_E4M3_UE8M0, &out->sparse_tiled);
   if (st == DSV4_OK) out->kr = kr;
   return st;
 }

@@ -1,6 +1,7 @@
-/* Launcher of the sparse attention with sink (kernels/attn_sparse.cu):
- * the split pass and the combine per slice of tokens, the slice as large as
- * the workspace and the split pass's flag table allow. */
+/* Launcher of the sparse attention with sink: the tiled kernel
+ * (kernels/attn_sparse_tiled.cu) by default; in CPU-order mode the split
+ * pass and the combine (kernels/attn_sparse.cu). Each per slice of tokens,
+ * the slice as large as the workspace and the kernel's flag table allow. */
 #include "gpu/attn.h"
 
 static int32_t n_blocks(int32_t window, int32_t sel_ld) {
@@ -17,6 +18,40 @@ size_t dsv4i_gpu_attn_sparse_ws(int32_t n_heads, int32_t head_dim, int32_t windo
   return ws_per_tok(n_heads, head_dim, window, sel_ld) * (size_t)(n_tok > 0 ? n_tok : 0);
 }
 
+/* The tiled kernel (kernels/attn_sparse_tiled.cu): one launch per slice of tokens, score
+ * blocks of 32 entries x 16 heads, then output blocks of 16 heads x 32 dims; workspace: the
+ * f32 scores [n][H][nent]. */
+static dsv4_status sparse_tiled(const dsv4i_gpu_attn_kernels *k, dsv4i_custream stream,
+                                const dsv4i_gpu_sparse_args *a, int32_t sel_ld, int32_t width) {
+  const int32_t H = a->n_heads, hd = a->head_dim;
+  int nent = n_blocks(a->window, width) * DSV4I_GPU_ATTN_BLOCK;
+  int n_hg = (H + DSV4I_GPU_ATTN_SPLIT_HEADS - 1) / DSV4I_GPU_ATTN_SPLIT_HEADS;
+  const size_t per = (size_t)H * (size_t)nent * sizeof(float);
+  int64_t slice_max = (int64_t)(a->ws_bytes / per);
+  const int64_t flag_max = DSV4I_GPU_ATTN_SPLIT_FLAGS / ((int64_t)n_hg * (nent / 32));
+  if (flag_max < 1)
+    return dsv4i_error(DSV4_ERR_UNSUPPORTED, "sparse attention: %d entries x %d head groups "
+                       "exceed the kernel's %d flags", nent, n_hg, DSV4I_GPU_ATTN_SPLIT_FLAGS);
+  if (slice_max > flag_max) slice_max = flag_max;
+  int Hh = H, hdd = hd, win_arg = a->window, sld = sel_ld;
+  float scale = a->scale;
+  dsv4i_gpu_kvtab win = a->win, comp = a->comp;
+  dsv4_status st = DSV4_OK;
+  for (int32_t t0 = 0; t0 < a->n && st == DSV4_OK; t0 += (int32_t)slice_max) {
+    int nsi = (int)(a->n - t0 < slice_max ? a->n - t0 : slice_max);
+    dsv4i_cuptr tok = a->tok + (dsv4i_cuptr)t0 * sizeof(dsv4i_gpu_attn_tok);
+    dsv4i_cuptr q = a->q + (dsv4i_cuptr)t0 * (dsv4i_cuptr)H * (dsv4i_cuptr)hd * 2u;
+    dsv4i_cuptr o = a->o + (dsv4i_cuptr)t0 * (dsv4i_cuptr)H * (dsv4i_cuptr)hd * 2u;
+    dsv4i_cuptr sel = a->sel ? a->sel + (dsv4i_cuptr)t0 * (dsv4i_cuptr)sel_ld * 4u : 0;
+    dsv4i_cuptr kvw = a->kvw, sink = a->sink, S = a->ws;
+    void *p[] = {&win, &comp, &tok, &nsi, &nent, &n_hg, &Hh, &hdd, &win_arg, &q, &kvw, &sel,
+                 &sld, &scale, &sink, &S, &o};
+    const int64_t grid = (int64_t)nsi * n_hg * (nent / 32 + hd / 32);
+    st = dsv4i_kreg_launch(k->kr, k->sparse_tiled, (uint32_t)grid, 0, stream, p);
+  }
+  return st;
+}
+
 dsv4_status dsv4i_gpu_attn_sparse(const dsv4i_gpu_attn_kernels *k, dsv4i_custream stream,
                                   const dsv4i_gpu_sparse_args *a) {
   const int32_t H = a->n_heads, hd = a->head_dim, sel_ld = a->sel ? a->sel_ld : 0;
@@ -31,10 +66,11 @@ dsv4_status dsv4i_gpu_attn_sparse(const dsv4i_gpu_attn_kernels *k, dsv4i_custrea
                        (int)sel_ld);
   if (a->n == 0) return DSV4_OK;
   const size_t per = ws_per_tok(H, hd, a->window, width);
-  int64_t slice_max = (int64_t)(a->ws_bytes / per);
-  if (slice_max < 1)
+  if ((size_t)(a->ws_bytes / per) < 1)
     return dsv4i_error(DSV4_ERR_INVALID_ARG, "sparse attention: workspace of %zu bytes, one token "
                        "needs %zu", a->ws_bytes, per);
+  if (!k->cpu_order) return sparse_tiled(k, stream, a, sel_ld, width);
+  int64_t slice_max = (int64_t)(a->ws_bytes / per);
   int nblk = n_blocks(a->window, width);
   int n_hg = (H + DSV4I_GPU_ATTN_SPLIT_HEADS - 1) / DSV4I_GPU_ATTN_SPLIT_HEADS;
   const int64_t flag_max = DSV4I_GPU_ATTN_SPLIT_FLAGS / ((int64_t)nblk * n_hg);

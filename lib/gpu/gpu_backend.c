@@ -783,6 +783,9 @@ static dsv4_status cuda_create(const dsv4i_backend_desc *d, dsv4i_backend **out)
   if (!s) s = dsv4i_gpu_ops_init(&b->g.kr, &b->ops);
   if (!s) b->ops.cpu_order = d->cpu_order ? 1 : 0;
   if (!s) s = dsv4i_gpu_attn_select(&b->g.kr, &b->ak);
+  /* the engine keeps the split pass until a device run has checked the tiled kernel (the
+   * gpu tests and the roofline's kernel table run the tiled one) */
+  b->ak.cpu_order = 1;
   if (!s && b->dspark) s = dsv4i_gpu_dspark_select(&b->g.kr, &b->dspark->k);
   if (!s && d->n_buckets > 0 && d->bucket_tokens)
     s = dsv4i_gpu_graphs_init(&b->graphs, d->bucket_tokens, d->n_buckets > 16 ? 16 : d->n_buckets);

@@ -640,8 +640,43 @@ typedef struct sparse_dims {
   int32_t H, hd, window, sel_ld, ring;
 } sparse_dims;
 
-static void sparse_case(const sparse_dims *D) {
+/* Each sequence's tokens alone in a call (row0 0, its q, kvw, selection, out rows): the same
+ * bits as in the whole call (batch invariance). runs[] in call order. */
+static void alone_equals_batch(const char *what, dsv4i_gpu_sparse_args a,
+                               const dsv4i_gpu_attn_tok *tok, int32_t n, const uint16_t *o_all) {
+  const size_t qb = (size_t)a.n_heads * a.head_dim * 2;
+  uint16_t *got = malloc((size_t)n * qb);
+  assert_non_null(got);
+  for (int32_t t0 = 0, t1; t0 < n; t0 = t1) {
+    for (t1 = t0 + 1; t1 < n && tok[t1].seq == tok[t0].seq; t1++) {}
+    dsv4i_gpu_attn_tok one[512];
+    for (int32_t t = t0; t < t1; t++) {
+      one[t - t0] = tok[t];
+      one[t - t0].row0 = 0;
+    }
+    dsv4i_gpu_sparse_args b = a;
+    b.n = t1 - t0;
+    b.tok = dup(one, (size_t)b.n * sizeof *one);
+    b.q = a.q + (dsv4i_cuptr)t0 * qb;
+    b.kvw = a.kvw + (dsv4i_cuptr)tok[t0].row0 * a.head_dim * 2;
+    b.sel = a.sel ? a.sel + (dsv4i_cuptr)t0 * a.sel_ld * 4 : 0;
+    b.o = dalloc((size_t)b.n * qb);
+    ok(dsv4i_gpu_attn_sparse(&g_k, NULL, &b));
+    down(got, b.o, (size_t)b.n * qb);
+    const uint16_t *want = o_all + (size_t)t0 * qb / 2;
+    for (size_t i = 0; i < (size_t)b.n * qb / 2; i++)
+      if (got[i] != want[i])
+        fail_msg("%s: sequence %d alone (tokens %d..%d of %d) differs from the batch at token %d "
+                 "head %d dim %d: 0x%04x alone, 0x%04x in the batch", what, (int)tok[t0].seq,
+                 (int)t0, (int)t1 - 1, (int)n, (int)(t0 + (int32_t)(i / (qb / 2))),
+                 (int)(i % (qb / 2) / a.head_dim), (int)(i % a.head_dim), got[i], want[i]);
+  }
+  free(got);
+}
+
+static void sparse_case(const sparse_dims *D, int cpu_order) {
   const int32_t H = D->H, hd = D->hd, win = D->window, sel_ld = D->sel_ld, ring = D->ring;
+  g_k.cpu_order = cpu_order;
   /* decode with a full ring, decode while the ring fills, a first prefill
    * chunk (window rows from the call), a later chunk (rows from the ring and
    * the call, layout = the window), a verify-like run of decode tokens */
@@ -712,6 +747,7 @@ static void sparse_case(const sparse_dims *D) {
   ok(dsv4i_gpu_attn_sparse(&g_k, NULL, &a));
   down(o2, a.o, (size_t)n * qs * 2);
   assert_memory_equal(o, o2, (size_t)n * qs * 2);
+  alone_equals_batch(cpu_order ? "attention (cpu order)" : "attention", a, tok, n, o);
   /* the CPU oracle, rows built as lib/cpu/attn_sparse.c builds them */
   const int32_t width = win + sel_ld;
   float *rows = malloc((size_t)width * hd * 4);
@@ -742,10 +778,10 @@ static void sparse_case(const sparse_dims *D) {
     dsv4i_attn_sparse(H, hd, q + (size_t)t * qs, pr, w + k, sink, a.scale, want, 0, H);
     compare_token("attention", t, &tok[t], H, hd, pr, w + k, o + (size_t)t * qs, want, &cs);
   }
-  printf("# sparse attention %d heads x %d, window %d, top-%d: %d tokens, %.2f%% of outputs "
-         "bit-identical, worst |gpu - cpu| / max|kv| = %.3g\n",
-         (int)H, (int)hd, (int)win, (int)sel_ld, (int)n, 100.0 * (double)cs.same / (double)cs.total,
-         cs.worst);
+  printf("# sparse attention (%s) %d heads x %d, window %d, top-%d: %d tokens, %.2f%% of outputs "
+         "bit-identical, worst |gpu - cpu| / max|kv| = %.3g; each sequence alone: the same bits\n",
+         cpu_order ? "cpu order" : "tiled", (int)H, (int)hd, (int)win, (int)sel_ld, (int)n,
+         100.0 * (double)cs.same / (double)cs.total, cs.worst);
   tc_free(&cw);
   tc_free(&cc);
   free(q);
@@ -765,8 +801,9 @@ static void sparse_case(const sparse_dims *D) {
 
 /* DSpark draft blocks (spec §6.1): ring slots in slot order, then the
  * block's own rows, bidirectional; rows built as lib/cpu/attn_dspark.c */
-static void dspark_case(const sparse_dims *D) {
+static void dspark_case(const sparse_dims *D, int cpu_order) {
   const int32_t H = D->H, hd = D->hd, win = D->window, ring = D->ring, B = 5;
+  g_k.cpu_order = cpu_order;
   const int32_t anchors[] = {3, 8 * win + 3, win, win - 1};
   const int32_t nb = 4, n = nb * B;
   dsv4i_gpu_attn_tok tok[32];
@@ -810,6 +847,7 @@ static void dspark_case(const sparse_dims *D) {
   a.ws = dalloc(a.ws_bytes);
   ok(dsv4i_gpu_attn_sparse(&g_k, NULL, &a));
   down(o, a.o, (size_t)n * qs * 2);
+  alone_equals_batch(cpu_order ? "dspark attention (cpu order)" : "dspark attention", a, tok, n, o);
   cmp_stats cs = {0, 0, 0};
   for (int32_t b = 0; b < nb; b++) {
     const int32_t i = anchors[b], nr = i + 1 < win ? i + 1 : win;
@@ -829,9 +867,9 @@ static void dspark_case(const sparse_dims *D) {
                     &cs);
     }
   }
-  printf("# dspark attention %d heads x %d, window %d: %d tokens, %.2f%% bit-identical, worst "
-         "%.3g\n", (int)H, (int)hd, (int)win, (int)n, 100.0 * (double)cs.same / (double)cs.total,
-         cs.worst);
+  printf("# dspark attention (%s) %d heads x %d, window %d: %d tokens, %.2f%% bit-identical, "
+         "worst %.3g; each block alone: the same bits\n", cpu_order ? "cpu order" : "tiled",
+         (int)H, (int)hd, (int)win, (int)n, 100.0 * (double)cs.same / (double)cs.total, cs.worst);
   tc_free(&cw);
   free(q);
   free(kv);
@@ -848,11 +886,14 @@ static void sparse_attention_matches_cpu(void **state) {
   const sparse_dims real = {64, 512, 128, 512, 134};
   const sparse_dims tiny = {4, 128, 16, 112, 22};
   const sparse_dims window_only = {4, 128, 16, 0, 22};
-  sparse_case(&tiny);
-  sparse_case(&window_only);
-  sparse_case(&real);
-  dspark_case(&tiny);
-  dspark_case(&real);
+  for (int cpu_order = 0; cpu_order < 2; cpu_order++) {
+    sparse_case(&tiny, cpu_order);
+    sparse_case(&window_only, cpu_order);
+    sparse_case(&real, cpu_order);
+    dspark_case(&tiny, cpu_order);
+    dspark_case(&real, cpu_order);
+  }
+  g_k.cpu_order = 0;
 }
 
 
