@@ -11,10 +11,13 @@
  * per host: Engram tables; KV bytes per token and per sequence, token
  * capacity and concurrency. `dsv4-plan --help` lists the options.
  *
- * With --engine (and --model DIR) it prints instead the memory plan of a CPU
+ * With --engine (and --model DIR) it prints instead the memory plan of an
  * engine on that model (dsv4_engine_plan_query: the function the engine sizes
- * its pools with) for --max-sequences, --max-context, --prefill-chunk and
- * --kv-budget.
+ * its pools with; --backend cpu (default) or cuda) for --max-sequences,
+ * --max-context, --prefill-chunk and --kv-budget. Under mpirun with --tp /
+ * --pp (TP x PP = the job's ranks) every rank plans its own part (its stage's
+ * layers, its TP shard) and rank 0 prints every rank's figures:
+ *   mpirun -np 4 dsv4-plan --engine --model DIR --tp 2 --pp 2
  *
  * Exit status: 0 the plan fits; 3 it does not fit (the figures are printed,
  * then the message naming what overflowed); 1 any other error; 2 bad usage.
@@ -27,6 +30,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "tool_mpi.h"
 
 #include "dsv4/dsv4.h"
 #include "tool_util.h"
@@ -79,9 +84,11 @@ static void usage(FILE *f) {
           "  --page-entries N     KV records per page, 0 = no rounding (default 64)\n"
           "  --no-dspark          leave out the DSpark draft head\n"
           "  --no-vision          leave out the vision tower\n"
-          "  --engine             the CPU engine's plan on --model DIR instead (what\n"
+          "  --engine             the engine's plan on --model DIR instead (what\n"
           "                       dsv4_engine_create allocates), for --max-sequences N\n"
-          "                       (default 8), --max-context, --prefill-chunk, --kv-budget SIZE\n"
+          "                       (default 8), --max-context, --prefill-chunk, --kv-budget SIZE,\n"
+          "                       --backend cpu|cuda (default cpu); under mpirun with --tp /\n"
+          "                       --pp (TP x PP = the job's ranks): every rank's plan\n"
           "  --json               JSON output\n"
           "  --version            print the tool's and the library's version\n"
           "SIZE: a byte count with an optional suffix: K, M, G, T (powers of 1024; also\n"
@@ -407,9 +414,62 @@ static void print_json(const dsv4_plan *pl, const char *what, dsv4_status st, co
          pl->concurrency_at_max_context);
 }
 
-/* --engine: the engine's own plan (the figures dsv4_engine_get_info reports after create). */
+/* Every rank's plan of a distributed engine (collective over the job: each rank queries its
+ * own part, rank 0 prints them all). st: this rank's query status. */
+enum { RF_STATUS, RF_KV, RF_PAGES, RF_PER_SEQ, RF_WS, RF_PREP, RF_COMM, RF_MAPPED, RF_CREATE, RF_N };
+
+static int ranks_plan(const tool_mpi *mpi, const char *dir, dsv4_status st,
+                      const dsv4_engine_info *in, int json) {
+  const double mine[RF_N] = {(double)st, (double)in->kv_bytes, (double)in->kv_pages_total,
+                             (double)in->kv_pages_per_sequence, (double)in->workspace_bytes,
+                             (double)in->prepared_weight_bytes, (double)in->comm_bytes,
+                             (double)in->mapped_bytes, (double)in->create_bytes};
+  double *all = malloc(sizeof(double) * RF_N * (size_t)mpi->world);
+  if (!all) {
+    fprintf(stderr, "dsv4-plan: out of memory\n");
+    return 1;
+  }
+  for (int f = 0; f < RF_N; f++) tool_mpi_allgather_f64(mpi, mine[f], all + (size_t)f * mpi->world);
+  int rc = 0;
+  for (int r = 0; r < mpi->world; r++)
+    if (all[r] != 0) rc = all[r] == DSV4_ERR_DOES_NOT_FIT ? 3 : 1;
+  if (mpi->rank == 0) {
+    if (!json)
+      printf("engine on %s, TP %d x PP %d: the plan of every rank (rank r: stage r / TP, TP "
+             "rank r %% TP)\n", dir, (int)mpi->tp, (int)mpi->pp);
+    else
+      printf("{\"ranks\": [");
+    for (int r = 0; r < mpi->world; r++) {
+#define F(k) ((long long)all[(size_t)(k) * mpi->world + r])
+      if (json) {
+        printf("%s{\"rank\": %d, \"stage\": %d, \"tp_rank\": %d, \"status\": %lld, "
+               "\"kv_bytes\": %lld, \"kv_pages_total\": %lld, \"kv_pages_per_sequence\": %lld, "
+               "\"workspace_bytes\": %lld, \"prepared_weight_bytes\": %lld, \"comm_bytes\": %lld, "
+               "\"mapped_bytes\": %lld, \"create_bytes\": %lld}", r ? ", " : "", r,
+               r / (int)mpi->tp, r % (int)mpi->tp, F(RF_STATUS), F(RF_KV), F(RF_PAGES),
+               F(RF_PER_SEQ), F(RF_WS), F(RF_PREP), F(RF_COMM), F(RF_MAPPED), F(RF_CREATE));
+      } else if (F(RF_STATUS)) {
+        printf("  rank %d (stage %d, TP rank %d): %s (its error is on its stderr)\n", r,
+               r / (int)mpi->tp, r % (int)mpi->tp, dsv4_status_string((dsv4_status)F(RF_STATUS)));
+      } else {
+        printf("  rank %d (stage %d, TP rank %d): allocates %lld B at create = KV %lld (%lld "
+               "pages, %lld per sequence at max context) + workspace %lld + prepared weights "
+               "%lld + payload buffer %lld; checkpoint bytes of its layers and shard %lld\n", r,
+               r / (int)mpi->tp, r % (int)mpi->tp, F(RF_CREATE), F(RF_KV), F(RF_PAGES),
+               F(RF_PER_SEQ), F(RF_WS), F(RF_PREP), F(RF_COMM), F(RF_MAPPED));
+      }
+#undef F
+    }
+    if (json) printf("]}\n");
+  }
+  free(all);
+  return rc;
+}
+
+/* --engine: the engine's own plan (the figures dsv4_engine_get_info reports after create);
+ * under mpirun every rank's. */
 static int engine_plan(const char *dir, int32_t max_seqs, int64_t max_ctx, int32_t chunk,
-                       int64_t budget, int json) {
+                       int64_t budget, int32_t backend, const tool_mpi *mpi, int json) {
   dsv4_model_params mp;
   dsv4_model *m = NULL;
   dsv4_status st = dsv4_model_params_init(&mp, sizeof mp);
@@ -417,6 +477,11 @@ static int engine_plan(const char *dir, int32_t max_seqs, int64_t max_ctx, int32
   if (st == DSV4_OK) st = dsv4_model_load(dir, &mp, &m);
   if (st != DSV4_OK) {
     fprintf(stderr, "dsv4-plan: %s: %s\n", dsv4_status_string(st), dsv4_last_error());
+    if (mpi->comm) { /* the other ranks wait for this one's figures */
+      dsv4_engine_info none;
+      memset(&none, 0, sizeof none);
+      ranks_plan(mpi, dir, st, &none, json);
+    }
     return 1;
   }
   dsv4_engine_params ep;
@@ -429,13 +494,17 @@ static int engine_plan(const char *dir, int32_t max_seqs, int64_t max_ctx, int32
   if (max_ctx > 0) ep.max_context = max_ctx;
   if (chunk > 0) ep.prefill_chunk = chunk;
   ep.kv_budget_bytes = budget;
+  ep.backend = backend;
+  tool_mpi_params(mpi, &ep);
   dsv4_engine_info in;
+  memset(&in, 0, sizeof in);
   st = dsv4_engine_plan_query(m, &ep, &in, sizeof in);
   dsv4_model_free(m);
-  if (st != DSV4_OK) {
-    fprintf(stderr, "dsv4-plan: %s: %s\n", dsv4_status_string(st), dsv4_last_error());
-    return st == DSV4_ERR_DOES_NOT_FIT ? 3 : 1;
-  }
+  if (st != DSV4_OK)
+    fprintf(stderr, "dsv4-plan: %s%s: %s\n", mpi->comm ? "this rank: " : "",
+            dsv4_status_string(st), dsv4_last_error());
+  if (mpi->comm) return ranks_plan(mpi, dir, st, &in, json);
+  if (st != DSV4_OK) return st == DSV4_ERR_DOES_NOT_FIT ? 3 : 1;
   if (json) {
     printf("{\"engine\": {\"max_sequences\": %d, \"max_context\": %lld, \"prefill_chunk\": %d, "
            "\"kv_page_bytes\": %lld, \"kv_pages_total\": %lld, \"kv_pages_per_sequence\": %lld, "
@@ -448,8 +517,9 @@ static int engine_plan(const char *dir, int32_t max_seqs, int64_t max_ctx, int32
            (long long)in.prepared_weight_bytes);
     return 0;
   }
-  printf("CPU engine on %s: %d sequences x %lld positions, prefill chunk %d\n", dir,
-         (int)in.max_sequences, (long long)in.max_context, (int)in.prefill_chunk);
+  printf("%s engine on %s: %d sequences x %lld positions, prefill chunk %d\n",
+         backend == DSV4_BACKEND_CUDA ? "CUDA" : "CPU", dir, (int)in.max_sequences,
+         (long long)in.max_context, (int)in.prefill_chunk);
   printf("  KV pool: %lld pages x %lld B (%lld pages per sequence at max context)\n",
          (long long)in.kv_pages_total, (long long)in.kv_page_bytes,
          (long long)in.kv_pages_per_sequence);
@@ -468,7 +538,7 @@ int main(int argc, char **argv) {
   }
   const char *config = NULL, *model_dir = NULL;
   int json = 0, engine = 0;
-  int32_t e_seqs = 0;
+  int32_t e_seqs = 0, e_backend = DSV4_BACKEND_CPU;
   int64_t e_budget = 0;
   for (int i = 1; i < argc; i++) {
     const char *o = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -529,6 +599,11 @@ int main(int argc, char **argv) {
     else if (!strcmp(o, "--page-entries")) ok = parse_i32(v, &p.kv_page_entries);
     else if (!strcmp(o, "--max-sequences")) ok = parse_i32(v, &e_seqs);
     else if (!strcmp(o, "--kv-budget")) ok = parse_size(v, &e_budget);
+    else if (!strcmp(o, "--backend")) {
+      if (!strcmp(v, "cpu")) e_backend = DSV4_BACKEND_CPU;
+      else if (!strcmp(v, "cuda")) e_backend = DSV4_BACKEND_CUDA;
+      else ok = 0;
+    }
     else {
       fprintf(stderr, "dsv4-plan: unknown option %s\n", o);
       usage(stderr);
@@ -550,14 +625,22 @@ int main(int argc, char **argv) {
       fprintf(stderr, "dsv4-plan: --engine needs --model DIR\n");
       return 2;
     }
-    /* --max-context / --prefill-chunk: only when given (p holds the topology defaults) */
+    /* --max-context / --prefill-chunk / --tp / --pp: only when given (p holds the
+     * deployment's defaults) */
     int64_t ctx = 0;
-    int32_t chunk = 0;
+    int32_t chunk = 0, tp = 0, pp = 0;
     for (int i = 1; i + 1 < argc; i++) {
       if (!strcmp(argv[i], "--max-context")) ctx = p.max_context;
       if (!strcmp(argv[i], "--prefill-chunk")) chunk = p.prefill_chunk;
+      if (!strcmp(argv[i], "--tp")) tp = p.tp;
+      if (!strcmp(argv[i], "--pp")) pp = p.pp;
     }
-    return engine_plan(model_dir, e_seqs, ctx, chunk, e_budget, json);
+    tool_mpi mpi;
+    int rc = tool_mpi_start("dsv4-plan", &argc, &argv, tp, pp, &mpi);
+    if (rc) return rc;
+    rc = engine_plan(model_dir, e_seqs, ctx, chunk, e_budget, e_backend, &mpi, json);
+    tool_mpi_end(&mpi);
+    return rc;
   }
 
   dsv4_plan plan;
