@@ -205,7 +205,9 @@ static void measure(rf *r, const dsv4_model *m, run *u, prof *p, int n, int mode
     const dsv4i_kernel_desc *d = dsv4i_kernel_desc_get((dsv4i_kernel_id)k);
     char name[64];
     snprintf(name, sizeof name, "%s %s%s", dsv4i_kop_name(d->op), dsv4i_kfmt_name(d->fmt),
-             d->shape == DSV4I_KSHAPE_DECODE_WARP ? " warp" : "");
+             d->shape == DSV4I_KSHAPE_DECODE_WARP ? " warp"
+             : d->shape == DSV4I_KSHAPE_TILED   ? " tiled"
+                                                : "");
     printf("  %-36s %8d %10.4f %6.1f%% %10.2f\n", name, cnt[k], ms_of[k], 100.0 * ms_of[k] / sum,
            1e3 * ms_of[k] / cnt[k]);
   }

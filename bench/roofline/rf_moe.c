@@ -1,7 +1,8 @@
 /*
  * dsv4-roofline: the MoE step (routed top-k of E MXFP4 experts + the fp8
- * shared expert, dsv4i_gpu_moe_experts) at 1, 4, 8, 16 tokens, the shared
- * expert alone, and the stock path beside it: the experts dequantised to
+ * shared expert, dsv4i_gpu_moe_experts) at 1, 4, 8, 16 tokens in the default
+ * (tiled) numerics mode and in CPU order, the shared expert alone, and the
+ * stock path beside it: the experts dequantised to
  * bf16, one cuBLASLt GEMM per routed expert and projection, graph-replayed.
  * Routing: each token picks top_k distinct experts at random, a new draw per
  * call; the floor counts the distinct experts of each call.
@@ -15,6 +16,7 @@ enum { MAX_CALLS = 16, POOL_BF16 = 128 };
 
 typedef struct moe_case {
   int n, calls, n_sh;            /* tokens, calls, shared-expert copies */
+  int cpu_order;                 /* 1: the CPU-order kernels (kernels/moe.cu) */
   dsv4i_gpu_moe m[MAX_CALLS];    /* per shared copy: tables whose entry E is that copy */
   dsv4i_cuptr x, idx, wt, scratch, out;
   /* stock */
@@ -30,7 +32,9 @@ static dsv4_status rec_ours(rf *r, void *u, int i, dsv4i_custream s) {
   moe_case *c = u;
   const dsv4i_gpu_moe *m = &c->m[i % c->n_sh];
   const size_t k = (size_t)m->top_k * (size_t)c->n;
-  return dsv4i_gpu_moe_experts(&r->o, s, m, c->n, c->x, m->dim, c->idx + (dsv4i_cuptr)(i * k * 4),
+  dsv4i_gpu_ops o = r->o;
+  o.cpu_order = c->cpu_order;
+  return dsv4i_gpu_moe_experts(&o, s, m, c->n, c->x, m->dim, c->idx + (dsv4i_cuptr)(i * k * 4),
                                c->wt + (dsv4i_cuptr)(i * k * 4), c->scratch, c->out, m->dim);
 }
 
@@ -194,9 +198,14 @@ void rf_moe(rf *r) {
       c->as = rf_take(r, (size_t)n * sh_inter * 2), c->ys = rf_take(r, (size_t)n * dim * 4);
       st_us = rf_time(r, rec_stock, c, c->calls);
     }
+    c->cpu_order = 1;
+    const double us_exact = rf_time(r, rec_ours, c, c->calls);
+    c->cpu_order = 0;
     char name[64];
     snprintf(name, sizeof name, "moe %d/%d + shared", K, E);
     rf_row(r, name, n, us, bytes, st_us);
+    snprintf(name, sizeof name, "moe %d/%d + shared, cpu order", K, E);
+    rf_row(r, name, n, us_exact, bytes, -1);
     free(idx), free(wt), free(rows), free(wts);
     dsv4i_gpu_pool_reset(&r->g.pool, mark);
   }

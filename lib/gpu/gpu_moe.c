@@ -1,5 +1,6 @@
-/* Host launcher of the MoE experts (kernels/moe.cu): size checks, scratch
- * layout, three launches. */
+/* Host launcher of the MoE experts: size checks, scratch layouts, three
+ * launches, of the tiled kernels (kernels/moe_tiled.cu, the default numerics
+ * mode) or, with cpu_order, of the CPU-order ones (kernels/moe.cu). */
 #include "gpu/gpu_ops.h"
 
 #define MOE_TILE 32    /* kernels/moe.cu RT: rows per moe_up tile */
@@ -7,6 +8,8 @@
 #define MOE_UP_KB 320  /* kernels/moe.cu UP_NT: dim/32 at most */
 #define MOE_DOWN_KB 288 /* kernels/moe.cu DOWN_NT: inter/32 at most */
 #define MOE_MAX_EXPERTS 1024
+#define MOE_TILED_UP_ROWS 16 /* kernels/moe_tiled.cu UP_ROWS */
+#define MOE_TILED_DN_ROWS 32 /* kernels/moe_tiled.cu DN_ROWS */
 
 static size_t al(size_t b) { return (b + 255) / 256 * 256; }
 
@@ -35,8 +38,37 @@ static moe_carve moe_layout(const dsv4i_gpu_moe *m, int32_t n_tok) {
   return c;
 }
 
+/* The tiled kernels' scratch: xb4, xb8 bf16 [n][dim] (act_quant of x in each
+ * weight format's fragment order); g, u, a, ab bf16 [n][top_k + 1][inter]
+ * (gate, up, activation, its act_quant in w2's fragment order); o bf16
+ * [n][top_k + 1][dim]; counters u32: up [n·top_k + 1][inter/32] (grid.y <=
+ * n·top_k + 1), down [dim/32]; route int32 as above. */
+static dsv4i_gpu_moe_tiled_carve tiled_layout(const dsv4i_gpu_moe *m, int32_t n_tok) {
+  const size_t n = (size_t)n_tok, slots = (size_t)m->top_k + 1, dim = (size_t)m->dim,
+               inter = (size_t)m->inter, nk = n * (size_t)m->top_k;
+  const size_t gy = nk + 1; /* >= the launch's grid.y; no n_experts (the workspace is sized without it) */
+  dsv4i_gpu_moe_tiled_carve c;
+  c.xb4 = 0;
+  c.xb8 = c.xb4 + al(2 * n * dim);
+  c.g = c.xb8 + al(2 * n * dim);
+  c.u = c.g + al(2 * n * slots * inter);
+  c.a = c.u + al(2 * n * slots * inter);
+  c.ab = c.a + al(2 * n * slots * inter);
+  c.o = c.ab + al(2 * n * slots * inter);
+  c.cnt = c.o + al(2 * n * slots * dim);
+  c.n_cnt = gy * (inter / 32) + dim / 32;
+  c.route = c.cnt + al(4 * c.n_cnt);
+  c.total = c.route + al(4 * (2 + 2 * (size_t)MOE_MAX_EXPERTS + nk));
+  return c;
+}
+
+dsv4i_gpu_moe_tiled_carve dsv4i_gpu_moe_tiled_layout(const dsv4i_gpu_moe *m, int32_t n_tok) {
+  return tiled_layout(m, n_tok);
+}
+
 size_t dsv4i_gpu_moe_scratch_bytes(const dsv4i_gpu_moe *m, int32_t n_tok) {
-  return moe_layout(m, n_tok).total;
+  const size_t a = moe_layout(m, n_tok).total, b = tiled_layout(m, n_tok).total;
+  return a > b ? a : b;
 }
 
 static int expert_fmt(dsv4i_kfmt f) { /* kernels/gemv.cuh W_E4M3 / W_E2M1 */
@@ -67,24 +99,50 @@ static dsv4_status experts(const dsv4i_gpu_ops *o, dsv4i_custream s, const dsv4i
                        32 * MOE_DOWN_KB);
   if (n_tok == 0) return DSV4_OK;
   if (n_tok > (1 << 24)) return dsv4i_error(DSV4_ERR_INVALID_ARG, "gpu moe_experts: n_tok %d", (int)n_tok);
-  const moe_carve c = moe_layout(m, n_tok);
-  dsv4i_cuptr xq = scratch + c.xq, sx = scratch + c.sx, aq = scratch + c.aq,
-              sa = scratch + c.sa, ob = scratch + c.o, cnt = scratch + c.cnt,
-              route = scratch + c.route;
-  dsv4_status st = dsv4i_gpu_act_quant(o, s, n_tok, m->dim, x, ldx, xq, sx);
-  if (st != DSV4_OK) return st;
   /* grid.y: the shared expert, then at most min(E, n·top_k) distinct routed ids */
   const int64_t nk = (int64_t)n_tok * m->top_k;
   const uint32_t gy = (uint32_t)((nk < m->n_experts ? nk : m->n_experts) + (m->has_shared ? 1 : 0));
   int n = n_tok, k = m->top_k, sh = m->has_shared ? 1 : 0, E = m->n_experts, dim = m->dim,
-      inter = m->inter, n_cnt = (m->dim + MOE_DOWN_TILE - 1) / MOE_DOWN_TILE;
+      inter = m->inter;
   float lim = m->swiglu_limit;
   dsv4i_cuptr w1 = m->w1, s1 = m->s1, w3 = m->w3, s3 = m->s3, w2 = m->w2, s2 = m->s2;
+  long long lo = ldo;
+  dsv4_status st;
+  if (!o->cpu_order && !rows) { /* TP shards' fp32 rows: the CPU-order kernels in both modes */
+    const dsv4i_gpu_moe_tiled_carve c = tiled_layout(m, n_tok);
+    dsv4i_cuptr xb4 = scratch + c.xb4, xb8 = scratch + c.xb8, g = scratch + c.g,
+                u = scratch + c.u, a = scratch + c.a, ab = scratch + c.ab, ob = scratch + c.o,
+                cup = scratch + c.cnt, route = scratch + c.route;
+    /* the counters in use: up [gy][inter/32], then down [dim/32] */
+    const size_t n_up = (size_t)gy * (size_t)(inter / 32);
+    dsv4i_cuptr cdn = cup + 4 * (dsv4i_cuptr)n_up;
+    int n_cnt = (int)(n_up + (size_t)dim / 32);
+    long long lx = ldx;
+    void *pp[] = {&n, &k, &E, &dim, &x, &lx, &idx, &xb4, &xb8, &route, &cup, &n_cnt};
+    const uint64_t nb = ((uint64_t)n_tok * (uint64_t)(dim / 32) + 7) / 8 + 1;
+    st = dsv4i_kreg_launch_grid(o->kr, o->moe_prep_tiled, (uint32_t)nb, 1, 1, 0, s, pp);
+    if (st != DSV4_OK) return st;
+    void *pu[] = {&n, &k, &sh, &E, &dim, &inter, &fr, &fs, &lim, &xb4, &xb8, &route, &weight,
+                  &w1, &s1, &w3, &s3, &g, &u, &a, &ab, &cup};
+    st = dsv4i_kreg_launch_grid(o->kr, o->moe_up_tiled, (uint32_t)(inter / MOE_TILED_UP_ROWS), gy,
+                                1, 0, s, pu);
+    if (st != DSV4_OK) return st;
+    void *pd[] = {&n, &k, &sh, &E, &dim, &inter, &fr, &fs, &ab, &idx, &route, &w2, &s2, &ob,
+                  &cdn, &out, &lo};
+    return dsv4i_kreg_launch_grid(o->kr, o->moe_down_tiled, (uint32_t)(dim / MOE_TILED_DN_ROWS),
+                                  gy, 1, 0, s, pd);
+  }
+  const moe_carve c = moe_layout(m, n_tok);
+  dsv4i_cuptr xq = scratch + c.xq, sx = scratch + c.sx, aq = scratch + c.aq,
+              sa = scratch + c.sa, ob = scratch + c.o, cnt = scratch + c.cnt,
+              route = scratch + c.route;
+  st = dsv4i_gpu_act_quant(o, s, n_tok, m->dim, x, ldx, xq, sx);
+  if (st != DSV4_OK) return st;
+  int n_cnt = (m->dim + MOE_DOWN_TILE - 1) / MOE_DOWN_TILE;
   void *pu[] = {&n, &k, &sh, &E, &dim, &inter, &fr, &fs, &lim, &xq, &sx, &idx, &weight,
                 &w1, &s1, &w3, &s3, &aq, &sa, &route, &cnt, &n_cnt};
   st = dsv4i_kreg_launch_grid(o->kr, o->moe_up, (uint32_t)(inter / MOE_TILE), gy, 1, 0, s, pu);
   if (st != DSV4_OK) return st;
-  long long lo = ldo;
   void *pd[] = {&n, &k, &sh, &E, &dim, &inter, &fr, &fs, &aq, &sa, &idx, &route, &w2, &s2, &ob,
                 &cnt, &out, &lo};
   void *pp[] = {&n, &k, &sh, &E, &dim, &inter, &fr, &fs, &aq, &sa, &idx, &route, &w2, &s2, &rows};

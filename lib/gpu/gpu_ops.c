@@ -39,6 +39,9 @@ dsv4_status dsv4i_gpu_ops_init(const dsv4i_kreg *kr, dsv4i_gpu_ops *o) {
   PICK(router, ROUTER, F32, ANY);
   PICK(moe_up, MOE_UP, E2M1_UE8M0, DECODE);
   PICK(moe_down, MOE_DOWN, E2M1_UE8M0, DECODE);
+  PICK(moe_prep_tiled, MOE_PREP, E2M1_UE8M0, TILED);
+  PICK(moe_up_tiled, MOE_UP, E2M1_UE8M0, TILED);
+  PICK(moe_down_tiled, MOE_DOWN, E2M1_UE8M0, TILED);
   PICK(engram_gather, ENGRAM_GATHER, E4M3_UE8M0, ANY);
   PICK(engram_update, ENGRAM_UPDATE, BF16, ANY);
   PICK(dequant, DEQUANT, E4M3_UE8M0, ANY);

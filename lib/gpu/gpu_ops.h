@@ -25,6 +25,8 @@ typedef struct dsv4i_gpu_ops {
   dsv4i_kernel_id rmsnorm, embed_hc, hc_mixes, hc_sinkhorn, hc_pre, hc_post, hc_tap, act_quant, rope,
       argmax, sample, accept, router, moe_up, moe_down, engram_gather, engram_update, dequant;
   dsv4i_kernel_id moe_down_part, moe_combine, cast; /**< TP shards (docs/distributed.md) */
+  /** the MoE step's tiled kernels (kernels/moe_tiled.cu), used unless cpu_order */
+  dsv4i_kernel_id moe_prep_tiled, moe_up_tiled, moe_down_tiled;
   dsv4i_kernel_id linear[DSV4I_KFMT_COUNT_];        /**< by weight format, bf16 out */
   dsv4i_kernel_id linear_warp[DSV4I_KFMT_COUNT_];   /**< fp8 / fp4, one warp per row */
   /** fp8 / fp4 linears with at most this many rows use linear_warp. Default 0 (off): the warp-per-row kernels pass the ptxas check
@@ -205,16 +207,26 @@ typedef struct dsv4i_gpu_moe {
   dsv4i_cuptr w1, s1, w2, s2, w3, s3;
 } dsv4i_gpu_moe;
 
-/** Scratch bytes dsv4i_gpu_moe_experts needs for up to n_tok tokens. */
+/** Scratch bytes dsv4i_gpu_moe_experts needs for up to n_tok tokens (either mode). */
 size_t dsv4i_gpu_moe_scratch_bytes(const dsv4i_gpu_moe *m, int32_t n_tok);
 
+/** Byte offsets in the scratch of the tiled kernels' stages (tests read them):
+ * g, u, a bf16 [n][top_k + 1][inter] (gate and up projections, SwiGLU
+ * activation, written for the (token, slot) pairs that run), o bf16
+ * [n][top_k + 1][dim] (each expert's rows); n_cnt counters. */
+typedef struct dsv4i_gpu_moe_tiled_carve {
+  size_t xb4, xb8, g, u, a, ab, o, cnt, n_cnt, route, total;
+} dsv4i_gpu_moe_tiled_carve;
+dsv4i_gpu_moe_tiled_carve dsv4i_gpu_moe_tiled_layout(const dsv4i_gpu_moe *m, int32_t n_tok);
+
 /**
- * Routed experts + shared expert for given routing, dsv4i_cpu_moe_experts
- * bit for bit (kernels/moe.cu says why), in three launches: act_quant of x,
- * up + SwiGLU + act_quant of the activations, down + the per-token sum in
- * ascending expert id, shared last. Each expert the step chose is read once
- * per TC tokens (the kernels' header), split over all SMs by (expert, tile
- * of 32 rows). idx int32 [n][top_k] (id < 0: skipped; duplicates and ids >=
+ * Routed experts + shared expert for given routing, in three launches: act_quant
+ * of x, up + SwiGLU + act_quant of the activations, down + the per-token sum in
+ * ascending expert id, shared last; split over all SMs by (expert, row tile).
+ * Default (o->cpu_order == 0): kernels/moe_tiled.cu, tensor cores, fp32 sums in
+ * a fixed order that depends only on dim / inter (deterministic, batch
+ * invariant; within the derived bound of dsv4i_cpu_moe_experts, docs/gpu-dense.md
+ * "Numerics modes"); cpu_order: kernels/moe.cu, dsv4i_cpu_moe_experts bit for bit. idx int32 [n][top_k] (id < 0: skipped; duplicates and ids >=
  * n_experts are the caller's to refuse: the router never makes them; the
  * kernels skip ids >= n_experts), weight f32 [n][top_k], x bf16 [n][ldx], out
  * bf16 [n][ldo]; scratch: dsv4i_gpu_moe_scratch_bytes(m, n_tok) bytes,

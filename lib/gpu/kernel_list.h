@@ -41,6 +41,7 @@
   X(MOE_DOWN_PART, "moe_down_part")                                                              \
   X(MOE_COMBINE, "moe_combine")                                                                  \
   X(CAST, "cast")                                                                                \
+  X(MOE_PREP, "moe_prep")                                                                        \
   X(ENGRAM_GATHER, "engram_gather")                                                              \
   X(ENGRAM_UPDATE, "engram_update")                                                              \
   X(DEQUANT, "dequant")                                                                          \
@@ -85,6 +86,9 @@
   X(MOE_COMBINE, MOE_COMBINE, BF16, ANY, 80, moe, dsv4_k_moe_combine, 256)                       \
   X(LINEAR_E4M3_F32OUT, LINEAR_F32OUT, E4M3_UE8M0, DECODE, 80, linear, dsv4_k_linear_e4m3_ue8m0_f32out, 128) \
   X(CAST_F32_BF16, CAST, F32, ANY, 80, linear, dsv4_k_cast_f32_bf16, 256)                        \
+  X(MOE_PREP_TILED, MOE_PREP, E2M1_UE8M0, TILED, 80, moe_tiled, dsv4_k_moe_prep_tiled, 256)      \
+  X(MOE_UP_TILED, MOE_UP, E2M1_UE8M0, TILED, 80, moe_tiled, dsv4_k_moe_up_e2m1_tiled, 128)       \
+  X(MOE_DOWN_TILED, MOE_DOWN, E2M1_UE8M0, TILED, 80, moe_tiled, dsv4_k_moe_down_e2m1_tiled, 128) \
   X(ENGRAM_GATHER, ENGRAM_GATHER, E4M3_UE8M0, ANY, 80, engram, dsv4_k_engram_gather, 128)          \
   X(ENGRAM_UPDATE, ENGRAM_UPDATE, BF16, ANY, 80, engram, dsv4_k_engram_update, 128)              \
   X(DEQUANT_E4M3_BF16, DEQUANT, E4M3_UE8M0, ANY, 80, linear, dsv4_k_dequant_e4m3_bf16, 256)      \

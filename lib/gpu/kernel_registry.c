@@ -49,6 +49,7 @@ const char *dsv4i_kshape_name(dsv4i_kshape shape) {
   case DSV4I_KSHAPE_ANY: return "any";
   case DSV4I_KSHAPE_DECODE: return "decode";
   case DSV4I_KSHAPE_DECODE_WARP: return "decode-warp";
+  case DSV4I_KSHAPE_TILED: return "tiled";
   default: return "unknown-shape";
   }
 }

@@ -41,6 +41,7 @@ typedef enum dsv4i_kshape {
   DSV4I_KSHAPE_ANY = 0, /**< no shape specialisation */
   DSV4I_KSHAPE_DECODE,  /**< small M (decode, a few dozen tokens): rows per thread or warp, K streamed */
   DSV4I_KSHAPE_DECODE_WARP, /**< small M, narrow matrices: one warp per output row, lane = K block */
+  DSV4I_KSHAPE_TILED, /**< default numerics mode: tensor-core tiles, fixed-order fp32 sums (not the CPU's) */
   DSV4I_KSHAPE_COUNT_
 } dsv4i_kshape;
 

@@ -9,6 +9,7 @@
 #include "gpu_tol.h"
 
 #include "backend/backend_impl.h"
+#include "cpu/cpu_impl.h" /* dsv4i_cpu_qgemm: the MoE stages' oracle */
 #include "cpu/cpu_ops.h"
 #include "cpu/engram.h"
 #include "gpu/cublaslt.h"
@@ -470,18 +471,36 @@ static void router_equals_cpu(void **state) {
 
 /* ---- MoE experts -------------------------------------------------------------- */
 
-/* Routed MXFP4 experts + an fp8 shared expert, tokens sharing experts, one
- * skipped slot (N > 2): bit for bit with dsv4i_cpu_moe_experts, on two calls
- * in a row (the second finds the first's route table and tile counters). */
-static void moe_case(int E, int K, int DIM, int INTER, int N, uint64_t seed, const char *what) {
+/* One MoE layer on host and device: E routed MXFP4 experts and an fp8 shared
+ * expert (scale bytes 118..127), N tokens routed to K distinct random experts
+ * each (tokens share experts), one skipped slot when N > 2, weights 0.1 +
+ * 0.2 j, x bf16 random. */
+typedef struct moe_setup {
+  int E, K, DIM, INTER, N;
+  dsv4i_moe m;
+  dsv4i_wview *w1, *w2, *w3;
+  uint64_t *tab;
+  void **keep;
+  int nk;
+  float *bias;
+  uint16_t *gate, *x;
+  int32_t *idx;
+  float *wt;
+  dsv4i_gpu_moe gm;
+  dsv4i_cuptr dx, di, dw;
+} moe_setup;
+
+static void moe_make(moe_setup *ms, int E, int K, int DIM, int INTER, int N, uint64_t seed) {
   reset_pool();
+  memset(ms, 0, sizeof *ms);
+  ms->E = E, ms->K = K, ms->DIM = DIM, ms->INTER = INTER, ms->N = N;
   uint64_t s = seed;
-  dsv4i_wview *w1 = calloc((size_t)E, sizeof *w1), *w2 = calloc((size_t)E, sizeof *w2),
-              *w3 = calloc((size_t)E, sizeof *w3);
-  uint64_t *tab = calloc(6 * (size_t)(E + 1), sizeof *tab);
+  dsv4i_wview *w1 = ms->w1 = calloc((size_t)E, sizeof *w1), *w2 = ms->w2 = calloc((size_t)E, sizeof *w2),
+              *w3 = ms->w3 = calloc((size_t)E, sizeof *w3);
+  uint64_t *tab = ms->tab = calloc(6 * (size_t)(E + 1), sizeof *tab);
   uint64_t *p1 = tab, *q1 = tab + (E + 1), *p2 = tab + 2 * (E + 1), *q2 = tab + 3 * (E + 1),
            *p3 = tab + 4 * (E + 1), *q3 = tab + 5 * (E + 1);
-  void **keep = calloc(6 * (size_t)(E + 1), sizeof *keep);
+  void **keep = ms->keep = calloc(6 * (size_t)(E + 1), sizeof *keep);
   int nk = 0;
 #define MK(view, rows, cols, fmt, dptr, dscale)                                               \
   do {                                                                                        \
@@ -497,25 +516,26 @@ static void moe_case(int E, int K, int DIM, int INTER, int N, uint64_t seed, con
     dscale = gt_up(&G, sd, sb);                                                               \
     keep[nk++] = wd, keep[nk++] = sd;                                                         \
   } while (0)
-  dsv4i_moe m = {.n_experts = E, .top_k = K, .dim = DIM, .inter = INTER, .route_scale = 1.5f,
-                 .swiglu_limit = 10.0f, .norm_topk_prob = 1, .w1 = w1, .w2 = w2, .w3 = w3,
-                 .has_shared = 1};
-  float *bias = calloc((size_t)E, sizeof *bias);
-  m.bias = bias;
-  uint16_t *gate = malloc(sizeof(uint16_t) * (size_t)E * DIM);
-  gt_fill_bf16(&s, gate, (size_t)E * DIM, 1);
-  gt_check(dsv4i_wview_init(&m.gate, DSV4I_W_BF16, E, DIM, gate, NULL));
+  ms->m = (dsv4i_moe){.n_experts = E, .top_k = K, .dim = DIM, .inter = INTER, .route_scale = 1.5f,
+                      .swiglu_limit = 10.0f, .norm_topk_prob = 1, .w1 = w1, .w2 = w2, .w3 = w3,
+                      .has_shared = 1};
+  ms->bias = calloc((size_t)E, sizeof *ms->bias);
+  ms->m.bias = ms->bias;
+  ms->gate = malloc(sizeof(uint16_t) * (size_t)E * DIM);
+  gt_fill_bf16(&s, ms->gate, (size_t)E * DIM, 1);
+  gt_check(dsv4i_wview_init(&ms->m.gate, DSV4I_W_BF16, E, DIM, ms->gate, NULL));
   for (int e = 0; e < E; e++) {
     MK(w1[e], INTER, DIM, DSV4I_W_FP4, p1[e], q1[e]);
     MK(w2[e], DIM, INTER, DSV4I_W_FP4, p2[e], q2[e]);
     MK(w3[e], INTER, DIM, DSV4I_W_FP4, p3[e], q3[e]);
   }
-  MK(m.sw1, INTER, DIM, DSV4I_W_FP8, p1[E], q1[E]);
-  MK(m.sw2, DIM, INTER, DSV4I_W_FP8, p2[E], q2[E]);
-  MK(m.sw3, INTER, DIM, DSV4I_W_FP8, p3[E], q3[E]);
+  MK(ms->m.sw1, INTER, DIM, DSV4I_W_FP8, p1[E], q1[E]);
+  MK(ms->m.sw2, DIM, INTER, DSV4I_W_FP8, p2[E], q2[E]);
+  MK(ms->m.sw3, INTER, DIM, DSV4I_W_FP8, p3[E], q3[E]);
 #undef MK
-  int32_t *idx = malloc(sizeof(int32_t) * (size_t)N * K);
-  float *wt = malloc(sizeof(float) * (size_t)N * K);
+  ms->nk = nk;
+  int32_t *idx = ms->idx = malloc(sizeof(int32_t) * (size_t)N * K);
+  float *wt = ms->wt = malloc(sizeof(float) * (size_t)N * K);
   for (int t = 0; t < N; t++)
     for (int j = 0; j < K; j++) {
       int e, dup;
@@ -529,25 +549,42 @@ static void moe_case(int E, int K, int DIM, int INTER, int N, uint64_t seed, con
     }
   if (N > 2) idx[2 * K + 1] = -1; /* a skipped slot */
   const size_t nx = (size_t)N * DIM;
-  uint16_t *x = malloc(2 * nx), *oc = malloc(2 * nx), *og = malloc(2 * nx);
-  gt_fill_bf16(&s, x, nx, 3);
-  gt_check(dsv4i_cpu_moe_experts(&m, N, x, DIM, idx, wt, oc, DIM));
+  ms->x = malloc(2 * nx);
+  gt_fill_bf16(&s, ms->x, nx, 3);
   const size_t tb = sizeof(uint64_t) * (size_t)(E + 1);
-  dsv4i_gpu_moe gm = {E, K, DIM, INTER, 1, 10.0f, DSV4I_KFMT_E2M1_UE8M0, DSV4I_KFMT_E4M3_UE8M0,
-                      gt_up(&G, p1, tb), gt_up(&G, q1, tb), gt_up(&G, p2, tb), gt_up(&G, q2, tb),
-                      gt_up(&G, p3, tb), gt_up(&G, q3, tb)};
-  dsv4i_cuptr dx = gt_up(&G, x, 2 * nx), di = gt_up(&G, idx, sizeof(int32_t) * (size_t)N * K),
-              dw = gt_up(&G, wt, sizeof(float) * (size_t)N * K), dout = gt_up(&G, NULL, 2 * nx),
-              scr = gt_up(&G, NULL, dsv4i_gpu_moe_scratch_bytes(&gm, N));
+  ms->gm = (dsv4i_gpu_moe){E, K, DIM, INTER, 1, 10.0f, DSV4I_KFMT_E2M1_UE8M0, DSV4I_KFMT_E4M3_UE8M0,
+                           gt_up(&G, p1, tb), gt_up(&G, q1, tb), gt_up(&G, p2, tb), gt_up(&G, q2, tb),
+                           gt_up(&G, p3, tb), gt_up(&G, q3, tb)};
+  ms->dx = gt_up(&G, ms->x, 2 * nx);
+  ms->di = gt_up(&G, idx, sizeof(int32_t) * (size_t)N * K);
+  ms->dw = gt_up(&G, wt, sizeof(float) * (size_t)N * K);
+}
+
+static void moe_free(moe_setup *ms) {
+  for (int i = 0; i < ms->nk; i++) free(ms->keep[i]);
+  free(ms->keep), free(ms->tab), free(ms->w1), free(ms->w2), free(ms->w3), free(ms->bias);
+  free(ms->gate), free(ms->idx), free(ms->wt), free(ms->x);
+}
+
+/* Routed MXFP4 experts + an fp8 shared expert, tokens sharing experts, one
+ * skipped slot (N > 2), CPU-order kernels: bit for bit with
+ * dsv4i_cpu_moe_experts, on two calls in a row (the second finds the first's
+ * route table and tile counters). */
+static void moe_case(int E, int K, int DIM, int INTER, int N, uint64_t seed, const char *what) {
+  moe_setup ms;
+  moe_make(&ms, E, K, DIM, INTER, N, seed);
+  const size_t nx = (size_t)N * DIM;
+  uint16_t *oc = malloc(2 * nx), *og = malloc(2 * nx);
+  gt_check(dsv4i_cpu_moe_experts(&ms.m, N, ms.x, DIM, ms.idx, ms.wt, oc, DIM));
+  dsv4i_cuptr dout = gt_up(&G, NULL, 2 * nx), scr = gt_up(&G, NULL, dsv4i_gpu_moe_scratch_bytes(&ms.gm, N));
   for (int call = 0; call < 2; call++) {
     memset(og, 0, 2 * nx);
-    gt_check(dsv4i_gpu_moe_experts(&O, G.stream, &gm, N, dx, DIM, di, dw, scr, dout, DIM));
+    gt_check(dsv4i_gpu_moe_experts(&O, G.stream, &ms.gm, N, ms.dx, DIM, ms.di, ms.dw, scr, dout, DIM));
     gt_down(&G, og, dout, 2 * nx);
     assert_int_equal(gt_diff_bits(og, oc, nx, 2, what), 0);
   }
-  for (int i = 0; i < nk; i++) free(keep[i]);
-  free(keep), free(tab), free(w1), free(w2), free(w3), free(bias), free(gate), free(idx), free(wt);
-  free(x), free(oc), free(og);
+  free(oc), free(og);
+  moe_free(&ms);
 }
 
 static void moe_experts_equal_cpu(void **state) {
@@ -557,6 +594,241 @@ static void moe_experts_equal_cpu(void **state) {
   moe_case(4, 2, 5120, 2304, 3, 23, "moe experts, release dims");
   /* more tokens than a token-list window (256), the shared expert on all of them */
   moe_case(8, 2, 64, 64, 300, 29, "moe experts, 300 tokens");
+}
+
+/* The tiled kernels' bound: an mma.sync sum is not an IEEE fp32 chain (the
+ * tensor cores align each 16-term block to its largest exponent and
+ * truncate: Fasi et al., "Numerical behavior of NVIDIA tensor cores", PeerJ
+ * CS 2021), so its error is taken as at most one fp32 ulp (2u) per term
+ * rather than half: |s_gpu − s_cpu| <= (gamma_u(n) + gamma_2u(n)) sum |p_k|,
+ * i.e. 3 gamma(n) sum |p_k| to first order; plus one bf16 ulp of the output
+ * (both sides round to bf16 afterwards). */
+static double moe_bound(int64_t n, double abs_sum, double yg, double yc) {
+  const double nu = (double)n * 0x1p-23;
+  return gt_gamma(n) * abs_sum + nu / (1.0 - nu) * abs_sum +
+         gt_bf16_ulp(fabs(yg) > fabs(yc) ? yg : yc);
+}
+
+/* sum |w_k · xq_k · sw · sx| of row r of w against an act_quant'ed row. */
+static double moe_abs_dot(const dsv4i_wview *w, int r, const float *xq, const float *sx) {
+  const int nkb = w->cols / 32;
+  double acc = 0.0;
+  for (int b = 0; b < nkb; b++) {
+    const double sw = (double)dsv4i_e8m0_to_f32(
+        w->fmt == DSV4I_W_FP4 ? w->scale[(int64_t)r * w->scale_ld + b]
+                              : w->scale[(int64_t)(r / 32) * w->scale_ld + b]);
+    double blk = 0.0;
+    for (int i = 0; i < 32; i++) {
+      const int k = b * 32 + i;
+      double wv;
+      if (w->fmt == DSV4I_W_FP4) {
+        const uint8_t byte = ((const uint8_t *)w->data)[(int64_t)r * w->data_ld + k / 2];
+        wv = dsv4i_e2m1_to_f32((uint8_t)(k & 1 ? byte >> 4 : byte & 15));
+      } else {
+        wv = dsv4i_e4m3_to_f32(((const uint8_t *)w->data)[(int64_t)r * w->data_ld + k]);
+      }
+      blk += fabs(wv * (double)xq[k]);
+    }
+    acc += blk * sw * (double)sx[b];
+  }
+  return acc;
+}
+
+/* The tiled stages of one (token, slot) pair: expert views of slot j. */
+static void moe_views(const moe_setup *ms, int t, int j, const dsv4i_wview **w1,
+                      const dsv4i_wview **w2, const dsv4i_wview **w3) {
+  if (j == ms->K) {
+    *w1 = &ms->m.sw1, *w2 = &ms->m.sw2, *w3 = &ms->m.sw3;
+  } else {
+    const int e = ms->idx[t * ms->K + j];
+    *w1 = e >= 0 ? &ms->w1[e] : NULL, *w2 = e >= 0 ? &ms->w2[e] : NULL, *w3 = e >= 0 ? &ms->w3[e] : NULL;
+  }
+}
+
+/* The default mode's MoE (kernels/moe_tiled.cu) against the CPU oracle,
+ * stage by stage, each stage fed the GPU's previous one:
+ *   g, u = bf16(w1 · x), bf16(w3 · x): within moe_bound(dim) of dsv4i_cpu_qgemm;
+ *   a = bf16(weight · silu(clamp g) · clamp u): bit for bit from the GPU's g, u;
+ *   o = bf16(w2 · act_quant(a)): within moe_bound(inter) of dsv4i_cpu_qgemm
+ *       on the GPU's a;
+ *   out = bf16(sum of the token's o in ascending expert id, shared last):
+ *       bit for bit from the GPU's o.
+ * Then: the end-to-end difference from dsv4i_cpu_moe_experts (reported);
+ * determinism (a second call, every stage bit-identical); batch invariance
+ * (each token alone, and the tokens in reverse order: every token's out
+ * bit-identical to the batched call's). */
+static void moe_tiled_case(int E, int K, int DIM, int INTER, int N, uint64_t seed, const char *what) {
+  moe_setup ms;
+  moe_make(&ms, E, K, DIM, INTER, N, seed);
+  const int S = K + 1;
+  const size_t nx = (size_t)N * DIM, ni = (size_t)N * S * INTER, no = (size_t)N * S * DIM;
+  const dsv4i_gpu_moe_tiled_carve cv = dsv4i_gpu_moe_tiled_layout(&ms.gm, N);
+  dsv4i_cuptr dout = gt_up(&G, NULL, 2 * nx), scr = gt_up(&G, NULL, dsv4i_gpu_moe_scratch_bytes(&ms.gm, N));
+  uint16_t *out = malloc(2 * nx), *g = malloc(2 * ni), *u = malloc(2 * ni), *a = malloc(2 * ni),
+           *o = malloc(2 * no);
+  gt_check(dsv4i_gpu_moe_experts(&OT, G.stream, &ms.gm, N, ms.dx, DIM, ms.di, ms.dw, scr, dout, DIM));
+  gt_down(&G, out, dout, 2 * nx);
+  gt_down(&G, g, scr + cv.g, 2 * ni);
+  gt_down(&G, u, scr + cv.u, 2 * ni);
+  gt_down(&G, a, scr + cv.a, 2 * ni);
+  gt_down(&G, o, scr + cv.o, 2 * no);
+  char name[160];
+  gt_tol tg, tod, tout;
+  snprintf(name, sizeof name, "%s: g, u (bound n = dim %d)", what, DIM);
+  gt_tol_init(&tg, name);
+  float *xq = malloc(sizeof(float) * nx), *sx = malloc(sizeof(float) * nx / 32);
+  float *aq = malloc(sizeof(float) * INTER), *sa = malloc(sizeof(float) * INTER / 32);
+  uint16_t *yc = malloc(2 * (size_t)(INTER > DIM ? INTER : DIM));
+  gt_check(dsv4i_cpu_act_quant(N, DIM, ms.x, DIM, xq, sx));
+  size_t a_bad = 0, a_n = 0;
+  snprintf(name, sizeof name, "%s: o (bound n = inter %d)", what, INTER);
+  gt_tol_init(&tod, name);
+  for (int t = 0; t < N; t++)
+    for (int j = 0; j <= K; j++) {
+      const dsv4i_wview *w1, *w2, *w3;
+      moe_views(&ms, t, j, &w1, &w2, &w3);
+      if (!w1) continue;
+      const size_t pi = ((size_t)t * S + j) * INTER, po = ((size_t)t * S + j) * DIM;
+      const float *xr = xq + (size_t)t * DIM, *sr = sx + (size_t)t * DIM / 32;
+      for (int m = 0; m < 2; m++) { /* g (w1), u (w3) */
+        const dsv4i_wview *w = m ? w3 : w1;
+        const uint16_t *yg = (m ? u : g) + pi;
+        dsv4i_cpu_qgemm(w, 1, xr, sr, yc, INTER);
+        for (int r = 0; r < INTER; r++) {
+          const double vg = dsv4i_bf16_to_f32(yg[r]), vc = dsv4i_bf16_to_f32(yc[r]);
+          /* the bound only where the bits differ (equal values pass without it) */
+          gt_tol_one(&tg, pi + (size_t)r, vg, vc,
+                     vg == vc ? 0.0 : moe_bound(DIM, moe_abs_dot(w, r, xr, sr), vg, vc));
+        }
+      }
+      /* a from the GPU's g, u, as the CPU's expert_act */
+      const float lim = ms.m.swiglu_limit;
+      for (int r = 0; r < INTER; r++) {
+        float gf = dsv4i_bf16_to_f32(g[pi + r]), uf = dsv4i_bf16_to_f32(u[pi + r]);
+        uf = uf < -lim ? -lim : (uf > lim ? lim : uf);
+        gf = gf > lim ? lim : gf;
+        float act = (gf / (1.0f + dsv4i_cpu_expf_vec(-gf))) * uf;
+        if (j < K) act = ms.wt[t * K + j] * act;
+        const uint16_t ac = dsv4i_f32_to_bf16(act);
+        a_n++;
+        if (ac != a[pi + r]) {
+          if (a_bad < 5)
+            fprintf(stderr, "  %s: a[t %d slot %d row %d]: gpu 0x%04x cpu 0x%04x (g 0x%04x u 0x%04x)\n",
+                    what, t, j, r, a[pi + r], ac, g[pi + r], u[pi + r]);
+          a_bad++;
+        }
+      }
+      /* o from the GPU's a */
+      dsv4i_cpu_act_quant_rows(1, INTER, a + pi, INTER, aq, sa);
+      dsv4i_cpu_qgemm(w2, 1, aq, sa, yc, DIM);
+      for (int d = 0; d < DIM; d++) {
+        const double vg = dsv4i_bf16_to_f32(o[po + d]), vc = dsv4i_bf16_to_f32(yc[d]);
+        gt_tol_one(&tod, po + (size_t)d, vg, vc,
+                   vg == vc ? 0.0 : moe_bound(INTER, moe_abs_dot(w2, d, aq, sa), vg, vc));
+      }
+    }
+  printf("# %s: a (SwiGLU from the GPU's g, u): %zu of %zu differ from the CPU's\n", what, a_bad, a_n);
+  /* out from the GPU's o: ascending expert id, shared last */
+  size_t out_bad = 0;
+  for (int t = 0; t < N; t++)
+    for (int d = 0; d < DIM; d++) {
+      float y = 0.0f;
+      int prev = -1;
+      for (int k = 0; k < K; k++) {
+        int best = E, bj = -1;
+        for (int j = 0; j < K; j++) {
+          const int ej = ms.idx[t * K + j];
+          if (ej > prev && ej < best) best = ej, bj = j;
+        }
+        if (bj < 0) break;
+        y += dsv4i_bf16_to_f32(o[((size_t)t * S + bj) * DIM + d]);
+        prev = best;
+      }
+      y += dsv4i_bf16_to_f32(o[((size_t)t * S + K) * DIM + d]);
+      if (dsv4i_f32_to_bf16(y) != out[(size_t)t * DIM + d]) {
+        if (out_bad < 5)
+          fprintf(stderr, "  %s: out[t %d][%d]: gpu 0x%04x, sum of the gpu's o 0x%04x\n", what, t, d,
+                  out[(size_t)t * DIM + d], dsv4i_f32_to_bf16(y));
+        out_bad++;
+      }
+    }
+  printf("# %s: out (combine of the GPU's o): %zu of %zu differ\n", what, out_bad, nx);
+  /* end to end, reported */
+  uint16_t *oc = malloc(2 * nx);
+  gt_check(dsv4i_cpu_moe_experts(&ms.m, N, ms.x, DIM, ms.idx, ms.wt, oc, DIM));
+  snprintf(name, sizeof name, "%s: out vs dsv4i_cpu_moe_experts (reported)", what);
+  gt_tol_init(&tout, name);
+  size_t same = 0;
+  for (size_t i = 0; i < nx; i++) {
+    const double vg = dsv4i_bf16_to_f32(out[i]), vc = dsv4i_bf16_to_f32(oc[i]);
+    same += out[i] == oc[i];
+    gt_tol_one(&tout, i, vg, vc, INFINITY);
+  }
+  gt_tol_done(&tout);
+  printf("# %s: %zu of %zu outputs bit-equal to the CPU's\n", what, same, nx);
+  /* determinism: a second call, every stage the same bits */
+  uint16_t *out2 = malloc(2 * nx), *s2 = malloc(2 * (ni > no ? ni : no));
+  gt_check(dsv4i_gpu_moe_experts(&OT, G.stream, &ms.gm, N, ms.dx, DIM, ms.di, ms.dw, scr, dout, DIM));
+  gt_down(&G, out2, dout, 2 * nx);
+  size_t det = gt_diff_bits(out2, out, nx, 2, "second call: out");
+  gt_down(&G, s2, scr + cv.g, 2 * ni);
+  det += gt_diff_bits(s2, g, ni, 2, "second call: g");
+  gt_down(&G, s2, scr + cv.o, 2 * no);
+  det += gt_diff_bits(s2, o, no, 2, "second call: o");
+  /* batch invariance: the tokens in reverse order, and (up to 16) each alone */
+  uint16_t *xr = malloc(2 * nx);
+  int32_t *ir = malloc(sizeof(int32_t) * (size_t)N * K);
+  float *wr = malloc(sizeof(float) * (size_t)N * K);
+  for (int t = 0; t < N; t++) {
+    memcpy(xr + (size_t)t * DIM, ms.x + (size_t)(N - 1 - t) * DIM, 2 * (size_t)DIM);
+    memcpy(ir + (size_t)t * K, ms.idx + (size_t)(N - 1 - t) * K, sizeof(int32_t) * (size_t)K);
+    memcpy(wr + (size_t)t * K, ms.wt + (size_t)(N - 1 - t) * K, sizeof(float) * (size_t)K);
+  }
+  const dsv4i_cuptr dxr = gt_up(&G, xr, 2 * nx), dir = gt_up(&G, ir, sizeof(int32_t) * (size_t)N * K),
+                    dwr = gt_up(&G, wr, sizeof(float) * (size_t)N * K);
+  gt_check(dsv4i_gpu_moe_experts(&OT, G.stream, &ms.gm, N, dxr, DIM, dir, dwr, scr, dout, DIM));
+  gt_down(&G, out2, dout, 2 * nx);
+  size_t inv = 0;
+  for (int t = 0; t < N; t++)
+    inv += gt_diff_bits(out2 + (size_t)(N - 1 - t) * DIM, out + (size_t)t * DIM, (size_t)DIM, 2,
+                        "reversed batch: out");
+  const int alone = N < 16 ? N : 16;
+  for (int t = 0; t < alone; t++) {
+    gt_check(dsv4i_gpu_moe_experts(&OT, G.stream, &ms.gm, 1, ms.dx + (dsv4i_cuptr)t * DIM * 2, DIM,
+                                   ms.di + (dsv4i_cuptr)t * K * 4, ms.dw + (dsv4i_cuptr)t * K * 4,
+                                   scr, dout, DIM));
+    gt_down(&G, out2, dout, 2 * (size_t)DIM);
+    inv += gt_diff_bits(out2, out + (size_t)t * DIM, (size_t)DIM, 2, "token alone: out");
+  }
+  printf("# %s: determinism %zu differ; batch invariance (reversed, %d tokens alone) %zu differ\n",
+         what, det, alone, inv);
+  const size_t bad_g = gt_tol_done(&tg), bad_o = gt_tol_done(&tod);
+  free(xr), free(ir), free(wr), free(out2), free(s2), free(oc);
+  free(out), free(g), free(u), free(a), free(o), free(xq), free(sx), free(aq), free(sa), free(yc);
+  moe_free(&ms);
+  assert_int_equal(bad_g, 0);
+  assert_int_equal(a_bad, 0);
+  assert_int_equal(bad_o, 0);
+  assert_int_equal(out_bad, 0);
+  assert_int_equal(det, 0);
+  assert_int_equal(inv, 0);
+}
+
+static void moe_tiled_within_bound_of_cpu(void **state) {
+  (void)state;
+  /* release dims (dim 5120, inter 2304), top 6 of 8 experts: 1-16 tokens */
+  const int ns[] = {1, 2, 4, 8, 16};
+  for (int i = 0; i < 5; i++) {
+    char what[64];
+    snprintf(what, sizeof what, "moe tiled, release dims, %d tokens", ns[i]);
+    moe_tiled_case(8, 6, 5120, 2304, ns[i], 41 + (uint64_t)i, what);
+  }
+  /* 64 tokens, top 6 of 32: routed experts with more than one pass of 8 tokens */
+  moe_tiled_case(32, 6, 2048, 768, 64, 47, "moe tiled, 64 tokens");
+  /* K not a multiple of 128 (partial chunks: dim 224 = 7 blocks, inter 96 = 3) */
+  moe_tiled_case(12, 4, 224, 96, 7, 48, "moe tiled, partial chunks");
+  /* 300 tokens: the shared expert in 38 passes */
+  moe_tiled_case(8, 2, 64, 64, 300, 49, "moe tiled, 300 tokens");
 }
 
 /* ---- Engram ------------------------------------------------------------------- */
@@ -813,6 +1085,7 @@ int tu_run_suite(void) {
     cmocka_unit_test(sample_equals_cpu),
     cmocka_unit_test(router_equals_cpu),
     cmocka_unit_test(moe_experts_equal_cpu),
+    cmocka_unit_test(moe_tiled_within_bound_of_cpu),
     cmocka_unit_test(engram_equals_cpu),
     cmocka_unit_test(engram_batch_of_calls_equals_calls_alone),
     cmocka_unit_test(cublaslt_gemm_within_bound_of_cpu),

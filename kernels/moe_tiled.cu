@@ -1,0 +1,486 @@
+/*
+ * MoE experts of a step in the default ("tiled") numerics mode
+ * (docs/gpu-dense.md "Numerics modes"; the CPU-order kernels are moe.cu):
+ * every routed expert the step chose and the shared expert, in three
+ * launches:
+ *   moe_prep: act_quant(x) as bf16 (xq·sx is exact in bf16) in the
+ *             fragment order of each weight format; the route table
+ *   moe_up:   gate and up projections of (expert, 16-row tile) blocks,
+ *             SwiGLU fused; the second block of each 32-row group does the
+ *             act_quant of the group's activations (an integer counter)
+ *   moe_down: down projection of (expert, 32-row tile) blocks; the last
+ *             block of each row tile sums the experts per token (counter)
+ * grid.y walks the step's experts (the shared one first, then the distinct
+ * routed ids in ascending order, from the route table), grid.x the tiles,
+ * so a single token fills the GPU (release dims: 144 up and 160 down blocks
+ * per expert). Each block's 4 warps split K (chunk i of 128 columns goes to
+ * warp i mod 4) and stream their weights through a 4-stage cp.async ring
+ * per thread (each thread reads back only what it copied itself, so no
+ * barrier); a pass serves up to 8 tokens (one n8 tile), more tokens take
+ * more passes over the same tile.
+ *
+ * Arithmetic: mma.sync m16n8k16, bf16 inputs, fp32 accumulators. A = the
+ * weights decoded in registers to bf16 and multiplied by their UE8M0 block
+ * scale (w·sw: an e2m1 or e4m3 value times a power of two, exact in bf16),
+ * B = the activations xq·sx (exact in bf16). Every product is exact, so the
+ * result is the CPU's sum of the same terms in another order: the mma's
+ * internal order within 16 columns, each warp's chunks in increasing K, the
+ * 4 warps' partials added in warp order. That order depends only on K (not
+ * on the tokens, the batch or the schedule): deterministic and batch
+ * invariant (a token is one column of B; columns never mix). Every rounding
+ * point of the reference stays: g, u and the expert outputs rounded to bf16
+ * after their sums, the clamps, SwiGLU with torch's exp, the routing weight,
+ * act_quant of the activations, the per-token sum in ascending expert id
+ * with the shared expert last, out = bf16.
+ *
+ * Decoding (2 bit operations and a multiply per weight pair): a bf16 pair
+ * holds two elements 4 apart (fp4) or 2 apart (fp8) of one 32-bit word,
+ * sign to bit 15/31 and magnitude bits to the exponent's low bits and the
+ * mantissa: e2m1 gives its value · 2^-126 (0.5 lands on a subnormal), e4m3
+ * its value · 2^-120; one bf16x2 fma by 2^(s-1) resp. 2^(s-7) (s the scale
+ * byte) makes w·sw exactly. Scale bytes above 128 (fp4) / 134 (fp8), past
+ * bf16's largest power of two, take a second multiply (warp-uniform branch);
+ * 255 (NaN) gives NaN. e4m3 NaN codes are found by a word-wide test and
+ * make their output row NaN, as on the CPU. The activation copy xb holds
+ * the same element pairs in the same word order (perm_e2m1 / perm_e4m3), so
+ * a thread's B fragment is 16 consecutive words of one 32-block.
+ */
+#include "gemv.cuh"
+#include "mma.cuh"
+#include "moe_route.cuh"
+#include "model/ref_math.h"
+
+#define NW 4         /* warps per block */
+#define NT (NW * 32) /* threads per block */
+#define RING 4       /* cp.async stages per thread */
+#define TOKS 8       /* tokens per pass (one n8 tile) */
+#define UP_ROWS 16   /* rows per moe_up block (one m16 tile of w1 and of w3) */
+#define DN_ROWS 32   /* rows per moe_down block (two m16 tiles of w2) */
+
+/* Position (in bf16 elements) of element i of a 32-block in the fragment
+ * order: word q holds the bf16 pair the weight decoder makes as its q-th. */
+__device__ __forceinline__ int perm_e2m1(int i) {
+  const int j = i >> 3, r = i & 7; /* word j, pair (r & 3) = elements (8j + p, 8j + p + 4) */
+  return 2 * (4 * j + (r & 3)) + (r >> 2);
+}
+__device__ __forceinline__ int perm_e4m3(int i) {
+  const int h = i >> 4, j = (i >> 2) & 3, r = i & 3; /* half h, word j, pair (r & 1) = bytes (p, p + 2) */
+  return 2 * (8 * h + 2 * j + (r & 1)) + (r >> 1);
+}
+
+/* Eight e2m1 codes (one word, elements 0..7) -> four bf16 pairs of value ·
+ * 2^-126: pair p = (element p, element p + 4). t·(2^6 + 2^12) puts a nibble's
+ * magnitude at bits 8..6 and its sign at 15 (no carries: the two copies do
+ * not overlap); the mask keeps those. */
+__device__ __forceinline__ void dec_e2m1(uint32_t w, uint32_t (&r)[4]) {
+  const uint32_t m = 0x81C081C0u, v = w >> 8;
+  r[0] = ((w & 0x000F000Fu) * 4160u) & m;
+  r[1] = ((w & 0x00F000F0u) * 260u) & m;
+  r[2] = ((v & 0x000F000Fu) * 4160u) & m;
+  r[3] = ((v & 0x00F000F0u) * 260u) & m;
+}
+
+/* Four e4m3 codes (one word) -> two bf16 pairs of value · 2^-120: pair 0 =
+ * (byte 0, byte 2), pair 1 = (byte 1, byte 3); exponent and mantissa to bits
+ * 10..4, sign to 15. */
+__device__ __forceinline__ void dec_e4m3(uint32_t w, uint32_t (&r)[2]) {
+  r[0] = ((w & 0x007F007Fu) << 4) | ((w << 8) & 0x80008000u);
+  r[1] = ((w >> 4) & 0x07F007F0u) | (w & 0x80008000u);
+}
+
+/* a · b per bf16 half, exact here (a power-of-two factor of a value that
+ * stays in range); the -0 addend keeps a zero's sign. */
+__device__ __forceinline__ uint32_t bmul(uint32_t a, uint32_t b) {
+  uint32_t d;
+  asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(0x80008000u));
+  return d;
+}
+
+__device__ __forceinline__ void cp_async4(void *smem, const void *gmem, int src_bytes) {
+  const unsigned s = (unsigned)__cvta_generic_to_shared(smem);
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(s), "l"(gmem), "r"(src_bytes)
+               : "memory");
+}
+
+struct tiled_smem {
+  uint4 ring[RING][4][NT];     /* weights: per stage, rows (g, g+8) of the two row groups */
+  uint32_t sring[RING][4][NT]; /* the aligned words holding their scale bytes */
+  float part[NW][2][16][TOKS]; /* warp partials [warp][row group][row][token] */
+  int pc[TOKS];                /* pass tokens: pair code t·n_slots + slot, -1 none */
+  int nanrow[32];              /* fp8: row group·16 + row has an e4m3 NaN weight */
+  int last;
+};
+
+/* A matrix row group of a block: 16 rows from r0, weights w (row stride ld
+ * bytes), scales s (fp4 [rows][nkb], fp8 [rows/32][nkb]). */
+struct rowgrp {
+  const unsigned char *w, *s;
+  int r0;
+};
+
+/* Scale multiplier pair for scale byte sb: 2^(sb - 1) (fp4) / 2^(sb - 7)
+ * (fp8) as bf16x2; *m2 the second factor when sb is past the first's range. */
+template <int FMT>
+__device__ __forceinline__ uint32_t scale_mul(uint32_t sb, uint32_t *m2) {
+  constexpr uint32_t bias = FMT == W_E2M1 ? 126u : 120u, lim = FMT == W_E2M1 ? 128u : 134u;
+  if (sb <= lim) {
+    *m2 = 0x3F803F80u; /* 1 */
+    return ((sb + bias) << 7) * 0x10001u;
+  }
+  *m2 = sb == 255u ? 0x7FC07FC0u : ((sb - lim + 127u) << 7) * 0x10001u;
+  return ((lim + bias) << 7) * 0x10001u;
+}
+
+/* acc[rg] += W_rg · B over this warp's K chunks, for the two row groups g[2]
+ * (rows r0 + lane/4 and + 8 of each); B = 8 tokens' activation rows (brow,
+ * fragment order; NULL = a token slot past the pass) in the thread's column
+ * lane/4. nan[rg·2 + rr]: e4m3 NaN detector words of the thread's rows. */
+template <int FMT>
+__device__ void kloop(tiled_smem &sm, const rowgrp (&gr)[2], int K, const uint16_t *brow,
+                      float (&acc)[2][4], uint32_t (&nan)[4]) {
+  constexpr int HS = FMT == W_E2M1 ? 1 : 2;   /* stages per 128-column chunk */
+  constexpr int KBB = FMT == W_E2M1 ? 16 : 32; /* bytes of a row's 32-block */
+  const int tid = threadIdx.x, w = tid >> 5, lane = tid & 31, g = lane >> 2, c = lane & 3;
+  const int nkb = K / 32, nc = (nkb + 3) / 4;
+  const long long ld = FMT == W_E2M1 ? K / 2 : K;
+  const int nch = nc > w ? (nc - w + NW - 1) / NW : 0, ns = nch * HS;
+  /* the thread's rows: weight row starts, scale row starts (fp4 a row of
+   * nkb bytes, fp8 the 32-row group's) */
+  const unsigned char *wr[4], *sr[4];
+#pragma unroll
+  for (int q = 0; q < 4; q++) {
+    const rowgrp &G = gr[q >> 1];
+    const long long row = G.r0 + g + 8 * (q & 1);
+    wr[q] = G.w + row * ld;
+    sr[q] = G.s + (FMT == W_E2M1 ? row : row >> 5) * nkb;
+  }
+  auto issue = [&](int i) {
+    if (i < ns) {
+      const int kb = (w + NW * (i / HS)) * 4 + c, h = i % HS, slot = i % RING;
+      const bool ok = kb < nkb;
+      const int off = ok ? kb * KBB + h * 16 : 0, sb = ok ? kb : 0;
+#pragma unroll
+      for (int q = 0; q < 4; q++) {
+        cp_async16(&sm.ring[slot][q][tid], wr[q] + off, ok ? 16 : 0);
+        cp_async4(&sm.sring[slot][q][tid],
+                  reinterpret_cast<const void *>(reinterpret_cast<uintptr_t>(sr[q] + sb) & ~(uintptr_t)3),
+                  ok ? 4 : 0);
+      }
+    }
+    cp_async_commit();
+  };
+  /* B words of stage i: fp4 16 (the thread's 32-block), fp8 8 (its half) */
+  auto loadb = [&](int i, uint4 (&b)[4]) {
+    const int kb = (w + NW * (i / HS)) * 4 + c, h = i % HS;
+    const bool ok = i < ns && kb < nkb && brow;
+    const uint4 *p = reinterpret_cast<const uint4 *>(brow + (ok ? kb * 32 + h * 16 : 0));
+#pragma unroll
+    for (int j = 0; j < 4; j++) b[j] = ok && j < 4 / HS ? __ldg(p + j) : make_uint4(0u, 0u, 0u, 0u);
+  };
+  /* stage i with its B words bc; loads stage i + 1's into bn first */
+  auto step = [&](int i, const uint4 (&bc)[4], uint4 (&bn)[4]) {
+    issue(i + RING - 1);
+    loadb(i + 1, bn);
+    cp_async_wait<RING - 1>();
+    const int slot = i % RING, kb = (w + NW * (i / HS)) * 4 + c, sb = kb < nkb ? kb : 0;
+    uint32_t mul[4], mul2[4];
+    bool big = false;
+#pragma unroll
+    for (int q = 0; q < 4; q++) {
+      const unsigned sh = 8u * (unsigned)(reinterpret_cast<uintptr_t>(sr[q] + sb) & 3u);
+      mul[q] = scale_mul<FMT>((sm.sring[slot][q][tid] >> sh) & 0xFFu, &mul2[q]);
+      big |= mul2[q] != 0x3F803F80u;
+    }
+    const bool any_big = __any_sync(0xFFFFFFFFu, big);
+    const uint32_t bw[16] = {bc[0].x, bc[0].y, bc[0].z, bc[0].w, bc[1].x, bc[1].y, bc[1].z, bc[1].w,
+                             bc[2].x, bc[2].y, bc[2].z, bc[2].w, bc[3].x, bc[3].y, bc[3].z, bc[3].w};
+#pragma unroll
+    for (int rg = 0; rg < 2; rg++) {
+      const uint4 u0 = sm.ring[slot][2 * rg][tid], u1 = sm.ring[slot][2 * rg + 1][tid];
+      const uint32_t w0[4] = {u0.x, u0.y, u0.z, u0.w}, w1[4] = {u1.x, u1.y, u1.z, u1.w};
+      const uint32_t m0 = mul[2 * rg], m1 = mul[2 * rg + 1];
+      if (FMT == W_E2M1) {
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+          uint32_t a0[4], a1[4];
+          dec_e2m1(w0[j], a0);
+          dec_e2m1(w1[j], a1);
+#pragma unroll
+          for (int p = 0; p < 4; p++) a0[p] = bmul(a0[p], m0), a1[p] = bmul(a1[p], m1);
+          if (any_big)
+#pragma unroll
+            for (int p = 0; p < 4; p++)
+              a0[p] = bmul(a0[p], mul2[2 * rg]), a1[p] = bmul(a1[p], mul2[2 * rg + 1]);
+          mma_bf16(acc[rg], a0[0], a1[0], a0[1], a1[1], bw[4 * j], bw[4 * j + 1]);
+          mma_bf16(acc[rg], a0[2], a1[2], a0[3], a1[3], bw[4 * j + 2], bw[4 * j + 3]);
+        }
+      } else {
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+          nan[2 * rg] |= (w0[j] & 0x7F7F7F7Fu) + 0x01010101u;
+          nan[2 * rg + 1] |= (w1[j] & 0x7F7F7F7Fu) + 0x01010101u;
+          uint32_t a0[2], a1[2];
+          dec_e4m3(w0[j], a0);
+          dec_e4m3(w1[j], a1);
+#pragma unroll
+          for (int p = 0; p < 2; p++) a0[p] = bmul(a0[p], m0), a1[p] = bmul(a1[p], m1);
+          if (any_big)
+#pragma unroll
+            for (int p = 0; p < 2; p++)
+              a0[p] = bmul(a0[p], mul2[2 * rg]), a1[p] = bmul(a1[p], mul2[2 * rg + 1]);
+          mma_bf16(acc[rg], a0[0], a1[0], a0[1], a1[1], bw[2 * j], bw[2 * j + 1]);
+        }
+      }
+    }
+  };
+#pragma unroll
+  for (int i = 0; i < RING - 1; i++) issue(i);
+  uint4 ba[4], bb[4];
+  loadb(0, ba);
+  for (int i = 0; i < ns; i += 2) { /* two stages a turn: the B buffers swap roles without copies */
+    step(i, ba, bb);
+    if (i + 1 < ns) step(i + 1, bb, ba);
+  }
+  cp_async_wait<0>();
+}
+
+/* Writes this warp's accumulators to part and flags NaN rows (fp8). */
+__device__ __forceinline__ void put_partials(tiled_smem &sm, const float (&acc)[2][4],
+                                             const uint32_t (&nan)[4]) {
+  const int w = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
+#pragma unroll
+  for (int rg = 0; rg < 2; rg++) {
+    sm.part[w][rg][g][2 * c] = acc[rg][0], sm.part[w][rg][g][2 * c + 1] = acc[rg][1];
+    sm.part[w][rg][g + 8][2 * c] = acc[rg][2], sm.part[w][rg][g + 8][2 * c + 1] = acc[rg][3];
+#pragma unroll
+    for (int rr = 0; rr < 2; rr++)
+      if (nan[2 * rg + rr] & 0x80808080u) atomicOr(&sm.nanrow[16 * rg + g + 8 * rr], 1);
+  }
+}
+
+/* The block's partial sums in warp order (a fixed order). */
+__device__ __forceinline__ float sum_warps(const tiled_smem &sm, int rg, int r, int t) {
+  float s = sm.part[0][rg][r][t];
+#pragma unroll
+  for (int w = 1; w < NW; w++) s += sm.part[w][rg][r][t];
+  return sm.nanrow[16 * rg + r] ? __int_as_float(0x7FFFFFFF) : s;
+}
+
+/* Block y's expert (the route table's order; -1 when the step has fewer) and
+ * its pairs [p0, p0 + np) (p0 < 0: the shared expert, every token). */
+__device__ __forceinline__ int block_expert(const int *route, int n_tok, int has_shared,
+                                            int n_experts, int *p0, int *np) {
+  const int sh = has_shared ? 1 : 0, y = (int)blockIdx.y;
+  if (y < sh) {
+    *p0 = -1, *np = n_tok;
+    return n_experts;
+  }
+  if (y - sh >= route[0]) return -1;
+  const int *off = route + 1 + n_experts;
+  *p0 = off[y - sh], *np = off[y - sh + 1] - off[y - sh];
+  return route[1 + y - sh];
+}
+
+/* Sets sm.pc for the pass at c0 and clears the NaN flags. */
+__device__ __forceinline__ void pass_tokens(tiled_smem &sm, const int *pairs, int p0, int c0, int np,
+                                            int n_slots, int top_k) {
+  const int tid = threadIdx.x;
+  if (tid < TOKS) sm.pc[tid] = c0 + tid < np ? route_pair(pairs, p0, c0 + tid, n_slots, top_k) : -1;
+  if (tid < 32) sm.nanrow[tid] = 0;
+  __syncthreads();
+}
+
+/* ---- prep ------------------------------------------------------------------- */
+
+/* Grid ceil(n·dim/32 / 8) + 1 blocks of 256 threads. Blocks but the last:
+ * act_quant of x (warp per 32-block, lane = element) written as bf16
+ * xq·sx to xb4 / xb8 [n][dim] in the e2m1 / e4m3 fragment order. The last
+ * block: the route table (build_route) and zeroed counters [n_cnt]. */
+extern "C" __global__ void __launch_bounds__(256)
+dsv4_k_moe_prep_tiled(int n_tok, int top_k, int n_experts, int dim, const uint16_t *x,
+                      long long ldx, const int32_t *idx, uint16_t *xb4, uint16_t *xb8, int *route,
+                      unsigned *cnt, int n_cnt) {
+  if (blockIdx.x == gridDim.x - 1) {
+    __shared__ unsigned bm[32];
+    __shared__ int scratch[32 + 1025];
+    for (int i = threadIdx.x; i < n_cnt; i += blockDim.x) cnt[i] = 0u;
+    build_route(n_tok, top_k, top_k + 1, n_experts, idx, route, bm, scratch, scratch + 32);
+    return;
+  }
+  const int nkb = dim / 32, lane = threadIdx.x & 31;
+  const long long blk = (long long)blockIdx.x * 8 + (threadIdx.x >> 5);
+  if (blk >= (long long)n_tok * nkb) return;
+  const long long t = blk / nkb;
+  const int b = (int)(blk % nkb);
+  const uint16_t v = x[t * ldx + b * 32 + lane];
+  const uint32_t amax = __reduce_max_sync(0xFFFFFFFFu, dsv4i_bf16_abs_bits(v));
+  const int32_t e = dsv4i_act_quant_exp(amax);
+  const uint16_t q = dsv4i_f32_to_bf16(dsv4i_e4m3_to_f32(dsv4i_act_quant_code(v, e)) *
+                                       dsv4i_e8m0_to_f32(dsv4i_act_quant_scale(e)));
+  xb4[t * dim + b * 32 + perm_e2m1(lane)] = q;
+  xb8[t * dim + b * 32 + perm_e4m3(lane)] = q;
+}
+
+/* ---- up + SwiGLU + act_quant --------------------------------------------------- */
+
+template <int FMT>
+__device__ void up_tile(tiled_smem &sm, bool shared, int p0, int np, const int *pairs, int top_k,
+                        int dim, int inter, float limit, const uint16_t *xb, const float *weight,
+                        const unsigned char *w1, const unsigned char *s1, const unsigned char *w3,
+                        const unsigned char *s3, uint16_t *go, uint16_t *uo, uint16_t *ao) {
+  const int n_slots = top_k + 1, tid = threadIdx.x, g = (tid & 31) >> 2;
+  const int row0 = blockIdx.x * UP_ROWS;
+  const rowgrp gr[2] = {{w1, s1, row0}, {w3, s3, row0}};
+  for (int c0 = 0; c0 < np; c0 += TOKS) {
+    pass_tokens(sm, pairs, p0, c0, np, n_slots, top_k);
+    const int pcg = sm.pc[g];
+    const uint16_t *brow = pcg >= 0 ? xb + (long long)(pcg / n_slots) * dim : nullptr;
+    float acc[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
+    uint32_t nan[4] = {0u, 0u, 0u, 0u};
+    kloop<FMT>(sm, gr, dim, brow, acc, nan);
+    put_partials(sm, acc, nan);
+    __syncthreads();
+    { /* one thread per (row, token) */
+      const int r = tid >> 3, t = tid & 7, pc = sm.pc[t];
+      if (pc >= 0) {
+        const uint16_t gb = dsv4i_f32_to_bf16(sum_warps(sm, 0, r, t));
+        const uint16_t ub = dsv4i_f32_to_bf16(sum_warps(sm, 1, r, t));
+        const long long o = (long long)pc * inter + row0 + r;
+        go[o] = gb, uo[o] = ub;
+        float gf = dsv4i_bf16_to_f32(gb), uf = dsv4i_bf16_to_f32(ub);
+        if (limit > 0.0f) {
+          uf = uf < -limit ? -limit : (uf > limit ? limit : uf);
+          gf = gf > limit ? limit : gf;
+        }
+        float act = (gf / (1.0f + dsv4i_expf_torch(-gf))) * uf;
+        if (!shared) act = weight[(pc / n_slots) * top_k + pc % n_slots] * act;
+        ao[o] = dsv4i_f32_to_bf16(act);
+      }
+    }
+    __syncthreads();
+  }
+}
+
+/* Grid (inter/16, min(E, n·top_k) + has_shared), 128 threads. xb4 / xb8:
+ * moe_prep's; route: its table; weight f32 [n][top_k]; w1, s1, w3, s3:
+ * device pointer tables [E + 1] (entry E the shared expert); g, u, a bf16
+ * [n][n_slots][inter] (gate, up, SwiGLU activation; n_slots = top_k + 1);
+ * ab bf16 [n][n_slots][inter]: act_quant of a as bf16 in the fragment order
+ * of the expert's w2 format; cnt u32 [grid.y][inter/32], zero on entry. */
+extern "C" __global__ void __launch_bounds__(NT, 3)
+dsv4_k_moe_up_e2m1_tiled(int n_tok, int top_k, int has_shared, int n_experts, int dim, int inter,
+                         int fmt_r, int fmt_s, float limit, const uint16_t *xb4,
+                         const uint16_t *xb8, const int *route, const float *weight,
+                         const unsigned char *const *w1, const unsigned char *const *s1,
+                         const unsigned char *const *w3, const unsigned char *const *s3,
+                         uint16_t *g, uint16_t *u, uint16_t *a, uint16_t *ab, unsigned *cnt) {
+  __shared__ tiled_smem sm;
+  int p0 = -1, np = 0;
+  const int e = block_expert(route, n_tok, has_shared, n_experts, &p0, &np);
+  if (e < 0) return;
+  const bool shared = e == n_experts;
+  const int fmt = shared ? fmt_s : fmt_r, n_slots = top_k + 1;
+  const int *pairs = route + 2 + 2 * n_experts;
+  if (fmt == W_E2M1)
+    up_tile<W_E2M1>(sm, shared, p0, np, pairs, top_k, dim, inter, limit, xb4, weight, w1[e], s1[e],
+                    w3[e], s3[e], g, u, a);
+  else
+    up_tile<W_E4M3>(sm, shared, p0, np, pairs, top_k, dim, inter, limit, xb8, weight, w1[e], s1[e],
+                    w3[e], s3[e], g, u, a);
+  /* the second block of the 32-row group quantises the group (act_quant blocks are 32 wide) */
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0)
+    sm.last = atomicAdd(&cnt[blockIdx.y * (inter / 32) + (blockIdx.x >> 1)], 1u) == 1u;
+  __syncthreads();
+  if (!sm.last) return;
+  __threadfence();
+  const int grp = blockIdx.x >> 1, lane = threadIdx.x & 31;
+  const int wfmt = fmt; /* w2 has the expert's format */
+  const int pos = wfmt == W_E2M1 ? perm_e2m1(lane) : perm_e4m3(lane);
+  for (int q = threadIdx.x >> 5; q < np; q += NW) {
+    const long long pc = route_pair(pairs, p0, q, n_slots, top_k);
+    const uint16_t v = __ldcg(a + pc * inter + grp * 32 + lane);
+    const uint32_t amax = __reduce_max_sync(0xFFFFFFFFu, dsv4i_bf16_abs_bits(v));
+    const int32_t ex = dsv4i_act_quant_exp(amax);
+    ab[pc * inter + grp * 32 + pos] = dsv4i_f32_to_bf16(
+        dsv4i_e4m3_to_f32(dsv4i_act_quant_code(v, ex)) * dsv4i_e8m0_to_f32(dsv4i_act_quant_scale(ex)));
+  }
+}
+
+/* ---- down + combine ------------------------------------------------------------ */
+
+template <int FMT>
+__device__ void down_tile(tiled_smem &sm, int p0, int np, const int *pairs, int top_k, int dim,
+                          int inter, const uint16_t *ab, const unsigned char *w2,
+                          const unsigned char *s2, uint16_t *o) {
+  const int n_slots = top_k + 1, tid = threadIdx.x, g = (tid & 31) >> 2;
+  const int row0 = blockIdx.x * DN_ROWS;
+  const rowgrp gr[2] = {{w2, s2, row0}, {w2, s2, row0 + 16}};
+  for (int c0 = 0; c0 < np; c0 += TOKS) {
+    pass_tokens(sm, pairs, p0, c0, np, n_slots, top_k);
+    const int pcg = sm.pc[g];
+    const uint16_t *brow = pcg >= 0 ? ab + (long long)pcg * inter : nullptr;
+    float acc[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
+    uint32_t nan[4] = {0u, 0u, 0u, 0u};
+    kloop<FMT>(sm, gr, inter, brow, acc, nan);
+    put_partials(sm, acc, nan);
+    __syncthreads();
+#pragma unroll
+    for (int k = 0; k < 2; k++) { /* (row 0..31, token) */
+      const int q = tid + NT * k, r = q >> 3, t = q & 7, pc = sm.pc[t];
+      if (pc >= 0)
+        o[(long long)pc * dim + row0 + r] = dsv4i_f32_to_bf16(sum_warps(sm, r >> 4, r & 15, t));
+    }
+    __syncthreads();
+  }
+}
+
+/* Grid (dim/32, as moe_up), 128 threads. ab, route: moe_up's / moe_prep's;
+ * w2, s2: pointer tables; o bf16 [n][n_slots][dim] scratch; cnt u32
+ * [dim/32] zero on entry; out bf16 [n][ldo]: per token the experts' rows in
+ * ascending id, the shared expert last, summed from 0 in fp32, rounded. */
+extern "C" __global__ void __launch_bounds__(NT, 3)
+dsv4_k_moe_down_e2m1_tiled(int n_tok, int top_k, int has_shared, int n_experts, int dim, int inter,
+                           int fmt_r, int fmt_s, const uint16_t *ab, const int32_t *idx,
+                           const int *route, const unsigned char *const *w2,
+                           const unsigned char *const *s2, uint16_t *o, unsigned *cnt,
+                           uint16_t *out, long long ldo) {
+  __shared__ tiled_smem sm;
+  const int n_slots = top_k + 1;
+  int p0 = -1, np = 0;
+  const int e = block_expert(route, n_tok, has_shared, n_experts, &p0, &np);
+  const int *pairs = route + 2 + 2 * n_experts;
+  if (e >= 0) {
+    if ((e == n_experts ? fmt_s : fmt_r) == W_E2M1)
+      down_tile<W_E2M1>(sm, p0, np, pairs, top_k, dim, inter, ab, w2[e], s2[e], o);
+    else
+      down_tile<W_E4M3>(sm, p0, np, pairs, top_k, dim, inter, ab, w2[e], s2[e], o);
+  }
+  /* the last block of this row tile combines it */
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) sm.last = atomicAdd(&cnt[blockIdx.x], 1u) == gridDim.y - 1u;
+  __syncthreads();
+  if (!sm.last) return;
+  __threadfence();
+  const int row0 = blockIdx.x * DN_ROWS;
+  for (int q = threadIdx.x; q < n_tok * DN_ROWS; q += NT) {
+    const int t = q / DN_ROWS, d = row0 + q % DN_ROWS;
+    const int32_t *it = idx + (long long)t * top_k;
+    float y = 0.0f;
+    int prev = -1;
+    for (int k = 0; k < top_k; k++) { /* the token's experts in ascending id */
+      int best = n_experts, bj = -1;
+      for (int j = 0; j < top_k; j++) {
+        const int ej = it[j];
+        if (ej > prev && ej < best) best = ej, bj = j;
+      }
+      if (bj < 0) break;
+      y += dsv4i_bf16_to_f32(__ldcg(o + ((long long)t * n_slots + bj) * dim + d));
+      prev = best;
+    }
+    if (has_shared) y += dsv4i_bf16_to_f32(__ldcg(o + ((long long)t * n_slots + top_k) * dim + d));
+    out[(long long)t * ldo + d] = dsv4i_f32_to_bf16(y);
+  }
+}
