@@ -34,6 +34,7 @@ static dsv4_status rec_ours(rf *r, void *u, int i, dsv4i_custream s) {
   const size_t k = (size_t)m->top_k * (size_t)c->n;
   dsv4i_gpu_ops o = r->o;
   o.cpu_order = c->cpu_order;
+  o.moe_tiled = 1;
   return dsv4i_gpu_moe_experts(&o, s, m, c->n, c->x, m->dim, c->idx + (dsv4i_cuptr)(i * k * 4),
                                c->wt + (dsv4i_cuptr)(i * k * 4), c->scratch, c->out, m->dim);
 }

@@ -108,7 +108,7 @@ static dsv4_status experts(const dsv4i_gpu_ops *o, dsv4i_custream s, const dsv4i
   dsv4i_cuptr w1 = m->w1, s1 = m->s1, w3 = m->w3, s3 = m->s3, w2 = m->w2, s2 = m->s2;
   long long lo = ldo;
   dsv4_status st;
-  if (!o->cpu_order && !rows) { /* TP shards' fp32 rows: the CPU-order kernels in both modes */
+  if (!o->cpu_order && o->moe_tiled && !rows) { /* TP shards' fp32 rows: the CPU-order kernels in both modes */
     const dsv4i_gpu_moe_tiled_carve c = tiled_layout(m, n_tok);
     dsv4i_cuptr xb4 = scratch + c.xb4, xb8 = scratch + c.xb8, g = scratch + c.g,
                 u = scratch + c.u, a = scratch + c.a, ab = scratch + c.ab, ob = scratch + c.o,

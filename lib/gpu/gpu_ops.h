@@ -25,8 +25,14 @@ typedef struct dsv4i_gpu_ops {
   dsv4i_kernel_id rmsnorm, embed_hc, hc_mixes, hc_sinkhorn, hc_pre, hc_post, hc_tap, act_quant, rope,
       argmax, sample, accept, router, moe_up, moe_down, engram_gather, engram_update, dequant;
   dsv4i_kernel_id moe_down_part, moe_combine, cast; /**< TP shards (docs/distributed.md) */
-  /** the MoE step's tiled kernels (kernels/moe_tiled.cu), used unless cpu_order */
+  /** the MoE step's tiled kernels (kernels/moe_tiled.cu), used unless cpu_order
+   * (while moe_tiled is set) */
   dsv4i_kernel_id moe_prep_tiled, moe_up_tiled, moe_down_tiled;
+  /** 1: dsv4i_gpu_moe_experts runs the tiled kernels in the default mode. 0
+   * (dsv4i_gpu_ops_init's value until a device run has checked them): the
+   * CPU-order kernels in both modes. tests/gpu/test_cuda_ops.c and
+   * dsv4-roofline set it. */
+  int32_t moe_tiled;
   dsv4i_kernel_id linear[DSV4I_KFMT_COUNT_];        /**< by weight format, bf16 out */
   dsv4i_kernel_id linear_warp[DSV4I_KFMT_COUNT_];   /**< fp8 / fp4, one warp per row */
   /** fp8 / fp4 linears with at most this many rows use linear_warp. Default 0 (off): the warp-per-row kernels pass the ptxas check

@@ -1068,6 +1068,7 @@ int tu_run_suite(void) {
   gt_open(&G, (size_t)1 << 30);
   gt_check(dsv4i_gpu_ops_init(&G.kr, &O));
   OT = O;
+  OT.moe_tiled = 1;
   O.cpu_order = 1;
   printf("# device %s sm_%d: %zu PTX modules, %zu bytes, JIT %.1f ms (driver %.1f ms)\n",
          G.dev.name, (int)G.dev.sm, G.kr.n_modules, G.kr.ptx_bytes, G.kr.jit_ms,
