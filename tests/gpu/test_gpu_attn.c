@@ -901,11 +901,18 @@ static void sparse_attention_matches_cpu(void **state) {
 
 /* One Markov case: n sequences, their temperatures and valid ids; poison: row 0 of
  * sequence n-1 gets a NaN at v = 7 and row 1 of sequence n-2 is all -inf (no draft:
- * the kernel's negative token, the CPU's dsv4i_cpu_not_drawable); ties: every
- * sequence's row k has its best logit twice, so the lower index must win. The logits
- * must be bit-equal to the CPU backend's loop, the drafts equal dsv4i_cpu_sample's. */
+ * the kernel's negative token, the CPU's dsv4i_cpu_not_drawable); shape 1 (ties): every
+ * sequence's row k has its best logit twice, so the lower index must win; shapes 2 and 3
+ * (the kernel's fmaf path, taken from 4 sequences on where every product is provably
+ * exact): every embedding row starts with two values of 2^60 (shape 2: outside the staged
+ * embedding's range) or 2^30 with head rows 3, 104, .. holding -1.9 * 2^97 and 3 * 2^97
+ * (shape 3: outside the head's range), so that the second product overflows after a huge
+ * negative first one: the CPU's separate multiply and add give +inf (no draft), an fmaf
+ * would stay finite. The logits must be bit-equal to the CPU backend's loop, the drafts
+ * equal dsv4i_cpu_sample's. */
 static void markov_case(int32_t n, int32_t V, int32_t R, const float *temp, const int32_t *n_valid,
-                        int poison, int ties) {
+                        int poison, int shape) {
+  const int ties = shape == 1;
   const int32_t B = 5;
   const uint32_t zero = 0;
   uint16_t *embed = malloc((size_t)V * R * 2), *head = malloc((size_t)V * R * 2);
@@ -919,6 +926,15 @@ static void markov_case(int32_t n, int32_t V, int32_t R, const float *temp, cons
   rand_bf16(embed, (size_t)V * R, 1.0f);
   if (ties) memset(head, 0, (size_t)V * R * 2); /* bias exactly 0: the ties stay ties */
   else rand_bf16(head, (size_t)V * R, 0.1f);
+  if (shape >= 2) {
+    const float big = shape == 2 ? 0x1p60f : 0x1p30f, hs = shape == 2 ? 0x1p67f : 0x1p97f;
+    for (int32_t v = 0; v < V; v++)
+      embed[(size_t)v * R] = embed[(size_t)v * R + 1] = dsv4i_f32_to_bf16(big);
+    for (int32_t v = 3; v < V; v += 101) {
+      head[(size_t)v * R] = dsv4i_f32_to_bf16(-1.8984375f * hs);
+      head[(size_t)v * R + 1] = dsv4i_f32_to_bf16(3.0f * hs);
+    }
+  }
   for (size_t i = 0; i < (size_t)n * B * V; i++) base[i] = gauss() * 2.0f;
   if (ties) /* each row's best value also sits at a higher index */
     for (size_t r = 0; r < (size_t)n * B; r++) {
@@ -982,7 +998,9 @@ static void markov_case(int32_t n, int32_t V, int32_t R, const float *temp, cons
                  (int)toks[i * (B + 1) + k]);
   if (poison) assert_true(n_none >= 2);
   printf("    markov n %d V %d R %d%s%s: %d drafts equal the CPU's (%d raced, %d without a "
-         "token)\n", (int)n, (int)V, (int)R, poison ? ", poisoned rows" : "", ties ? ", ties" : "",
+         "token)\n", (int)n, (int)V, (int)R, poison ? ", poisoned rows" : "",
+         shape == 1 ? ", ties" : shape == 2 ? ", embedding past the fmaf range" :
+         shape == 3 ? ", head past the fmaf range" : "",
          (int)(n * B), n_race, n_none);
   /* the ticket was left at zero: the same launches again give the same drafts */
   assert_int_equal(g_dev.cu->MemcpyHtoD(a.logits, base, (size_t)n * B * V * 4), DSV4I_CUDA_SUCCESS);
@@ -1012,9 +1030,9 @@ static void markov_steps_match_cpu(void **state) {
   markov_case(4, 5003, 256, temp, nv, 0, 0);
 }
 
-/* The fused step over more sequences than one pass of the kernel takes (8), a rank that
- * is not a multiple of its 32-wide pieces, restricted valid ids, rows without a draft
- * and tied maxima. */
+/* The fused step over more sequences than one pass of the kernel takes at rank 512 (8), a
+ * rank that is not a multiple of its 32-wide pieces, restricted valid ids, rows without a
+ * draft, tied maxima and products past the fmaf path's range. */
 static void markov_fused_edge_cases(void **state) {
   (void)state;
   float temp[11];
@@ -1027,6 +1045,21 @@ static void markov_fused_edge_cases(void **state) {
   float greedy[11] = {0};
   markov_case(11, 7777, 40, greedy, nv, 0, 1);
   markov_case(9, 1000, 512, temp, nv, 0, 0);
+  markov_case(6, 1500, 64, temp, nv, 0, 2);
+  markov_case(6, 1500, 64, temp, nv, 0, 3);
+}
+
+/* More sequences than one pass of the kernel takes (16 at rank 256), and a full pass. */
+static void markov_many_sequences(void **state) {
+  (void)state;
+  float temp[19];
+  int32_t nv[19];
+  for (int i = 0; i < 19; i++) {
+    temp[i] = i % 3 == 0 ? 0.0f : 0.5f + 0.25f * (float)i;
+    nv[i] = i % 4 == 1 ? 2001 : 3000;
+  }
+  markov_case(19, 3000, 256, temp, nv, 1, 0);
+  markov_case(16, 3000, 256, temp, nv, 0, 0);
 }
 
 /* ---- bad arguments ---------------------------------------------------------- */
@@ -1090,6 +1123,7 @@ int tu_run_suite(void) {
     cmocka_unit_test(sparse_attention_matches_cpu),
     cmocka_unit_test(markov_steps_match_cpu),
     cmocka_unit_test(markov_fused_edge_cases),
+    cmocka_unit_test(markov_many_sequences),
     cmocka_unit_test(bad_arguments_are_refused),
   };
   failed = cmocka_run_group_tests_name("gpu_attn", gpu_tests, NULL, NULL);
