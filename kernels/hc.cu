@@ -147,3 +147,149 @@ dsv4_k_hc_post_bf16(int n_tok, int hc, int dim, const uint16_t *x, const uint16_
     o[(long long)j * dim + d] = dsv4i_f32_to_bf16(post[t * hc + j] * xv + s);
   }
 }
+
+/* ---- the default mode (docs/gpu-dense.md "Numerics modes") ----------------- */
+
+/*
+ * hc_mixes, tiled: the same operations as dsv4_k_hc_mixes_f32 (each mix the
+ * dot of exact double products rounded once to fp32, then · rs; ΣX² in fp32),
+ * the sums in a fixed order that depends only on n = hc·dim:
+ *   - X is cut into chunks of HM_KC = 256 elements; in chunk ch, lane l of a
+ *     warp adds the elements ch·256 + l + 32i, i = 0..7, in increasing i from
+ *     +0 (double for the mixes, fp32 for ΣX²), then the warp's butterfly
+ *     (reduce.cuh) gives the chunk's partial;
+ *   - the partials of a token are added in chunk order, from the first.
+ * Grid (chunks, ceil(n_tok / HM_TT)): a block takes one chunk of every mix
+ * for HM_TT tokens (warp w: mixes w, w + 8, w + 16; ΣX² of token w), so a
+ * single token spreads over n/256 blocks (80 at the release's 4 x 5120). The
+ * partials go to the module's scratch; the last block of a token group to
+ * finish (a counter it resets, so a replayed graph starts from 0) adds them.
+ * No float atomics; a token's bits do not depend on the other tokens, the
+ * grid or the schedule. One launch at a time per module (the engine's
+ * stream): the scratch is the module's. At most HM_MAXTOK tokens per launch
+ * (the launcher slices), n <= HM_MAXCH·256, nm <= 24 (hc <= 4).
+ */
+#define HM_KC 256
+#define HM_TT 4
+#define HM_MAXTOK 64
+#define HM_MAXCH 128
+#define HM_MAXM 24
+__device__ double hm_part[HM_MAXTOK][HM_MAXCH][HM_MAXM];
+__device__ float hm_ss[HM_MAXTOK][HM_MAXCH];
+__device__ unsigned int hm_count[HM_MAXTOK / HM_TT];
+
+extern "C" __global__ void __launch_bounds__(256)
+dsv4_k_hc_mixes_f32_tiled(int n_tok, int hc, int dim, const uint16_t *h, const float *fn, float eps,
+                          float *mixes) {
+  __shared__ float rs_s[HM_TT];
+  __shared__ int last_s;
+  const int n = hc * dim, nm = (2 + hc) * hc, nch = (n + HM_KC - 1) / HM_KC;
+  const int ch = blockIdx.x, g = blockIdx.y, t0 = g * HM_TT;
+  const int nt = n_tok - t0 < HM_TT ? n_tok - t0 : HM_TT;
+  const int lane = threadIdx.x & 31, wp = threadIdx.x >> 5;
+  const int c0 = ch * HM_KC + lane;
+  /* this warp's mixes' weights for the chunk, loaded once for all tokens */
+  float fv[3][8];
+#pragma unroll
+  for (int q = 0; q < 3; q++) {
+    const int m = wp + 8 * q;
+#pragma unroll
+    for (int i = 0; i < 8; i++)
+      fv[q][i] = m < nm && c0 + 32 * i < n ? fn[(long long)m * n + c0 + 32 * i] : 0.0f;
+  }
+  for (int t = 0; t < nt; t++) {
+    const uint16_t *x = h + (long long)(t0 + t) * n;
+    float xv[8];
+#pragma unroll
+    for (int i = 0; i < 8; i++) xv[i] = c0 + 32 * i < n ? dsv4i_bf16_to_f32(x[c0 + 32 * i]) : 0.0f;
+#pragma unroll
+    for (int q = 0; q < 3; q++) {
+      const int m = wp + 8 * q;
+      if (m >= nm) break; /* warp-uniform */
+      double s = 0.0;
+#pragma unroll
+      for (int i = 0; i < 8; i++) s += (double)xv[i] * (double)fv[q][i];
+      s = dsv4_warp_sum_tree(s);
+      if (lane == 0) hm_part[t0 + t][ch][m] = s;
+    }
+    if (wp == t) {
+      float s = 0.0f;
+#pragma unroll
+      for (int i = 0; i < 8; i++) s += xv[i] * xv[i];
+      s = dsv4_warp_sum_tree(s);
+      if (lane == 0) hm_ss[t0 + t][ch] = s;
+    }
+  }
+  __threadfence(); /* partials visible device-wide before the count */
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    const unsigned int done = atomicAdd(&hm_count[g], 1u);
+    last_s = done == (unsigned int)nch - 1u;
+    if (last_s) hm_count[g] = 0u; /* every block of the group has counted */
+  }
+  __syncthreads();
+  if (!last_s) return;
+  __threadfence();
+  if (threadIdx.x < nt) {
+    const float *p = &hm_ss[t0 + threadIdx.x][0];
+    float ss = 0.0f;
+    for (int c = 0; c < nch; c++) ss += __ldcg(p + c);
+    rs_s[threadIdx.x] = 1.0f / sqrtf(ss / (float)n + eps);
+  }
+  __syncthreads();
+  for (int i = threadIdx.x; i < nt * nm; i += 256) {
+    const int t = i / nm, m = i % nm;
+    double d = 0.0;
+    for (int c = 0; c < nch; c++) d += __ldcg(&hm_part[t0 + t][c][m]);
+    mixes[(long long)(t0 + t) * nm + m] = (float)d * rs_s[t];
+  }
+}
+
+/*
+ * hc_split_sinkhorn with hc·hc lanes per token (hc <= 4: 16 lanes, two
+ * tokens a warp): lane q = hc·i + j holds C[i][j]; the row and column sums
+ * gather the hc values by shuffles and add them in index order from +0, and
+ * every other operation is dsv4i_hc_sinkhorn_token's, in its order: bit for
+ * bit the CPU's (the per-token chain's latency spread over 16 lanes, no
+ * order changed). Grid ceil(n_tok / 8), 128 threads.
+ */
+extern "C" __global__ void __launch_bounds__(128)
+dsv4_k_hc_sinkhorn_f32_lanes(int n_tok, int hc, const float *mixes, const float *scale,
+                             const float *base, int iters, float hc_eps, float *pre, float *post,
+                             float *comb) {
+  const int q = threadIdx.x & 15;
+  const int t = blockIdx.x * 8 + (threadIdx.x >> 4);
+  const bool live = t < n_tok; /* every lane shuffles; only live tokens write */
+  const int tt = live ? t : n_tok - 1, nm = (2 + hc) * hc, hh = hc * hc;
+  const float *m = mixes + (long long)tt * nm;
+  if (q < hc) {
+    const float p = dsv4i_sigmoid_torch(m[q] * scale[0] + base[q]) + hc_eps;
+    const float o = 2.0f * dsv4i_sigmoid_torch(m[hc + q] * scale[1] + base[hc + q]);
+    if (live) pre[(long long)t * hc + q] = p, post[(long long)t * hc + q] = o;
+  }
+  const int qq = q < hh ? q : 0, i = qq / hc, j = qq % hc;
+  float c = m[2 * hc + qq] * scale[2] + base[2 * hc + qq];
+  /* softmax over j + eps */
+  float mx = __shfl_sync(0xFFFFFFFFu, c, i * hc, 16);
+  for (int k = 1; k < hc; k++) {
+    const float v = __shfl_sync(0xFFFFFFFFu, c, i * hc + k, 16);
+    mx = v > mx ? v : mx;
+  }
+  c = dsv4i_expf_torch(c - mx);
+  float s = 0.0f;
+  for (int k = 0; k < hc; k++) s += __shfl_sync(0xFFFFFFFFu, c, i * hc + k, 16);
+  c = c / s + hc_eps;
+  for (int it = 0; it < iters; it++) {
+    if (it > 0) {
+      s = 0.0f;
+      for (int k = 0; k < hc; k++) s += __shfl_sync(0xFFFFFFFFu, c, i * hc + k, 16);
+      s += hc_eps;
+      c /= s;
+    }
+    s = 0.0f;
+    for (int k = 0; k < hc; k++) s += __shfl_sync(0xFFFFFFFFu, c, k * hc + j, 16);
+    s += hc_eps;
+    c /= s;
+  }
+  if (live && q < hh) comb[(long long)t * hh + q] = c;
+}

@@ -25,3 +25,52 @@ dsv4_k_rmsnorm_bf16(int n_tok, int dim, const uint16_t *x, long long ldx, const 
     yr[d] = dsv4i_f32_to_bf16(dsv4i_bf16_to_f32(w[d]) * v);
   }
 }
+
+/*
+ * The default mode's RMSNorm (docs/gpu-dense.md "Numerics modes"): the same
+ * operations, Σx² in a fixed tree instead of torch's order. One block of 256
+ * threads per row: thread i squares the elements 8v .. 8v + 7 of the vectors
+ * v = i, i + 256, ... (in that order, fp32, from +0), then the block tree of
+ * reduce.cuh. The order depends only on dim: a row's bits do not depend on
+ * the other rows of the launch. r and y exactly as above. Grid (n_tok).
+ */
+extern "C" __global__ void __launch_bounds__(256)
+dsv4_k_rmsnorm_bf16_tiled(int n_tok, int dim, const uint16_t *x, long long ldx, const uint16_t *w,
+                          float eps, uint16_t *y, long long ldy) {
+  __shared__ float sh[8];
+  const int row = blockIdx.x;
+  if (row >= n_tok) return; /* block-uniform */
+  const uint16_t *xr = x + row * ldx;
+  uint16_t *yr = y + row * ldy;
+  const int nv = dim >> 3;
+  const bool vec = ((reinterpret_cast<uintptr_t>(xr) & 15) == 0);
+  float acc = 0.0f;
+  for (int v = threadIdx.x; v < nv; v += 256) {
+    uint16_t e[8];
+    if (vec) {
+      const uint4 u = reinterpret_cast<const uint4 *>(xr)[v];
+      const uint32_t wd[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+      for (int i = 0; i < 4; i++) e[2 * i] = (uint16_t)(wd[i] & 0xFFFFu), e[2 * i + 1] = (uint16_t)(wd[i] >> 16);
+    } else {
+#pragma unroll
+      for (int i = 0; i < 8; i++) e[i] = xr[8 * v + i];
+    }
+#pragma unroll
+    for (int i = 0; i < 8; i++) {
+      const float f = dsv4i_bf16_to_f32(e[i]);
+      acc += f * f;
+    }
+  }
+  /* dim % 8 tail: element 8·nv + i to thread i */
+  if (threadIdx.x < (dim & 7)) {
+    const float f = dsv4i_bf16_to_f32(xr[8 * nv + threadIdx.x]);
+    acc += f * f;
+  }
+  const float ss = dsv4_block_sum_tree<8>(acc, sh);
+  const float r = 1.0f / sqrtf(ss / (float)dim + eps);
+  for (int d = threadIdx.x; d < dim; d += 256) {
+    const float v = dsv4i_bf16_to_f32(xr[d]) * r;
+    yr[d] = dsv4i_f32_to_bf16(dsv4i_bf16_to_f32(w[d]) * v);
+  }
+}

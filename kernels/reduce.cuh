@@ -107,4 +107,32 @@ __device__ __forceinline__ float dsv4_warp_sum_torch(long long n, A a) {
   return __shfl_sync(0xFFFFFFFFu, s, 0);
 }
 
+/* ---- the default mode's fixed trees (docs/gpu-dense.md "Numerics modes") ----
+ * Orders that depend only on the block shape, never on the data, the grid or
+ * the schedule. A xor butterfly gives every lane the same bits (a + b == b + a
+ * in IEEE arithmetic), so no broadcast is needed. */
+
+/* Σ of v over the warp: butterfly with offsets 16, 8, 4, 2, 1; in every lane. */
+template <typename T>
+__device__ __forceinline__ T dsv4_warp_sum_tree(T v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xFFFFFFFFu, v, o);
+  return v;
+}
+
+/* Σ of v over a block of NW warps: each warp's tree, then the NW warp sums
+ * added in warp order from the first (sh: NW slots of shared memory). In
+ * every thread. Contains __syncthreads(): every thread of the block calls it. */
+template <int NW, typename T>
+__device__ __forceinline__ T dsv4_block_sum_tree(T v, T *sh) {
+  v = dsv4_warp_sum_tree(v);
+  if ((threadIdx.x & 31) == 0) sh[threadIdx.x >> 5] = v;
+  __syncthreads();
+  T s = sh[0];
+#pragma unroll
+  for (int w = 1; w < NW; w++) s += sh[w];
+  __syncthreads(); /* sh may be reused */
+  return s;
+}
+
 #endif /* DSV4_KERNELS_REDUCE_CUH */

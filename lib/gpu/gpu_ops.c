@@ -7,6 +7,10 @@
 #define LIN_TM 8     /* kernels/linear.cu TM */
 #define Q8_TOK 16    /* kernels/linear.cu Q_TOK: tokens per block of the fp8 and head kernels */
 #define HEAD_ROWS 128 /* kernels/linear.cu H_WARPS x 32: the bf16 -> fp32 kernel's rows per block */
+#define HM_KC 256     /* kernels/hc.cu: hc_mixes_tiled's elements per chunk (one block) */
+#define HM_TT 4       /* kernels/hc.cu: tokens per block */
+#define HM_MAXTOK 64  /* kernels/hc.cu: tokens per launch (the module's scratch) */
+#define HM_MAXCH 128  /* kernels/hc.cu: chunks the scratch holds */
 
 static dsv4_status pick(const dsv4i_kreg *kr, dsv4i_kop op, dsv4i_kfmt fmt, dsv4i_kshape shape,
                         dsv4i_kernel_id *id) {
@@ -26,6 +30,9 @@ dsv4_status dsv4i_gpu_ops_init(const dsv4i_kreg *kr, dsv4i_gpu_ops *o) {
 #define PICK(field, op, fmt, shape) \
   if (st == DSV4_OK) st = pick(kr, DSV4I_KOP_##op, DSV4I_KFMT_##fmt, DSV4I_KSHAPE_##shape, &o->field)
   PICK(rmsnorm, RMSNORM, BF16, ANY);
+  PICK(rmsnorm_tiled, RMSNORM, BF16, TILED);
+  PICK(hc_mixes_tiled, HC_MIXES, F32, TILED);
+  PICK(hc_sinkhorn_lanes, HC_SINKHORN, F32, TILED);
   PICK(embed_hc, EMBED_HC, BF16, ANY);
   PICK(hc_mixes, HC_MIXES, F32, ANY);
   PICK(hc_sinkhorn, HC_SINKHORN, F32, ANY);
@@ -80,6 +87,7 @@ dsv4_status dsv4i_gpu_rmsnorm(const dsv4i_gpu_ops *o, dsv4i_custream s, int32_t 
   int n = n_tok, d = dim;
   long long lx = ldx, ly = ldy;
   void *p[] = {&n, &d, &x, &lx, &w, &eps, &y, &ly};
+  if (!o->cpu_order) return launch(o, o->rmsnorm_tiled, (uint32_t)n_tok, 1, s, p);
   return launch(o, o->rmsnorm, cdiv(n_tok, 4), 1, s, p);
 }
 
@@ -104,8 +112,20 @@ dsv4_status dsv4i_gpu_hc_mixes(const dsv4i_gpu_ops *o, dsv4i_custream s, int32_t
                                              "at most 4", (int)hc);
   if (n_tok == 0) return DSV4_OK;
   int n = n_tok, c = hc, d = dim;
-  void *p[] = {&n, &c, &d, &h, &fn, &eps, &mixes};
-  return launch(o, o->hc_mixes, (uint32_t)n_tok, 1, s, p);
+  if (o->cpu_order || (int64_t)hc * dim > HM_MAXCH * HM_KC) { /* the shape, not the batch, decides */
+    void *p[] = {&n, &c, &d, &h, &fn, &eps, &mixes};
+    return launch(o, o->hc_mixes, (uint32_t)n_tok, 1, s, p);
+  }
+  /* the tiled kernel's scratch takes HM_MAXTOK tokens a launch */
+  const int64_t nm = (2 + hc) * hc, row = (int64_t)hc * dim * 2;
+  dsv4_status st = DSV4_OK;
+  for (int32_t t0 = 0; t0 < n_tok && !st; t0 += HM_MAXTOK) {
+    int nt = n_tok - t0 < HM_MAXTOK ? n_tok - t0 : HM_MAXTOK;
+    dsv4i_cuptr ht = h + (dsv4i_cuptr)t0 * (dsv4i_cuptr)row, mt = mixes + (dsv4i_cuptr)t0 * (dsv4i_cuptr)nm * 4u;
+    void *p[] = {&nt, &c, &d, &ht, &fn, &eps, &mt};
+    st = launch(o, o->hc_mixes_tiled, cdiv((int64_t)hc * dim, HM_KC), cdiv(nt, HM_TT), s, p);
+  }
+  return st;
 }
 
 dsv4_status dsv4i_gpu_hc_sinkhorn(const dsv4i_gpu_ops *o, dsv4i_custream s, int32_t n_tok,
@@ -116,6 +136,7 @@ dsv4_status dsv4i_gpu_hc_sinkhorn(const dsv4i_gpu_ops *o, dsv4i_custream s, int3
   if (n_tok == 0) return DSV4_OK;
   int n = n_tok, c = hc, it = iters;
   void *p[] = {&n, &c, &mixes, &scale, &base, &it, &hc_eps, &pre, &post, &comb};
+  if (!o->cpu_order && hc <= 4) return launch(o, o->hc_sinkhorn_lanes, cdiv(n_tok, 8), 1, s, p);
   return launch(o, o->hc_sinkhorn, cdiv(n_tok, 128), 1, s, p);
 }
 

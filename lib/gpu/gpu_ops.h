@@ -33,6 +33,8 @@ typedef struct dsv4i_gpu_ops {
    * CPU-order kernels in both modes. tests/gpu/test_cuda_ops.c and
    * dsv4-roofline set it. */
   int32_t moe_tiled;
+  /** The default mode's kernels (KSHAPE_TILED rows), launched unless cpu_order. */
+  dsv4i_kernel_id rmsnorm_tiled, hc_mixes_tiled, hc_sinkhorn_lanes;
   dsv4i_kernel_id linear[DSV4I_KFMT_COUNT_];        /**< by weight format, bf16 out */
   dsv4i_kernel_id linear_warp[DSV4I_KFMT_COUNT_];   /**< fp8 / fp4, one warp per row */
   /** fp8 / fp4 linears with at most this many rows use linear_warp. Default 0 (off): the warp-per-row kernels pass the ptxas check
@@ -75,8 +77,9 @@ typedef struct dsv4i_gpu_weight {
   dsv4i_cuptr data, scale; /**< scale 0 for F32/BF16 */
 } dsv4i_gpu_weight;
 
-/** RMSNorm, dsv4i_cpu_rmsnorm bit for bit. x bf16 [n][ldx], w bf16 [dim],
- * y bf16 [n][ldy] (may be x with ldy == ldx). */
+/** RMSNorm (dsv4i_cpu_rmsnorm): bit for bit in CPU order; the default mode's
+ * kernel sums Σx² in a fixed tree (the derived bound). x bf16 [n][ldx], w bf16
+ * [dim], y bf16 [n][ldy] (may be x with ldy == ldx). */
 dsv4_status dsv4i_gpu_rmsnorm(const dsv4i_gpu_ops *o, dsv4i_custream s, int32_t n_tok,
                               int32_t dim, dsv4i_cuptr x, int64_t ldx, dsv4i_cuptr w, float eps,
                               dsv4i_cuptr y, int64_t ldy);
@@ -88,14 +91,18 @@ dsv4_status dsv4i_gpu_embed_hc(const dsv4i_gpu_ops *o, dsv4i_custream s, int32_t
                                int32_t hc, int32_t dim, dsv4i_cuptr tok, dsv4i_cuptr embed,
                                dsv4i_cuptr h, dsv4i_cuptr pre);
 
-/** hc_mixes, dsv4i_cpu_hc_mixes bit for bit. h bf16 [n][hc][dim];
- * fn f32 [(2+hc)hc][hc·dim]; mixes f32 [n][(2+hc)hc]. hc <= 4. */
+/** hc_mixes (dsv4i_cpu_hc_mixes): bit for bit in CPU order; the default
+ * mode's kernel splits hc·dim over blocks (fixed chunk order; the derived
+ * bound) for hc·dim <= 32768. h bf16 [n][hc][dim]; fn f32 [(2+hc)hc][hc·dim];
+ * mixes f32 [n][(2+hc)hc]. hc <= 4. */
 dsv4_status dsv4i_gpu_hc_mixes(const dsv4i_gpu_ops *o, dsv4i_custream s, int32_t n_tok,
                                int32_t hc, int32_t dim, dsv4i_cuptr h, dsv4i_cuptr fn, float eps,
                                dsv4i_cuptr mixes);
 
-/** hc_split_sinkhorn, dsv4i_cpu_hc_split_sinkhorn bit for bit (shared code,
- * model/ref_math.h). scale f32 [3], base f32 [(2+hc)hc] (device). */
+/** hc_split_sinkhorn, dsv4i_cpu_hc_split_sinkhorn bit for bit in both modes
+ * (shared code, model/ref_math.h; the default mode's kernel runs a token on
+ * hc·hc lanes, same order, for hc <= 4). scale f32 [3], base f32 [(2+hc)hc]
+ * (device). */
 dsv4_status dsv4i_gpu_hc_sinkhorn(const dsv4i_gpu_ops *o, dsv4i_custream s, int32_t n_tok,
                                   int32_t hc, dsv4i_cuptr mixes, dsv4i_cuptr scale,
                                   dsv4i_cuptr base, int32_t iters, float hc_eps, dsv4i_cuptr pre,

@@ -61,9 +61,12 @@
 #define DSV4I_KERNELS(X)                                                                         \
   X(SELFTEST_E4M3_UE8M0, SELFTEST, E4M3_UE8M0, ANY, 80, selftest, dsv4_k_selftest_e4m3_ue8m0, 256) \
   X(RMSNORM_BF16, RMSNORM, BF16, ANY, 80, norm, dsv4_k_rmsnorm_bf16, 128)                         \
+  X(RMSNORM_BF16_TILED, RMSNORM, BF16, TILED, 80, norm, dsv4_k_rmsnorm_bf16_tiled, 256)          \
   X(EMBED_HC_BF16, EMBED_HC, BF16, ANY, 80, hc, dsv4_k_embed_hc_bf16, 256)                        \
   X(HC_MIXES_F32, HC_MIXES, F32, ANY, 80, hc, dsv4_k_hc_mixes_f32, 256)                           \
   X(HC_SINKHORN_F32, HC_SINKHORN, F32, ANY, 80, hc, dsv4_k_hc_sinkhorn_f32, 128)                  \
+  X(HC_MIXES_F32_TILED, HC_MIXES, F32, TILED, 80, hc, dsv4_k_hc_mixes_f32_tiled, 256)             \
+  X(HC_SINKHORN_F32_LANES, HC_SINKHORN, F32, TILED, 80, hc, dsv4_k_hc_sinkhorn_f32_lanes, 128)     \
   X(HC_PRE_BF16, HC_PRE, BF16, ANY, 80, hc, dsv4_k_hc_pre_bf16, 256)                              \
   X(HC_POST_BF16, HC_POST, BF16, ANY, 80, hc, dsv4_k_hc_post_bf16, 256)                           \
   X(HC_TAP_BF16, HC_TAP, BF16, ANY, 80, hc, dsv4_k_hc_tap_bf16, 256)                              \

@@ -41,7 +41,8 @@ typedef enum dsv4i_kshape {
   DSV4I_KSHAPE_ANY = 0, /**< no shape specialisation */
   DSV4I_KSHAPE_DECODE,  /**< small M (decode, a few dozen tokens): rows per thread or warp, K streamed */
   DSV4I_KSHAPE_DECODE_WARP, /**< small M, narrow matrices: one warp per output row, lane = K block */
-  DSV4I_KSHAPE_TILED, /**< default numerics mode: tensor-core tiles, fixed-order fp32 sums (not the CPU's) */
+  DSV4I_KSHAPE_TILED,  /**< the default numerics mode's kernel of an op: fp32 sums in a fixed order of
+                        *   the op's shape, not the CPU's (docs/gpu-dense.md "Numerics modes") */
   DSV4I_KSHAPE_COUNT_
 } dsv4i_kshape;
 

@@ -28,6 +28,24 @@ static inline double gt_gamma(int64_t n) {
   return nu / (1.0 - nu);
 }
 
+/* gamma(n) for a unit roundoff u (2^-53: double sums, as hc_mixes' dots). */
+static inline double gt_gamma_u(int64_t n, double u) {
+  const double nu = (double)n * u;
+  return nu / (1.0 - nu);
+}
+
+/* A double rounded to fp32 downwards / upwards (outward ends of an interval). */
+static inline float gt_f32_down(double v) {
+  float f = (float)v;
+  if ((double)f > v) f = nextafterf(f, -INFINITY);
+  return f;
+}
+static inline float gt_f32_up(double v) {
+  float f = (float)v;
+  if ((double)f < v) f = nextafterf(f, INFINITY);
+  return f;
+}
+
 /* Two fp32 sums of the same n terms, sum |p_k| = abs_sum, in two orders. */
 static inline double gt_bound_f32(int64_t n, double abs_sum) {
   return 2.0 * gt_gamma(n) * abs_sum;
@@ -77,6 +95,27 @@ static inline int gt_tol_one(gt_tol *t, size_t i, double y_gpu, double y_cpu, do
   if (t->bad < 5)
     fprintf(stderr, "  %s[%zu]: gpu %.9g cpu %.9g |diff| %.3g > bound %.3g\n", t->what, i, y_gpu,
             y_cpu, d, bound);
+  t->bad++;
+  return 0;
+}
+
+/* Where an op does more after its sum (a norm's rsqrt and scale), the test
+ * carries the sum's interval [exact - gamma(n) sum|p|, exact + gamma(n) sum|p|]
+ * (outward to fp32) through the reference's own monotone fp32 steps and gets
+ * [lo, hi] for the output: every summation order lands inside, the CPU's too
+ * (checked: a CPU value outside means the test's interval is wrong). */
+static inline int gt_tol_interval(gt_tol *t, size_t i, double y_gpu, double y_cpu, double lo,
+                                  double hi) {
+  t->checked++;
+  const double d = fabs(y_gpu - y_cpu);
+  if (d > t->max_diff) t->max_diff = d;
+  const double half = 0.5 * (hi - lo);
+  if (half > 0 && d / (hi - lo) > t->worst) t->worst = d / (hi - lo), t->worst_i = i;
+  const int gpu_in = y_gpu >= lo && y_gpu <= hi, cpu_in = y_cpu >= lo && y_cpu <= hi;
+  if (gpu_in && cpu_in) return 1;
+  if (t->bad < 5)
+    fprintf(stderr, "  %s[%zu]: gpu %.9g cpu %.9g, interval [%.9g, %.9g]%s\n", t->what, i, y_gpu,
+            y_cpu, lo, hi, cpu_in ? "" : " (the CPU's value is outside: the test's interval is wrong)");
   t->bad++;
   return 0;
 }

@@ -127,6 +127,184 @@ static void hc_mixes_sinkhorn_pre_post_equal_cpu(void **state) {
   free(h), free(x), free(fn), free(yc), free(yg), free(oc), free(og);
 }
 
+/* ---- the default mode's tiled kernels (ops OT; gpu_tol.h) ------------------ */
+
+/* Row t of a batch equals row t run alone (bit for bit), and a second run of
+ * the batch equals the first: batch invariance and determinism. */
+static void same_bits(const void *a, const void *b, size_t bytes, const char *what) {
+  if (memcmp(a, b, bytes) != 0) {
+    size_t i = 0;
+    while (((const unsigned char *)a)[i] == ((const unsigned char *)b)[i]) i++;
+    fail_msg("%s: first differing byte %zu", what, i);
+  }
+}
+
+/* RMSNorm: the interval of Σx² carried through r = 1/sqrtf(ss/dim + eps) and
+ * y = bf16(w · (x · r)) (each step monotone in ss for a fixed x, w). */
+static void rmsnorm_tiled_case(int n, int dim, int ld, uint64_t seed) {
+  reset_pool();
+  uint64_t s = seed;
+  const float eps = 1e-6f;
+  uint16_t *x = malloc(2 * (size_t)n * ld), *w = malloc(2 * (size_t)dim);
+  uint16_t *yc = calloc((size_t)n * dim, 2), *yg = calloc((size_t)n * dim, 2),
+           *y1 = calloc((size_t)dim, 2), *y2 = calloc((size_t)n * dim, 2);
+  gt_fill_bf16(&s, x, (size_t)n * ld, 12);
+  gt_fill_bf16(&s, w, (size_t)dim, 2);
+  gt_check(dsv4i_cpu_rmsnorm(n, dim, x, ld, w, eps, yc, dim));
+  dsv4i_cuptr dx = gt_up(&G, x, 2 * (size_t)n * ld), dw = gt_up(&G, w, 2 * (size_t)dim);
+  dsv4i_cuptr dy = gt_up(&G, NULL, 2 * (size_t)n * dim);
+  gt_check(dsv4i_gpu_rmsnorm(&OT, G.stream, n, dim, dx, ld, dw, eps, dy, dim));
+  gt_down(&G, yg, dy, 2 * (size_t)n * dim);
+  char what[96];
+  snprintf(what, sizeof what, "rmsnorm tiled n=%d dim=%d ld=%d", n, dim, ld);
+  gt_tol tl;
+  gt_tol_init(&tl, what);
+  for (int t = 0; t < n; t++) {
+    double ss = 0.0;
+    for (int d = 0; d < dim; d++) {
+      const double v = tu_bf16_to_f32(x[(size_t)t * ld + d]);
+      ss += v * v;
+    }
+    /* any fp32 order is within gamma(dim) ss of the exact sum; the test's own
+     * double sum within 2 gamma_53(dim) ss (with the subtraction below) */
+    const double g = (gt_gamma(dim) + 2.0 * gt_gamma_u(dim, 0x1p-53)) * ss;
+    const float lo = gt_f32_down(ss - g), hi = gt_f32_up(ss + g);
+    const float r_hi = 1.0f / sqrtf(lo / (float)dim + eps), r_lo = 1.0f / sqrtf(hi / (float)dim + eps);
+    for (int d = 0; d < dim; d++) {
+      const float xf = tu_bf16_to_f32(x[(size_t)t * ld + d]), wf = tu_bf16_to_f32(w[d]);
+      const float a = tu_bf16_to_f32(dsv4i_f32_to_bf16(wf * (xf * r_lo)));
+      const float b = tu_bf16_to_f32(dsv4i_f32_to_bf16(wf * (xf * r_hi)));
+      gt_tol_interval(&tl, (size_t)t * dim + d, tu_bf16_to_f32(yg[(size_t)t * dim + d]),
+                      tu_bf16_to_f32(yc[(size_t)t * dim + d]), a < b ? a : b, a < b ? b : a);
+    }
+  }
+  assert_int_equal(gt_tol_done(&tl), 0);
+  /* each row alone, then the batch again */
+  for (int t = 0; t < n; t++) {
+    gt_check(dsv4i_gpu_rmsnorm(&OT, G.stream, 1, dim, dx + (dsv4i_cuptr)t * ld * 2u, ld, dw, eps,
+                               dy, dim));
+    gt_down(&G, y1, dy, 2 * (size_t)dim);
+    snprintf(what, sizeof what, "rmsnorm tiled dim=%d: row %d alone vs in a batch of %d", dim, t, n);
+    same_bits(y1, yg + (size_t)t * dim, 2 * (size_t)dim, what);
+  }
+  gt_check(dsv4i_gpu_rmsnorm(&OT, G.stream, n, dim, dx, ld, dw, eps, dy, dim));
+  gt_down(&G, y2, dy, 2 * (size_t)n * dim);
+  same_bits(y2, yg, 2 * (size_t)n * dim, "rmsnorm tiled: a second run");
+  free(x), free(w), free(yc), free(yg), free(y1), free(y2);
+}
+
+static void rmsnorm_tiled_within_bound(void **state) {
+  (void)state;
+  const int toks[] = {1, 2, 4, 8, 16, 3, 13};
+  for (int i = 0; i < 7; i++) rmsnorm_tiled_case(toks[i], 5120, 5120, 100 + (uint64_t)i);
+  rmsnorm_tiled_case(4, 1536, 1536, 110); /* q_lora_rank */
+  rmsnorm_tiled_case(16, 512, 512, 111);  /* head_dim */
+  rmsnorm_tiled_case(5, 128, 128, 112);   /* index head dim: half the threads idle */
+  rmsnorm_tiled_case(3, 1000, 1003, 113); /* unaligned rows (scalar loads), a tail of 0 */
+  rmsnorm_tiled_case(2, 5, 5, 114);       /* only the tail */
+  rmsnorm_tiled_case(1, 70001, 70001, 115);
+}
+
+/* hc_mixes: each mix's double dot within 2 gamma_53(n) sum|p| of the test's
+ * double sum, rounded to fp32 (monotone), times rs from the interval of ΣX²
+ * as in RMSNorm: the hull of the four corner products rounded to fp32. */
+static void hc_mixes_tiled_case(int n, int hc, int dim, uint64_t seed) {
+  reset_pool();
+  uint64_t s = seed;
+  const int nm = (2 + hc) * hc, K = hc * dim;
+  const float eps = 1e-6f;
+  const size_t nh = (size_t)n * K;
+  uint16_t *h = malloc(2 * nh);
+  float *fn = malloc(sizeof(float) * (size_t)nm * K);
+  float *mc = malloc(sizeof(float) * (size_t)n * nm), *mg = malloc(sizeof(float) * (size_t)n * nm),
+        *m1 = malloc(sizeof(float) * (size_t)nm), *m2 = malloc(sizeof(float) * (size_t)n * nm);
+  gt_fill_bf16(&s, h, nh, 6);
+  gt_fill_f32(&s, fn, (size_t)nm * K, 3);
+  gt_check(dsv4i_cpu_hc_mixes(n, hc, dim, h, fn, eps, mc));
+  dsv4i_cuptr dh = gt_up(&G, h, 2 * nh), dfn = gt_up(&G, fn, sizeof(float) * (size_t)nm * K);
+  dsv4i_cuptr dm = gt_up(&G, NULL, sizeof(float) * (size_t)n * nm);
+  gt_check(dsv4i_gpu_hc_mixes(&OT, G.stream, n, hc, dim, dh, dfn, eps, dm));
+  gt_down(&G, mg, dm, sizeof(float) * (size_t)n * nm);
+  char what[96];
+  snprintf(what, sizeof what, "hc_mixes tiled n=%d hc=%d dim=%d", n, hc, dim);
+  gt_tol tl;
+  gt_tol_init(&tl, what);
+  for (int t = 0; t < n; t++) {
+    const uint16_t *x = h + (size_t)t * K;
+    double ss = 0.0;
+    for (int i = 0; i < K; i++) ss += (double)tu_bf16_to_f32(x[i]) * tu_bf16_to_f32(x[i]);
+    const double g = (gt_gamma(K) + 2.0 * gt_gamma_u(K, 0x1p-53)) * ss;
+    const float slo = gt_f32_down(ss - g), shi = gt_f32_up(ss + g);
+    const float r_hi = 1.0f / sqrtf(slo / (float)K + eps), r_lo = 1.0f / sqrtf(shi / (float)K + eps);
+    for (int m = 0; m < nm; m++) {
+      double dsum = 0.0, dabs = 0.0;
+      for (int i = 0; i < K; i++) {
+        const double p = (double)tu_bf16_to_f32(x[i]) * (double)fn[(size_t)m * K + i];
+        dsum += p, dabs += fabs(p);
+      }
+      /* the GPU's and the test's double sums each within gamma_53(K) dabs of
+       * the exact dot, and one more rounding for the subtraction below */
+      const double e = (2.0 * gt_gamma_u(K, 0x1p-53) + 0x1p-52) * dabs;
+      const float dlo = (float)(dsum - e), dhi = (float)(dsum + e); /* RN is monotone */
+      const float c[4] = {dlo * r_lo, dlo * r_hi, dhi * r_lo, dhi * r_hi};
+      float lo = c[0], hi = c[0];
+      for (int k = 1; k < 4; k++) lo = c[k] < lo ? c[k] : lo, hi = c[k] > hi ? c[k] : hi;
+      gt_tol_interval(&tl, (size_t)t * nm + m, mg[(size_t)t * nm + m], mc[(size_t)t * nm + m], lo, hi);
+    }
+  }
+  assert_int_equal(gt_tol_done(&tl), 0);
+  for (int t = 0; t < n; t++) {
+    gt_check(dsv4i_gpu_hc_mixes(&OT, G.stream, 1, hc, dim, dh + (dsv4i_cuptr)t * K * 2u, dfn, eps, dm));
+    gt_down(&G, m1, dm, sizeof(float) * (size_t)nm);
+    snprintf(what, sizeof what, "hc_mixes tiled: token %d alone vs in a batch of %d", t, n);
+    same_bits(m1, mg + (size_t)t * nm, sizeof(float) * (size_t)nm, what);
+  }
+  gt_check(dsv4i_gpu_hc_mixes(&OT, G.stream, n, hc, dim, dh, dfn, eps, dm));
+  gt_down(&G, m2, dm, sizeof(float) * (size_t)n * nm);
+  same_bits(m2, mg, sizeof(float) * (size_t)n * nm, "hc_mixes tiled: a second run");
+  free(h), free(fn), free(mc), free(mg), free(m1), free(m2);
+}
+
+static void hc_mixes_tiled_within_bound(void **state) {
+  (void)state;
+  const int toks[] = {1, 2, 4, 8, 16, 5};
+  for (int i = 0; i < 6; i++) hc_mixes_tiled_case(toks[i], 4, 5120, 200 + (uint64_t)i);
+  hc_mixes_tiled_case(70, 4, 4096, 210); /* two launches (64 tokens each at most) */
+  hc_mixes_tiled_case(3, 4, 1000, 211);  /* a partial last chunk */
+  hc_mixes_tiled_case(2, 2, 333, 212);   /* nm = 8: warps without mixes */
+  hc_mixes_tiled_case(1, 1, 40, 213);    /* one chunk */
+}
+
+/* Sinkhorn on hc·hc lanes: the CPU's bits (same operations, same order). */
+static void hc_sinkhorn_lanes_equal_cpu(void **state) {
+  (void)state;
+  const int cases[][2] = {{1, 4}, {9, 4}, {17, 4}, {8, 4}, {5, 3}, {7, 2}, {3, 1}};
+  for (int ci = 0; ci < 7; ci++) {
+    reset_pool();
+    const int n = cases[ci][0], hc = cases[ci][1], nm = (2 + hc) * hc, iters = 20;
+    uint64_t s = 300 + (uint64_t)ci;
+    float *m = malloc(sizeof(float) * (size_t)n * nm), scale[3], base[24];
+    float *pc = malloc(sizeof(float) * (size_t)n * hc * 2), *cc = malloc(sizeof(float) * (size_t)n * hc * hc);
+    float *pg = malloc(sizeof(float) * (size_t)n * hc * 2), *cg = malloc(sizeof(float) * (size_t)n * hc * hc);
+    gt_fill_f32(&s, m, (size_t)n * nm, 3);
+    gt_fill_f32(&s, scale, 3, 1);
+    gt_fill_f32(&s, base, 24, 1);
+    gt_check(dsv4i_cpu_hc_split_sinkhorn(n, hc, m, scale, base, iters, 1e-6f, pc, pc + n * hc, cc));
+    dsv4i_cuptr dm = gt_up(&G, m, sizeof(float) * (size_t)n * nm), dsc = gt_up(&G, scale, sizeof scale),
+                db = gt_up(&G, base, sizeof base);
+    dsv4i_cuptr dp = gt_up(&G, NULL, sizeof(float) * (size_t)n * hc * 2),
+                dc = gt_up(&G, NULL, sizeof(float) * (size_t)n * hc * hc);
+    gt_check(dsv4i_gpu_hc_sinkhorn(&OT, G.stream, n, hc, dm, dsc, db, iters, 1e-6f, dp,
+                                   dp + (dsv4i_cuptr)n * hc * 4u, dc));
+    gt_down(&G, pg, dp, sizeof(float) * (size_t)n * hc * 2);
+    gt_down(&G, cg, dc, sizeof(float) * (size_t)n * hc * hc);
+    printf("# sinkhorn lanes n=%d hc=%d\n", n, hc);
+    assert_int_equal(gt_diff_bits(pg, pc, (size_t)n * hc * 2, 4, "sinkhorn lanes pre+post"), 0);
+    assert_int_equal(gt_diff_bits(cg, cc, (size_t)n * hc * hc, 4, "sinkhorn lanes comb"), 0);
+    free(m), free(pc), free(cc), free(pg), free(cg);
+  }
+}
+
 /* ---- act_quant and the linears --------------------------------------------- */
 
 static void act_quant_equals_cpu(void **state) {
@@ -1077,6 +1255,9 @@ int tu_run_suite(void) {
     cmocka_unit_test(rmsnorm_equals_cpu),
     cmocka_unit_test(embed_hc_equals_cpu),
     cmocka_unit_test(hc_mixes_sinkhorn_pre_post_equal_cpu),
+    cmocka_unit_test(rmsnorm_tiled_within_bound),
+    cmocka_unit_test(hc_mixes_tiled_within_bound),
+    cmocka_unit_test(hc_sinkhorn_lanes_equal_cpu),
     cmocka_unit_test(act_quant_equals_cpu),
     cmocka_unit_test(linear_fp8_fp4_equal_cpu),
     cmocka_unit_test(linear_bf16_f32_equal_cpu),
