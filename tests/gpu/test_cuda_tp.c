@@ -29,6 +29,8 @@
  *   - shard_graph_replay_equals_eager: a TP shard's step with its fp32 all-reduces captured
  *     into CUDA graphs (a one-rank NCCL communicator under TP rank 0 of 2) replays the bits
  *     of the same shard run op by op.
+ * Without a GPU, tests/meson.build runs two_shards_equal_one_gpu against the driver
+ * stand-ins of bench/roofline/stub (cuda_tp-host-path, suite unit).
  * Two ranks on one device are refused before NCCL (tests/mpi, mpi_engine_cuda_tp2_pp1).
  */
 #include <errno.h>
@@ -444,6 +446,10 @@ static void two_shards(const char *fx, double tol, int cpu_order, int strict) {
     diff += d != 0;
     if (!(d <= md)) md = d, at = i;
   }
+  if (getenv("DSV4_TEST_HOST_PATH"))
+    printf("(driver stand-ins, tests/meson.build cuda_tp-host-path: no kernel ran, the logits "
+           "below are the stand-ins'; checked here: the loader, the launches, the reduction "
+           "between the threads and the memory)\n");
   printf("%s, %s mode, TP 2 as two shards on one GPU: %lld all-reduces per shard (2 per layer "
          "per step), %d tokens %s, shard logits %s, max |shard - unsharded| %.4g at step %zu row "
          "%zu id %zu (%zu of %zu differ; tolerance %.3g%s)\n",
