@@ -14,10 +14,11 @@
  * routed ids in ascending order, from the route table), grid.x the tiles,
  * so a single token fills the GPU (release dims: 144 up and 160 down blocks
  * per expert). Each block's 4 warps split K (chunk i of 128 columns goes to
- * warp i mod 4) and stream their weights through a 4-stage cp.async ring
- * per thread (each thread reads back only what it copied itself, so no
- * barrier); a pass serves up to 8 tokens (one n8 tile), more tokens take
- * more passes over the same tile.
+ * warp i mod 4) and stream their weights, scale bytes and activation words
+ * through a 3-stage cp.async ring per thread (55 KB of dynamic shared memory
+ * a block, 4 blocks per SM; each thread reads back only what it copied
+ * itself, so no barrier); a pass serves up to 8 tokens (one n8 tile), more
+ * tokens take more passes over the same tile.
  *
  * Arithmetic: mma.sync m16n8k16, bf16 inputs, fp32 accumulators. A = the
  * weights decoded in registers to bf16 and multiplied by their UE8M0 block
@@ -52,7 +53,7 @@
 
 #define NW 4         /* warps per block */
 #define NT (NW * 32) /* threads per block */
-#define RING 4       /* cp.async stages per thread */
+#define RING 3       /* cp.async stages per thread */
 #define TOKS 8       /* tokens per pass (one n8 tile) */
 #define UP_ROWS 16   /* rows per moe_up block (one m16 tile of w1 and of w3) */
 #define DN_ROWS 32   /* rows per moe_down block (two m16 tiles of w2) */
@@ -96,18 +97,36 @@ __device__ __forceinline__ uint32_t bmul(uint32_t a, uint32_t b) {
   return d;
 }
 
+/* 16 bytes through L1 (the activations: every block of the SM reads them) */
+__device__ __forceinline__ void cp_async16_ca(void *smem, const void *gmem, int src_bytes) {
+  const unsigned s = (unsigned)__cvta_generic_to_shared(smem);
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(src_bytes)
+               : "memory");
+}
+
 __device__ __forceinline__ void cp_async4(void *smem, const void *gmem, int src_bytes) {
   const unsigned s = (unsigned)__cvta_generic_to_shared(smem);
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(s), "l"(gmem), "r"(src_bytes)
                : "memory");
 }
 
+/* The cp.async ring (dynamic shared memory, MOE_TILED_RING_BYTES in
+ * gpu_moe.c): per stage and thread the weights of rows (g, g+8) of the two
+ * row groups, its B words, the aligned words holding the scale bytes. The
+ * warp partials reuse its start once every warp has left its K loop. */
+struct tiled_ring {
+  uint4 w[RING][4][NT];
+  uint4 b[RING][4][NT];
+  uint32_t s[RING][4][NT];
+};
+typedef float part_t[NW][2][16][TOKS]; /* [warp][row group][row][token] */
+extern __shared__ uint4 dyn_smem[];
+__device__ __forceinline__ tiled_ring &ring() { return *reinterpret_cast<tiled_ring *>(dyn_smem); }
+__device__ __forceinline__ part_t &part() { return *reinterpret_cast<part_t *>(dyn_smem); }
+
 struct tiled_smem {
-  uint4 ring[RING][4][NT];     /* weights: per stage, rows (g, g+8) of the two row groups */
-  uint32_t sring[RING][4][NT]; /* the aligned words holding their scale bytes */
-  float part[NW][2][16][TOKS]; /* warp partials [warp][row group][row][token] */
-  int pc[TOKS];                /* pass tokens: pair code t·n_slots + slot, -1 none */
-  int nanrow[32];              /* fp8: row group·16 + row has an e4m3 NaN weight */
+  int pc[TOKS];     /* pass tokens: pair code t·n_slots + slot, -1 none */
+  int nanrow[32];   /* fp8: row group·16 + row has an e4m3 NaN weight */
   int last;
 };
 
@@ -119,16 +138,59 @@ struct rowgrp {
 };
 
 /* Scale multiplier pair for scale byte sb: 2^(sb - 1) (fp4) / 2^(sb - 7)
- * (fp8) as bf16x2; *m2 the second factor when sb is past the first's range. */
+ * (fp8) as bf16x2, for sb up to LIM; past it (bf16 has no larger power of
+ * two) the first factor stops at 2^127 and big_mul gives the second. */
+template <int FMT> struct scl {
+  static constexpr uint32_t BIAS = FMT == W_E2M1 ? 126u : 120u, LIM = FMT == W_E2M1 ? 128u : 134u;
+};
 template <int FMT>
-__device__ __forceinline__ uint32_t scale_mul(uint32_t sb, uint32_t *m2) {
-  constexpr uint32_t bias = FMT == W_E2M1 ? 126u : 120u, lim = FMT == W_E2M1 ? 128u : 134u;
-  if (sb <= lim) {
-    *m2 = 0x3F803F80u; /* 1 */
-    return ((sb + bias) << 7) * 0x10001u;
+__device__ __forceinline__ uint32_t scale_mul(uint32_t sb) {
+  return ((min(sb, scl<FMT>::LIM) + scl<FMT>::BIAS) << 7) * 0x10001u;
+}
+template <int FMT>
+__device__ __forceinline__ uint32_t big_mul(uint32_t sb) {
+  return sb <= scl<FMT>::LIM ? 0x3F803F80u /* 1 */
+         : sb == 255u        ? 0x7FC07FC0u /* NaN scale */
+                             : ((sb - scl<FMT>::LIM + 127u) << 7) * 0x10001u;
+}
+
+/* One stage of one row group: the thread's rows g (w0) and g + 8 (w1),
+ * multipliers m0 / m1 (and the second factors b0 / b1 when BIG), into acc. */
+template <int FMT, bool BIG>
+__device__ __forceinline__ void stage_rg(const uint4 &u0, const uint4 &u1, uint32_t m0, uint32_t m1,
+                                         uint32_t b0, uint32_t b1, const uint32_t (&bw)[16],
+                                         float (&acc)[4], uint32_t &nan0, uint32_t &nan1) {
+  const uint32_t w0[4] = {u0.x, u0.y, u0.z, u0.w}, w1[4] = {u1.x, u1.y, u1.z, u1.w};
+  if (FMT == W_E2M1) {
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+      uint32_t a0[4], a1[4];
+      dec_e2m1(w0[j], a0);
+      dec_e2m1(w1[j], a1);
+#pragma unroll
+      for (int p = 0; p < 4; p++) {
+        a0[p] = bmul(a0[p], m0), a1[p] = bmul(a1[p], m1);
+        if (BIG) a0[p] = bmul(a0[p], b0), a1[p] = bmul(a1[p], b1);
+      }
+      mma_bf16(acc, a0[0], a1[0], a0[1], a1[1], bw[4 * j], bw[4 * j + 1]);
+      mma_bf16(acc, a0[2], a1[2], a0[3], a1[3], bw[4 * j + 2], bw[4 * j + 3]);
+    }
+  } else {
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+      nan0 |= (w0[j] & 0x7F7F7F7Fu) + 0x01010101u;
+      nan1 |= (w1[j] & 0x7F7F7F7Fu) + 0x01010101u;
+      uint32_t a0[2], a1[2];
+      dec_e4m3(w0[j], a0);
+      dec_e4m3(w1[j], a1);
+#pragma unroll
+      for (int p = 0; p < 2; p++) {
+        a0[p] = bmul(a0[p], m0), a1[p] = bmul(a1[p], m1);
+        if (BIG) a0[p] = bmul(a0[p], b0), a1[p] = bmul(a1[p], b1);
+      }
+      mma_bf16(acc, a0[0], a1[0], a0[1], a1[1], bw[2 * j], bw[2 * j + 1]);
+    }
   }
-  *m2 = sb == 255u ? 0x7FC07FC0u : ((sb - lim + 127u) << 7) * 0x10001u;
-  return ((lim + bias) << 7) * 0x10001u;
 }
 
 /* acc[rg] += W_rg · B over this warp's K chunks, for the two row groups g[2]
@@ -142,18 +204,19 @@ __device__ void kloop(tiled_smem &sm, const rowgrp (&gr)[2], int K, const uint16
   constexpr int KBB = FMT == W_E2M1 ? 16 : 32; /* bytes of a row's 32-block */
   const int tid = threadIdx.x, w = tid >> 5, lane = tid & 31, g = lane >> 2, c = lane & 3;
   const int nkb = K / 32, nc = (nkb + 3) / 4;
-  const long long ld = FMT == W_E2M1 ? K / 2 : K;
+  const int ld = FMT == W_E2M1 ? K / 2 : K;
   const int nch = nc > w ? (nc - w + NW - 1) / NW : 0, ns = nch * HS;
-  /* the thread's rows: weight row starts, scale row starts (fp4 a row of
-   * nkb bytes, fp8 the 32-row group's) */
-  const unsigned char *wr[4], *sr[4];
+  /* the thread's row g of each group (row g + 8 is 8 rows on); scale rows:
+   * fp4 one per row, fp8 one per 32 rows (g and g + 8 share it) */
+  const unsigned char *wr[2], *sr[2];
 #pragma unroll
-  for (int q = 0; q < 4; q++) {
-    const rowgrp &G = gr[q >> 1];
-    const long long row = G.r0 + g + 8 * (q & 1);
-    wr[q] = G.w + row * ld;
-    sr[q] = G.s + (FMT == W_E2M1 ? row : row >> 5) * nkb;
+  for (int rg = 0; rg < 2; rg++) {
+    const long long row = gr[rg].r0 + g;
+    wr[rg] = gr[rg].w + row * ld;
+    sr[rg] = gr[rg].s + (FMT == W_E2M1 ? row : row >> 5) * nkb;
   }
+  const int wstep = 8 * ld, sstep = FMT == W_E2M1 ? 8 * nkb : 0;
+  tiled_ring &R = ring();
   auto issue = [&](int i) {
     if (i < ns) {
       const int kb = (w + NW * (i / HS)) * 4 + c, h = i % HS, slot = i % RING;
@@ -161,86 +224,56 @@ __device__ void kloop(tiled_smem &sm, const rowgrp (&gr)[2], int K, const uint16
       const int off = ok ? kb * KBB + h * 16 : 0, sb = ok ? kb : 0;
 #pragma unroll
       for (int q = 0; q < 4; q++) {
-        cp_async16(&sm.ring[slot][q][tid], wr[q] + off, ok ? 16 : 0);
-        cp_async4(&sm.sring[slot][q][tid],
-                  reinterpret_cast<const void *>(reinterpret_cast<uintptr_t>(sr[q] + sb) & ~(uintptr_t)3),
+        const int rg = q >> 1, rr = q & 1;
+        cp_async16(&R.w[slot][q][tid], wr[rg] + (off + rr * wstep), ok ? 16 : 0);
+        cp_async4(&R.s[slot][q][tid],
+                  reinterpret_cast<const void *>(reinterpret_cast<uintptr_t>(sr[rg] + (sb + rr * sstep)) &
+                                                 ~(uintptr_t)3),
                   ok ? 4 : 0);
       }
+      /* B: fp4 16 words (the thread's 32-block), fp8 8 (its half); zeros past K or the pass */
+      const bool okb = ok && brow;
+      const uint16_t *bp = okb ? brow + kb * 32 + h * 16 : brow;
+#pragma unroll
+      for (int j = 0; j < 4 / HS; j++) cp_async16_ca(&R.b[slot][j][tid], okb ? static_cast<const void *>(bp + 8 * j) : static_cast<const void *>(wr[0]), okb ? 16 : 0);
     }
     cp_async_commit();
   };
-  /* B words of stage i: fp4 16 (the thread's 32-block), fp8 8 (its half) */
-  auto loadb = [&](int i, uint4 (&b)[4]) {
-    const int kb = (w + NW * (i / HS)) * 4 + c, h = i % HS;
-    const bool ok = i < ns && kb < nkb && brow;
-    const uint4 *p = reinterpret_cast<const uint4 *>(brow + (ok ? kb * 32 + h * 16 : 0));
-#pragma unroll
-    for (int j = 0; j < 4; j++) b[j] = ok && j < 4 / HS ? __ldg(p + j) : make_uint4(0u, 0u, 0u, 0u);
-  };
-  /* stage i with its B words bc; loads stage i + 1's into bn first */
-  auto step = [&](int i, const uint4 (&bc)[4], uint4 (&bn)[4]) {
+  auto step = [&](int i) {
     issue(i + RING - 1);
-    loadb(i + 1, bn);
     cp_async_wait<RING - 1>();
     const int slot = i % RING, kb = (w + NW * (i / HS)) * 4 + c, sb = kb < nkb ? kb : 0;
-    uint32_t mul[4], mul2[4];
-    bool big = false;
+    uint32_t sbyte[4];
 #pragma unroll
     for (int q = 0; q < 4; q++) {
-      const unsigned sh = 8u * (unsigned)(reinterpret_cast<uintptr_t>(sr[q] + sb) & 3u);
-      mul[q] = scale_mul<FMT>((sm.sring[slot][q][tid] >> sh) & 0xFFu, &mul2[q]);
-      big |= mul2[q] != 0x3F803F80u;
+      const int rg = q >> 1, rr = q & 1;
+      const unsigned sh = 8u * (unsigned)(reinterpret_cast<uintptr_t>(sr[rg] + (sb + rr * sstep)) & 3u);
+      sbyte[q] = (R.s[slot][q][tid] >> sh) & 0xFFu;
     }
-    const bool any_big = __any_sync(0xFFFFFFFFu, big);
+    const uint32_t smax = max(max(sbyte[0], sbyte[1]), max(sbyte[2], sbyte[3]));
+    uint4 bc[4];
+#pragma unroll
+    for (int j = 0; j < 4; j++) bc[j] = j < 4 / HS ? R.b[slot][j][tid] : make_uint4(0u, 0u, 0u, 0u);
     const uint32_t bw[16] = {bc[0].x, bc[0].y, bc[0].z, bc[0].w, bc[1].x, bc[1].y, bc[1].z, bc[1].w,
                              bc[2].x, bc[2].y, bc[2].z, bc[2].w, bc[3].x, bc[3].y, bc[3].z, bc[3].w};
+    if (__any_sync(0xFFFFFFFFu, smax > scl<FMT>::LIM)) { /* scale bytes past 2^127 (never in a checkpoint) */
 #pragma unroll
-    for (int rg = 0; rg < 2; rg++) {
-      const uint4 u0 = sm.ring[slot][2 * rg][tid], u1 = sm.ring[slot][2 * rg + 1][tid];
-      const uint32_t w0[4] = {u0.x, u0.y, u0.z, u0.w}, w1[4] = {u1.x, u1.y, u1.z, u1.w};
-      const uint32_t m0 = mul[2 * rg], m1 = mul[2 * rg + 1];
-      if (FMT == W_E2M1) {
+      for (int rg = 0; rg < 2; rg++)
+        stage_rg<FMT, true>(R.w[slot][2 * rg][tid], R.w[slot][2 * rg + 1][tid],
+                            scale_mul<FMT>(sbyte[2 * rg]), scale_mul<FMT>(sbyte[2 * rg + 1]),
+                            big_mul<FMT>(sbyte[2 * rg]), big_mul<FMT>(sbyte[2 * rg + 1]), bw, acc[rg],
+                            nan[2 * rg], nan[2 * rg + 1]);
+    } else {
 #pragma unroll
-        for (int j = 0; j < 4; j++) {
-          uint32_t a0[4], a1[4];
-          dec_e2m1(w0[j], a0);
-          dec_e2m1(w1[j], a1);
-#pragma unroll
-          for (int p = 0; p < 4; p++) a0[p] = bmul(a0[p], m0), a1[p] = bmul(a1[p], m1);
-          if (any_big)
-#pragma unroll
-            for (int p = 0; p < 4; p++)
-              a0[p] = bmul(a0[p], mul2[2 * rg]), a1[p] = bmul(a1[p], mul2[2 * rg + 1]);
-          mma_bf16(acc[rg], a0[0], a1[0], a0[1], a1[1], bw[4 * j], bw[4 * j + 1]);
-          mma_bf16(acc[rg], a0[2], a1[2], a0[3], a1[3], bw[4 * j + 2], bw[4 * j + 3]);
-        }
-      } else {
-#pragma unroll
-        for (int j = 0; j < 4; j++) {
-          nan[2 * rg] |= (w0[j] & 0x7F7F7F7Fu) + 0x01010101u;
-          nan[2 * rg + 1] |= (w1[j] & 0x7F7F7F7Fu) + 0x01010101u;
-          uint32_t a0[2], a1[2];
-          dec_e4m3(w0[j], a0);
-          dec_e4m3(w1[j], a1);
-#pragma unroll
-          for (int p = 0; p < 2; p++) a0[p] = bmul(a0[p], m0), a1[p] = bmul(a1[p], m1);
-          if (any_big)
-#pragma unroll
-            for (int p = 0; p < 2; p++)
-              a0[p] = bmul(a0[p], mul2[2 * rg]), a1[p] = bmul(a1[p], mul2[2 * rg + 1]);
-          mma_bf16(acc[rg], a0[0], a1[0], a0[1], a1[1], bw[2 * j], bw[2 * j + 1]);
-        }
-      }
+      for (int rg = 0; rg < 2; rg++)
+        stage_rg<FMT, false>(R.w[slot][2 * rg][tid], R.w[slot][2 * rg + 1][tid],
+                             scale_mul<FMT>(sbyte[2 * rg]), scale_mul<FMT>(sbyte[2 * rg + 1]), 0u, 0u,
+                             bw, acc[rg], nan[2 * rg], nan[2 * rg + 1]);
     }
   };
 #pragma unroll
   for (int i = 0; i < RING - 1; i++) issue(i);
-  uint4 ba[4], bb[4];
-  loadb(0, ba);
-  for (int i = 0; i < ns; i += 2) { /* two stages a turn: the B buffers swap roles without copies */
-    step(i, ba, bb);
-    if (i + 1 < ns) step(i + 1, bb, ba);
-  }
+  for (int i = 0; i < ns; i++) step(i);
   cp_async_wait<0>();
 }
 
@@ -250,8 +283,9 @@ __device__ __forceinline__ void put_partials(tiled_smem &sm, const float (&acc)[
   const int w = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
 #pragma unroll
   for (int rg = 0; rg < 2; rg++) {
-    sm.part[w][rg][g][2 * c] = acc[rg][0], sm.part[w][rg][g][2 * c + 1] = acc[rg][1];
-    sm.part[w][rg][g + 8][2 * c] = acc[rg][2], sm.part[w][rg][g + 8][2 * c + 1] = acc[rg][3];
+    part_t &P = part();
+    P[w][rg][g][2 * c] = acc[rg][0], P[w][rg][g][2 * c + 1] = acc[rg][1];
+    P[w][rg][g + 8][2 * c] = acc[rg][2], P[w][rg][g + 8][2 * c + 1] = acc[rg][3];
 #pragma unroll
     for (int rr = 0; rr < 2; rr++)
       if (nan[2 * rg + rr] & 0x80808080u) atomicOr(&sm.nanrow[16 * rg + g + 8 * rr], 1);
@@ -260,9 +294,10 @@ __device__ __forceinline__ void put_partials(tiled_smem &sm, const float (&acc)[
 
 /* The block's partial sums in warp order (a fixed order). */
 __device__ __forceinline__ float sum_warps(const tiled_smem &sm, int rg, int r, int t) {
-  float s = sm.part[0][rg][r][t];
+  const part_t &P = part();
+  float s = P[0][rg][r][t];
 #pragma unroll
-  for (int w = 1; w < NW; w++) s += sm.part[w][rg][r][t];
+  for (int w = 1; w < NW; w++) s += P[w][rg][r][t];
   return sm.nanrow[16 * rg + r] ? __int_as_float(0x7FFFFFFF) : s;
 }
 
@@ -338,6 +373,7 @@ __device__ void up_tile(tiled_smem &sm, bool shared, int p0, int np, const int *
     float acc[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
     uint32_t nan[4] = {0u, 0u, 0u, 0u};
     kloop<FMT>(sm, gr, dim, brow, acc, nan);
+    __syncthreads(); /* part reuses the ring: every warp out of its K loop */
     put_partials(sm, acc, nan);
     __syncthreads();
     { /* one thread per (row, token) */
@@ -367,7 +403,7 @@ __device__ void up_tile(tiled_smem &sm, bool shared, int p0, int np, const int *
  * [n][n_slots][inter] (gate, up, SwiGLU activation; n_slots = top_k + 1);
  * ab bf16 [n][n_slots][inter]: act_quant of a as bf16 in the fragment order
  * of the expert's w2 format; cnt u32 [grid.y][inter/32], zero on entry. */
-extern "C" __global__ void __launch_bounds__(NT, 3)
+extern "C" __global__ void __launch_bounds__(NT, 4)
 dsv4_k_moe_up_e2m1_tiled(int n_tok, int top_k, int has_shared, int n_experts, int dim, int inter,
                          int fmt_r, int fmt_s, float limit, const uint16_t *xb4,
                          const uint16_t *xb8, const int *route, const float *weight,
@@ -424,6 +460,7 @@ __device__ void down_tile(tiled_smem &sm, int p0, int np, const int *pairs, int 
     float acc[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
     uint32_t nan[4] = {0u, 0u, 0u, 0u};
     kloop<FMT>(sm, gr, inter, brow, acc, nan);
+    __syncthreads(); /* part reuses the ring: every warp out of its K loop */
     put_partials(sm, acc, nan);
     __syncthreads();
 #pragma unroll
@@ -440,7 +477,7 @@ __device__ void down_tile(tiled_smem &sm, int p0, int np, const int *pairs, int 
  * w2, s2: pointer tables; o bf16 [n][n_slots][dim] scratch; cnt u32
  * [dim/32] zero on entry; out bf16 [n][ldo]: per token the experts' rows in
  * ascending id, the shared expert last, summed from 0 in fp32, rounded. */
-extern "C" __global__ void __launch_bounds__(NT, 3)
+extern "C" __global__ void __launch_bounds__(NT, 4)
 dsv4_k_moe_down_e2m1_tiled(int n_tok, int top_k, int has_shared, int n_experts, int dim, int inter,
                            int fmt_r, int fmt_s, const uint16_t *ab, const int32_t *idx,
                            const int *route, const unsigned char *const *w2,

@@ -10,6 +10,21 @@
 #define MOE_MAX_EXPERTS 1024
 #define MOE_TILED_UP_ROWS 16 /* kernels/moe_tiled.cu UP_ROWS */
 #define MOE_TILED_DN_ROWS 32 /* kernels/moe_tiled.cu DN_ROWS */
+/* kernels/moe_tiled.cu tiled_ring: RING (3) stages x 128 threads x (8 x 16 B + 4 x 4 B) */
+#define MOE_TILED_RING_BYTES (3 * 128 * (8 * 16 + 4 * 4))
+
+dsv4_status dsv4i_gpu_moe_tiled_init(const dsv4i_kreg *kr, const dsv4i_gpu_ops *o) {
+  const dsv4i_kernel_id ids[2] = {o->moe_up_tiled, o->moe_down_tiled};
+  for (int i = 0; i < 2; i++) {
+    if (ids[i] >= DSV4I_K_COUNT || !kr->fn[ids[i]]) continue;
+    const dsv4i_cures r = kr->dev->cu->FuncSetAttribute(
+        kr->fn[ids[i]], DSV4I_CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, MOE_TILED_RING_BYTES);
+    if (r != DSV4I_CUDA_SUCCESS)
+      return dsv4i_cu_fail(kr->dev->cu, r, "cuFuncSetAttribute(moe tiled, %d B of shared memory)",
+                           MOE_TILED_RING_BYTES);
+  }
+  return DSV4_OK;
+}
 
 static size_t al(size_t b) { return (b + 255) / 256 * 256; }
 
@@ -125,12 +140,12 @@ static dsv4_status experts(const dsv4i_gpu_ops *o, dsv4i_custream s, const dsv4i
     void *pu[] = {&n, &k, &sh, &E, &dim, &inter, &fr, &fs, &lim, &xb4, &xb8, &route, &weight,
                   &w1, &s1, &w3, &s3, &g, &u, &a, &ab, &cup};
     st = dsv4i_kreg_launch_grid(o->kr, o->moe_up_tiled, (uint32_t)(inter / MOE_TILED_UP_ROWS), gy,
-                                1, 0, s, pu);
+                                1, MOE_TILED_RING_BYTES, s, pu);
     if (st != DSV4_OK) return st;
     void *pd[] = {&n, &k, &sh, &E, &dim, &inter, &fr, &fs, &ab, &idx, &route, &w2, &s2, &ob,
                   &cdn, &out, &lo};
     return dsv4i_kreg_launch_grid(o->kr, o->moe_down_tiled, (uint32_t)(dim / MOE_TILED_DN_ROWS),
-                                  gy, 1, 0, s, pd);
+                                  gy, 1, MOE_TILED_RING_BYTES, s, pd);
   }
   const moe_carve c = moe_layout(m, n_tok);
   dsv4i_cuptr xq = scratch + c.xq, sx = scratch + c.sx, aq = scratch + c.aq,

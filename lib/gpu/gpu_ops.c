@@ -25,7 +25,7 @@ dsv4_status dsv4i_gpu_ops_init(const dsv4i_kreg *kr, dsv4i_gpu_ops *o) {
   o->fp8_row_tile = 0;
   o->f32out_narrow = 0;
   o->cpu_order = 0;
-  o->moe_tiled = 0;
+  o->moe_tiled = 1;
   dsv4_status st = DSV4_OK;
 #define PICK(field, op, fmt, shape) \
   if (st == DSV4_OK) st = pick(kr, DSV4I_KOP_##op, DSV4I_KFMT_##fmt, DSV4I_KSHAPE_##shape, &o->field)
@@ -65,6 +65,7 @@ dsv4_status dsv4i_gpu_ops_init(const dsv4i_kreg *kr, dsv4i_gpu_ops *o) {
   PICK(moe_combine, MOE_COMBINE, BF16, ANY);
   PICK(cast, CAST, F32, ANY);
 #undef PICK
+  if (st == DSV4_OK) st = dsv4i_gpu_moe_tiled_init(kr, o);
   return st;
 }
 

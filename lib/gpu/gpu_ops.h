@@ -28,10 +28,8 @@ typedef struct dsv4i_gpu_ops {
   /** the MoE step's tiled kernels (kernels/moe_tiled.cu), used unless cpu_order
    * (while moe_tiled is set) */
   dsv4i_kernel_id moe_prep_tiled, moe_up_tiled, moe_down_tiled;
-  /** 1: dsv4i_gpu_moe_experts runs the tiled kernels in the default mode. 0
-   * (dsv4i_gpu_ops_init's value until a device run has checked them): the
-   * CPU-order kernels in both modes. tests/gpu/test_cuda_ops.c and
-   * dsv4-roofline set it. */
+  /** 1 (dsv4i_gpu_ops_init's value): dsv4i_gpu_moe_experts runs the tiled
+   * kernels in the default mode. 0: the CPU-order kernels in both modes. */
   int32_t moe_tiled;
   /** The default mode's kernels (KSHAPE_TILED rows), launched unless cpu_order. */
   dsv4i_kernel_id rmsnorm_tiled, hc_mixes_tiled, hc_sinkhorn_lanes;
@@ -222,6 +220,10 @@ typedef struct dsv4i_gpu_moe {
 
 /** Scratch bytes dsv4i_gpu_moe_experts needs for up to n_tok tokens (either mode). */
 size_t dsv4i_gpu_moe_scratch_bytes(const dsv4i_gpu_moe *m, int32_t n_tok);
+
+/** The tiled MoE kernels' shared memory above 48 KB (cuFuncSetAttribute, once
+ * per loaded module; dsv4i_gpu_ops_init calls it). */
+dsv4_status dsv4i_gpu_moe_tiled_init(const dsv4i_kreg *kr, const dsv4i_gpu_ops *o);
 
 /** Byte offsets in the scratch of the tiled kernels' stages (tests read them):
  * g, u, a bf16 [n][top_k + 1][inter] (gate and up projections, SwiGLU

@@ -850,17 +850,17 @@ static void moe_tiled_case(int E, int K, int DIM, int INTER, int N, uint64_t see
   gt_down(&G, u, scr + cv.u, 2 * ni);
   gt_down(&G, a, scr + cv.a, 2 * ni);
   gt_down(&G, o, scr + cv.o, 2 * no);
-  char name[160];
+  char name_g[160], name_o[160], name_e[160]; /* each gt_tol keeps its name */
   gt_tol tg, tod, tout;
-  snprintf(name, sizeof name, "%s: g, u (bound n = dim %d)", what, DIM);
-  gt_tol_init(&tg, name);
+  snprintf(name_g, sizeof name_g, "%s: g, u (bound n = dim %d)", what, DIM);
+  gt_tol_init(&tg, name_g);
   float *xq = malloc(sizeof(float) * nx), *sx = malloc(sizeof(float) * nx / 32);
   float *aq = malloc(sizeof(float) * INTER), *sa = malloc(sizeof(float) * INTER / 32);
   uint16_t *yc = malloc(2 * (size_t)(INTER > DIM ? INTER : DIM));
   gt_check(dsv4i_cpu_act_quant(N, DIM, ms.x, DIM, xq, sx));
   size_t a_bad = 0, a_n = 0;
-  snprintf(name, sizeof name, "%s: o (bound n = inter %d)", what, INTER);
-  gt_tol_init(&tod, name);
+  snprintf(name_o, sizeof name_o, "%s: o (bound n = inter %d)", what, INTER);
+  gt_tol_init(&tod, name_o);
   for (int t = 0; t < N; t++)
     for (int j = 0; j <= K; j++) {
       const dsv4i_wview *w1, *w2, *w3;
@@ -934,8 +934,8 @@ static void moe_tiled_case(int E, int K, int DIM, int INTER, int N, uint64_t see
   /* end to end, reported */
   uint16_t *oc = malloc(2 * nx);
   gt_check(dsv4i_cpu_moe_experts(&ms.m, N, ms.x, DIM, ms.idx, ms.wt, oc, DIM));
-  snprintf(name, sizeof name, "%s: out vs dsv4i_cpu_moe_experts (reported)", what);
-  gt_tol_init(&tout, name);
+  snprintf(name_e, sizeof name_e, "%s: out vs dsv4i_cpu_moe_experts (reported)", what);
+  gt_tol_init(&tout, name_e);
   size_t same = 0;
   for (size_t i = 0; i < nx; i++) {
     const double vg = dsv4i_bf16_to_f32(out[i]), vc = dsv4i_bf16_to_f32(oc[i]);
