@@ -63,6 +63,7 @@
 #define MK_MAX_RANK 512
 #define MK_FMA_MIN 4                        /* sequences from which the fmaf path pays its check */
 #define MK_LLD MK_ROWS                       /* staged logits stride */
+#define MK_SPW 4                            /* last block: sequences per warp at once */
 
 /* one (sequence, block) partial, 32 B (lib/gpu/dspark_markov.c sizes the scratch):
  * a = {m_b, Σ, candidate l/T, candidate q}, b = {candidate id, argmax id, flag, argmax logit};
@@ -337,68 +338,88 @@ extern "C" __global__ void __launch_bounds__(MK_THREADS, 4) dsv4_k_dspark_markov
   if (threadIdx.x == 0) s_last = atomicAdd(ticket, 1u) == (unsigned int)(n_chunks - 1);
   __syncthreads();
   if (!s_last) return;
-  /* the last block: every other block's partials are visible; one warp per sequence */
+  /* the last block: every other block's partials are visible. A warp takes MK_SPW
+   * sequences at once (their loads in flight together); lane l reads chunks l, l + 32, ..
+   * in order, then a shuffle tree: the same shapes for every n */
   __threadfence();
-  for (int i = warp; i < n; i += MK_WARPS) {
-    const mk_part *pi = part + (long long)i * n_chunks;
-    const int nv = n_valid[i];
-    const float T = temp[i];
-    int flag = INT_MAX, bi = -1;
-    float bl = 0.0f, M = -INFINITY, S = 0.0f;
-#pragma unroll 4
+  for (int i0 = 0; i0 < n; i0 += MK_WARPS * MK_SPW) {
+    int ii[MK_SPW], flag[MK_SPW], bi[MK_SPW];
+    float bl[MK_SPW], M[MK_SPW], S[MK_SPW];
+#pragma unroll
+    for (int u = 0; u < MK_SPW; u++) {
+      ii[u] = i0 + warp + MK_WARPS * u;
+      flag[u] = INT_MAX, bi[u] = -1, bl[u] = 0.0f, M[u] = -INFINITY, S[u] = 0.0f;
+    }
+#pragma unroll 2
     for (int c = lane; c < n_chunks; c += 32) { /* online (max, Σ) in chunk order per lane */
-      const mk_part q = load_part(pi + c);
-      flag = min(flag, q.b.z);
-      dsv4_best_merge(bl, bi, __int_as_float(q.b.w), q.b.y);
-      if (q.b.x >= 0 && q.a.x != -INFINITY) {
-        if (q.a.x > M) {
-          S = __fadd_rn(__fmul_rn(S, expf(__fsub_rn(M, q.a.x))), q.a.y);
-          M = q.a.x;
-        } else {
-          S = __fadd_rn(S, __fmul_rn(q.a.y, expf(__fsub_rn(q.a.x, M))));
+#pragma unroll
+      for (int u = 0; u < MK_SPW; u++) {
+        if (ii[u] >= n) continue; /* uniform over the warp */
+        const mk_part q = load_part(part + (long long)ii[u] * n_chunks + c);
+        flag[u] = min(flag[u], q.b.z);
+        dsv4_best_merge(bl[u], bi[u], __int_as_float(q.b.w), q.b.y);
+        if (q.b.x >= 0 && q.a.x != -INFINITY) {
+          if (q.a.x > M[u]) {
+            S[u] = __fadd_rn(__fmul_rn(S[u], expf(__fsub_rn(M[u], q.a.x))), q.a.y);
+            M[u] = q.a.x;
+          } else {
+            S[u] = __fadd_rn(S[u], __fmul_rn(q.a.y, expf(__fsub_rn(q.a.x, M[u]))));
+          }
         }
       }
     }
+    float inv[MK_SPW], rv[MK_SPW];
+    int race[MK_SPW], ri[MK_SPW];
 #pragma unroll
-    for (int o = 16; o > 0; o >>= 1) {
-      flag = min(flag, __shfl_xor_sync(0xFFFFFFFFu, flag, o));
-      const float bl2 = __shfl_xor_sync(0xFFFFFFFFu, bl, o);
-      const int bi2 = __shfl_xor_sync(0xFFFFFFFFu, bi, o);
-      dsv4_best_merge(bl, bi, bl2, bi2);
-      const float M2 = __shfl_xor_sync(0xFFFFFFFFu, M, o), S2 = __shfl_xor_sync(0xFFFFFFFFu, S, o);
-      if (M2 != -INFINITY) { /* the same operands in both lanes of a pair: the same result */
-        const float Mx = fmaxf(M, M2);
-        S = M == -INFINITY ? S2
-                           : __fadd_rn(__fmul_rn(S, expf(__fsub_rn(M, Mx))),
-                                       __fmul_rn(S2, expf(__fsub_rn(M2, Mx))));
-        M = Mx;
+    for (int u = 0; u < MK_SPW; u++) {
+#pragma unroll
+      for (int o = 16; o > 0; o >>= 1) {
+        flag[u] = min(flag[u], __shfl_xor_sync(0xFFFFFFFFu, flag[u], o));
+        const float bl2 = __shfl_xor_sync(0xFFFFFFFFu, bl[u], o);
+        const int bi2 = __shfl_xor_sync(0xFFFFFFFFu, bi[u], o);
+        dsv4_best_merge(bl[u], bi[u], bl2, bi2);
+        const float M2 = __shfl_xor_sync(0xFFFFFFFFu, M[u], o);
+        const float S2 = __shfl_xor_sync(0xFFFFFFFFu, S[u], o);
+        if (M2 != -INFINITY) { /* the same operands in both lanes of a pair: the same result */
+          const float Mx = fmaxf(M[u], M2);
+          S[u] = M[u] == -INFINITY ? S2
+                                   : __fadd_rn(__fmul_rn(S[u], expf(__fsub_rn(M[u], Mx))),
+                                               __fmul_rn(S2, expf(__fsub_rn(M2, Mx))));
+          M[u] = Mx;
+        }
       }
+      /* the race runs where the row is drawable at T > 0 (uniform over the warp) */
+      race[u] = ii[u] < n && flag[u] == INT_MAX - 1 && temp[ii[u]] > 0.0f;
+      inv[u] = race[u] ? __fdiv_rn(1.0f, S[u]) : 0.0f;
+      rv[u] = 0.0f, ri[u] = -1;
     }
-    int tok;
-    if (flag < nv) {
-      tok = -1 - flag; /* a NaN or +inf below n_valid */
-    } else if (flag == INT_MAX) {
-      tok = -1 - nv;   /* nothing finite */
-    } else if (!(T > 0.0f)) {
-      tok = bi < 0 ? 0 : bi;
-    } else {
-      const float inv = __fdiv_rn(1.0f, S);
-      float rv = 0.0f;
-      int ri = -1;
-      for (int c = lane; c < n_chunks; c += 32) {
-        const mk_part q = load_part(pi + c);
+#pragma unroll 2
+    for (int c = lane; c < n_chunks; c += 32) {
+#pragma unroll
+      for (int u = 0; u < MK_SPW; u++) {
+        if (!race[u]) continue;
+        const mk_part q = load_part(part + (long long)ii[u] * n_chunks + c);
         if (q.b.x < 0) continue;
-        const float pr = __fmul_rn(expf(__fsub_rn(q.a.z, M)), inv);
-        dsv4_best_merge(rv, ri, __fdiv_rn(pr, q.a.w), q.b.x);
+        const float pr = __fmul_rn(expf(__fsub_rn(q.a.z, M[u])), inv[u]);
+        dsv4_best_merge(rv[u], ri[u], __fdiv_rn(pr, q.a.w), q.b.x);
       }
-      dsv4_warp_best(rv, ri);
-      tok = ri >= 0 ? ri : (bi < 0 ? 0 : bi);
     }
-    if (lane == 0) toks[(long long)i * (B + 1) + k + 1] = tok;
-    const int src = tok < 0 ? 0 : tok;
-    for (int c = lane; c < R / 8; c += 32)
-      reinterpret_cast<uint4 *>(e + (long long)i * R)[c] =
-          reinterpret_cast<const uint4 *>(embed + (long long)src * R)[c];
+#pragma unroll
+    for (int u = 0; u < MK_SPW; u++) {
+      if (ii[u] >= n) continue;
+      const int i = ii[u], nv = n_valid[i];
+      if (race[u]) dsv4_warp_best(rv[u], ri[u]);
+      int tok;
+      if (flag[u] < nv) tok = -1 - flag[u];          /* a NaN or +inf below n_valid */
+      else if (flag[u] == INT_MAX) tok = -1 - nv;    /* nothing finite */
+      else if (!race[u]) tok = bi[u] < 0 ? 0 : bi[u]; /* argmax */
+      else tok = ri[u] >= 0 ? ri[u] : (bi[u] < 0 ? 0 : bi[u]);
+      if (lane == 0) toks[(long long)i * (B + 1) + k + 1] = tok;
+      const int src = tok < 0 ? 0 : tok;
+      for (int c = lane; c < R / 8; c += 32)
+        reinterpret_cast<uint4 *>(e + (long long)i * R)[c] =
+            reinterpret_cast<const uint4 *>(embed + (long long)src * R)[c];
+    }
   }
   if (threadIdx.x == 0) *ticket = 0u;
 }
