@@ -7,6 +7,8 @@
 #define LIN_TM 8     /* kernels/linear.cu TM */
 #define Q8_TOK 16    /* kernels/linear.cu Q_TOK: tokens per block of the fp8 and head kernels */
 #define HEAD_ROWS 128 /* kernels/linear.cu H_WARPS x 32: the bf16 -> fp32 kernel's rows per block */
+#define LT_ROWS 16    /* kernels/linear_tiled.cu: rows per block */
+#define LT_TOK 16     /* kernels/linear_tiled.cu: tokens per block */
 #define HM_KC 256     /* kernels/hc.cu: hc_mixes_tiled's elements per chunk (one block) */
 #define HM_TT 4       /* kernels/hc.cu: tokens per block */
 #define HM_MAXTOK 64  /* kernels/hc.cu: tokens per launch (the module's scratch) */
@@ -33,6 +35,8 @@ dsv4_status dsv4i_gpu_ops_init(const dsv4i_kreg *kr, dsv4i_gpu_ops *o) {
   PICK(rmsnorm_tiled, RMSNORM, BF16, TILED);
   PICK(hc_mixes_tiled, HC_MIXES, F32, TILED);
   PICK(hc_sinkhorn_lanes, HC_SINKHORN, F32, TILED);
+  PICK(linear_bf16_tiled, LINEAR, BF16, TILED);
+  PICK(linear_bf16_f32out_tiled, LINEAR_F32OUT, BF16, TILED);
   PICK(embed_hc, EMBED_HC, BF16, ANY);
   PICK(hc_mixes, HC_MIXES, F32, ANY);
   PICK(hc_sinkhorn, HC_SINKHORN, F32, ANY);
@@ -204,6 +208,8 @@ static dsv4_status gemv(const dsv4i_gpu_ops *o, dsv4i_custream s, dsv4i_kernel_i
     bx = cdiv(w->rows, 8);
   else if (id == o->linear[DSV4I_KFMT_E4M3_UE8M0]) /* group_rows: the row tile */
     bx = cdiv(w->rows, group_rows), by = cdiv(n_tok, Q8_TOK);
+  else if (id == o->linear_bf16_tiled || id == o->linear_bf16_f32out_tiled)
+    bx = cdiv(w->rows, LT_ROWS), by = cdiv(n_tok, LT_TOK);
   else if (id == o->linear_f32out[DSV4I_KFMT_BF16]) /* group_rows 1: one warp per block */
     bx = cdiv(w->rows, group_rows == 1 ? 32 : HEAD_ROWS), by = cdiv(n_tok, Q8_TOK);
   return launch(o, id, bx, by, s, p);
@@ -270,6 +276,12 @@ dsv4_status dsv4i_gpu_cast_bf16(const dsv4i_gpu_ops *o, dsv4i_custream s, int64_
   return launch(o, o->cast, cdiv(n, 256), 1, s, p);
 }
 
+/* The default mode's bf16 kernel takes 16-byte loads of x rows (alignment is
+ * the call site's, never the batch's). */
+static int tiled_bf16(const dsv4i_gpu_ops *o, const dsv4i_gpu_weight *w, dsv4i_cuptr x, int64_t ldx) {
+  return !o->cpu_order && w->fmt == DSV4I_KFMT_BF16 && !(x & 15) && ldx % 8 == 0;
+}
+
 dsv4_status dsv4i_gpu_linear(const dsv4i_gpu_ops *o, dsv4i_custream s, const dsv4i_gpu_weight *w,
                              int32_t n_tok, dsv4i_cuptr x, int64_t ldx, dsv4i_cuptr y,
                              int64_t ldy, int out_f32) {
@@ -278,6 +290,9 @@ dsv4_status dsv4i_gpu_linear(const dsv4i_gpu_ops *o, dsv4i_custream s, const dsv
     return bad("linear", "needs a valid bf16/f32 weight (cols % 32 == 0), ldx >= cols, ldy >= rows");
   if (w->fmt == DSV4I_KFMT_F32 && !out_f32)
     return bad("linear", "fp32 weights give an fp32 result (out_f32 = 1)");
+  if (tiled_bf16(o, w, x, ldx))
+    return gemv(o, s, out_f32 ? o->linear_bf16_f32out_tiled : o->linear_bf16_tiled, w, n_tok, 0, 0,
+                x, ldx, y, ldy, 0, 0);
   const dsv4i_kernel_id id = out_f32 ? o->linear_f32out[w->fmt] : o->linear[w->fmt];
   /* bf16 -> fp32 with fewer rows than 4 warps per SM of a big GPU (the router
    * gate): one warp per block with the block's whole ring in flight */
@@ -297,7 +312,8 @@ dsv4_status dsv4i_gpu_linear_grouped(const dsv4i_gpu_ops *o, dsv4i_custream s,
     return dsv4i_error(DSV4_ERR_UNSUPPORTED,
                        "gpu linear_grouped: %d rows per group; the kernel needs a multiple of %d",
                        (int)group_rows, LIN_ROWS);
-  return gemv(o, s, o->linear[DSV4I_KFMT_BF16], w, n_tok, 0, 0, x, ldx, y, ldy, group_rows, w->cols);
+  return gemv(o, s, tiled_bf16(o, w, x, ldx) ? o->linear_bf16_tiled : o->linear[DSV4I_KFMT_BF16], w,
+              n_tok, 0, 0, x, ldx, y, ldy, group_rows, w->cols);
 }
 
 dsv4_status dsv4i_gpu_dequant_bf16(const dsv4i_gpu_ops *o, dsv4i_custream s,

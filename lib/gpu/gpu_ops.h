@@ -33,6 +33,8 @@ typedef struct dsv4i_gpu_ops {
   int32_t moe_tiled;
   /** The default mode's kernels (KSHAPE_TILED rows), launched unless cpu_order. */
   dsv4i_kernel_id rmsnorm_tiled, hc_mixes_tiled, hc_sinkhorn_lanes;
+  /** bf16 weights (kernels/linear_tiled.cu, mma.sync): bf16 out, fp32 out */
+  dsv4i_kernel_id linear_bf16_tiled, linear_bf16_f32out_tiled;
   dsv4i_kernel_id linear[DSV4I_KFMT_COUNT_];        /**< by weight format, bf16 out */
   dsv4i_kernel_id linear_warp[DSV4I_KFMT_COUNT_];   /**< fp8 / fp4, one warp per row */
   /** fp8 / fp4 linears with at most this many rows use linear_warp. Default 0 (off): the warp-per-row kernels pass the ptxas check
@@ -147,13 +149,16 @@ dsv4_status dsv4i_gpu_cast_bf16(const dsv4i_gpu_ops *o, dsv4i_custream s, int64_
 
 /** bf16 / fp32 weight on bf16 rows x [n][ldx]: out_f32 = 0 gives
  * dsv4i_cpu_linear (BF16 weight, bf16 y), 1 gives dsv4i_cpu_linear_f32
- * (fp32 y), both bit for bit. w->cols % 32 == 0. */
+ * (fp32 y), both bit for bit in CPU order. The default mode runs BF16
+ * weights on tensor cores (kernels/linear_tiled.cu: fixed order of K, the
+ * bound stated there) when x and ldx are 16-byte aligned. w->cols % 32 == 0. */
 dsv4_status dsv4i_gpu_linear(const dsv4i_gpu_ops *o, dsv4i_custream s, const dsv4i_gpu_weight *w,
                              int32_t n_tok, dsv4i_cuptr x, int64_t ldx, dsv4i_cuptr y,
                              int64_t ldy, int out_f32);
 
 /** The grouped bf16 projection wo_a (spec §5.4 step 6; the CPU's
- * attn_output loop of dsv4i_cpu_linear over row groups, bit for bit) in one
+ * attn_output loop of dsv4i_cpu_linear over row groups, bit for bit in CPU
+ * order; the default mode: the tiled kernel as dsv4i_gpu_linear) in one
  * launch: w [n_groups·R][cols] bf16, group g's rows read x[t][g·cols ..
  * (g+1)·cols) and write y[t][g·R .. (g+1)·R). R % 128 == 0 (else
  * DSV4_ERR_UNSUPPORTED). x bf16 [n][ldx], y bf16 [n][ldy]. */

@@ -78,6 +78,8 @@
   X(LINEAR_BF16, LINEAR, BF16, DECODE, 80, linear, dsv4_k_linear_bf16, 128)                       \
   X(LINEAR_BF16_F32OUT, LINEAR_F32OUT, BF16, DECODE, 80, linear, dsv4_k_linear_bf16_f32out, 128)  \
   X(LINEAR_F32_F32OUT, LINEAR_F32OUT, F32, DECODE, 80, linear, dsv4_k_linear_f32_f32out, 128)     \
+  X(LINEAR_BF16_TILED, LINEAR, BF16, TILED, 80, linear_tiled, dsv4_k_linear_bf16_tiled, 256)      \
+  X(LINEAR_BF16_F32OUT_TILED, LINEAR_F32OUT, BF16, TILED, 80, linear_tiled, dsv4_k_linear_bf16_f32out_tiled, 256) \
   X(ROPE_BF16, ROPE, BF16, ANY, 80, rope, dsv4_k_rope_bf16, 256)                                  \
   X(ARGMAX_F32, ARGMAX, F32, ANY, 80, sample, dsv4_k_argmax_f32, 1024)                            \
   X(SAMPLE_F32, SAMPLE, F32, ANY, 80, sample, dsv4_k_sample_f32, 1024)                            \

@@ -51,6 +51,13 @@ static inline double gt_bound_f32(int64_t n, double abs_sum) {
   return 2.0 * gt_gamma(n) * abs_sum;
 }
 
+/* The tensor-core kernels (mma.sync bf16, fp32 accumulate): their fp32 sums
+ * may truncate instead of rounding to nearest (kernels/linear_tiled.cu has
+ * the reference), so their side takes u = 2^-23: gamma(n) + gamma_{2^-23}(n). */
+static inline double gt_bound_mma_f32(int64_t n, double abs_sum) {
+  return (gt_gamma(n) + gt_gamma_u(n, 0x1p-23)) * abs_sum;
+}
+
 /* One bf16 ulp at magnitude |v| (the spacing of bf16 values in v's binade;
  * the smallest normal's spacing below it). */
 static inline double gt_bf16_ulp(double v) {

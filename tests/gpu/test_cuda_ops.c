@@ -437,6 +437,82 @@ static void linear_bf16_f32_equal_cpu(void **state) {
   linear_float_case(DSV4I_W_F32, 1, 384, 512, 17, 14);
 }
 
+/* bf16 weights on tensor cores (kernels/linear_tiled.cu), bf16 or fp32 out,
+ * groups > 1 = the grouped wo_a launcher: each output within
+ * gt_bound_mma_f32(K, Σ|x·w|) (+ one bf16 ulp for bf16) of the CPU oracle's;
+ * every token alone == in the batch; a second run == the first. */
+static void linear_bf16_tiled_case(int out_f32, int groups, int rows, int cols, int n, uint64_t seed) {
+  reset_pool();
+  uint64_t s = seed;
+  const int R = rows / groups, ldx = groups * cols + 32;
+  uint16_t *w = malloc(2 * (size_t)rows * cols), *x = malloc(2 * (size_t)n * ldx);
+  gt_fill_bf16(&s, w, (size_t)rows * cols, 4);
+  gt_fill_bf16(&s, x, (size_t)n * ldx, 6);
+  const size_t osz = out_f32 ? 4 : 2, ny = (size_t)n * rows;
+  unsigned char *yc = malloc(osz * ny), *yg = malloc(osz * ny), *y1 = malloc(osz * rows),
+                *y2 = malloc(osz * ny);
+  for (int g = 0; g < groups; g++) { /* the CPU's per-group loop (attn_output) */
+    dsv4i_wview v;
+    gt_check(dsv4i_wview_init(&v, DSV4I_W_BF16, R, cols, w + (size_t)g * R * cols, NULL));
+    if (out_f32) gt_check(dsv4i_cpu_linear_f32(&v, n, x + (size_t)g * cols, ldx, (float *)yc + (size_t)g * R, rows));
+    else gt_check(dsv4i_cpu_linear(&v, n, x + (size_t)g * cols, ldx, (uint16_t *)yc + (size_t)g * R, rows));
+  }
+  dsv4i_gpu_weight gw = {DSV4I_KFMT_BF16, rows, cols, cols, 0, gt_up(&G, w, 2 * (size_t)rows * cols), 0};
+  dsv4i_cuptr dx = gt_up(&G, x, 2 * (size_t)n * ldx), dy = gt_up(&G, NULL, osz * ny);
+#define RUN(nn, xx)                                                                          \
+  gt_check(groups > 1 ? dsv4i_gpu_linear_grouped(&OT, G.stream, &gw, groups, (nn), (xx), ldx, dy, rows) \
+                      : dsv4i_gpu_linear(&OT, G.stream, &gw, (nn), (xx), ldx, dy, rows, out_f32))
+  RUN(n, dx);
+  gt_down(&G, yg, dy, osz * ny);
+  char what[112];
+  snprintf(what, sizeof what, "linear bf16->%s tiled %dx%d%s n=%d", out_f32 ? "f32" : "bf16", rows, cols,
+           groups > 1 ? " grouped" : "", n);
+  gt_tol tl;
+  gt_tol_init(&tl, what);
+  for (int t = 0; t < n; t++)
+    for (int o = 0; o < rows; o++) {
+      const uint16_t *xr = x + (size_t)t * ldx + (size_t)(o / R) * cols, *wr = w + (size_t)o * cols;
+      double a = 0.0;
+      for (int k = 0; k < cols; k++) a += fabs((double)tu_bf16_to_f32(xr[k]) * tu_bf16_to_f32(wr[k]));
+      const size_t i = (size_t)t * rows + o;
+      double vg, vc;
+      if (out_f32) vg = ((float *)yg)[i], vc = ((float *)yc)[i];
+      else vg = tu_bf16_to_f32(((uint16_t *)yg)[i]), vc = tu_bf16_to_f32(((uint16_t *)yc)[i]);
+      double b = gt_bound_mma_f32(cols, a);
+      if (!out_f32) b += gt_bf16_ulp(fabs(vg) > fabs(vc) ? vg : vc);
+      gt_tol_one(&tl, i, vg, vc, b);
+    }
+  assert_int_equal(gt_tol_done(&tl), 0);
+  for (int t = 0; t < n; t++) {
+    RUN(1, dx + (dsv4i_cuptr)t * ldx * 2u);
+    gt_down(&G, y1, dy, osz * rows);
+    snprintf(what, sizeof what, "linear bf16 tiled %dx%d: token %d alone vs in a batch of %d", rows,
+             cols, t, n);
+    same_bits(y1, yg + (size_t)t * rows * osz, osz * rows, what);
+  }
+  RUN(n, dx);
+  gt_down(&G, y2, dy, osz * ny);
+  same_bits(y2, yg, osz * ny, "linear bf16 tiled: a second run");
+#undef RUN
+  free(w), free(x), free(yc), free(yg), free(y1), free(y2);
+}
+
+static void linear_bf16_tiled_within_bound(void **state) {
+  (void)state;
+  const int toks[] = {1, 2, 4, 8, 16, 3, 13, 17, 40};
+  for (int i = 0; i < 9; i++) {
+    linear_bf16_tiled_case(0, 1, 512, 5120, toks[i], 400 + (uint64_t)i); /* compressor wkv */
+    linear_bf16_tiled_case(1, 1, 1000, 2048, toks[i], 420 + (uint64_t)i); /* head-like, fp32 out */
+  }
+  linear_bf16_tiled_case(0, 1, 32, 5120, 4, 440);  /* indexer wproj: 2 row tiles */
+  linear_bf16_tiled_case(0, 1, 128, 512, 16, 441); /* indexer wk */
+  linear_bf16_tiled_case(0, 1, 130, 96, 5, 442);   /* partial row tile; 3 chunks: empty K slices */
+  linear_bf16_tiled_case(1, 1, 7, 32, 9, 443);     /* one chunk, 7 rows */
+  linear_bf16_tiled_case(0, 4, 512, 256, 6, 444);  /* grouped: 4 groups of 128 rows */
+  linear_bf16_tiled_case(0, 8, 8192, 4096, 1, 445); /* wo_a at release size */
+  linear_bf16_tiled_case(0, 8, 8192, 4096, 16, 446);
+}
+
 /* wo_a: dequantised at load on the device, then the grouped projection in one
  * launch; both bit for bit with the CPU's (dsv4i_wview_dequant_bf16, and the
  * per-group dsv4i_cpu_linear loop of attn_output). */
@@ -1261,6 +1337,7 @@ int tu_run_suite(void) {
     cmocka_unit_test(act_quant_equals_cpu),
     cmocka_unit_test(linear_fp8_fp4_equal_cpu),
     cmocka_unit_test(linear_bf16_f32_equal_cpu),
+    cmocka_unit_test(linear_bf16_tiled_within_bound),
     cmocka_unit_test(wo_a_dequant_and_grouped_linear_equal_cpu),
     cmocka_unit_test(rope_equals_cpu),
     cmocka_unit_test(argmax_equals_cpu),
