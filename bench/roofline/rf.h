@@ -48,6 +48,7 @@ typedef struct rf {
   double empty_us;             /**< one empty kernel under graph replay */
   unsigned int seed;
   int failures;                /**< cases that failed (their messages printed); exit 1 */
+  int cpu_order;               /**< --cpu-order: kernel and layer tables in CPU order */
 } rf;
 
 /** Record call i of a case on stream s (launches only). */
@@ -88,6 +89,8 @@ void rf_moe(rf *r);
 void rf_proj(rf *r);
 void rf_attn(rf *r);
 void rf_markov(rf *r);
+/** Small dense ops and bf16 projections, default mode and CPU order (rf_dense.c). */
+void rf_dense(rf *r);
 /** The layer table (a checkpoint directory; frees nothing of r's pool). */
 int rf_layer(rf *r, const char *model_dir, int device, int prompt);
 

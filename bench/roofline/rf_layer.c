@@ -224,12 +224,14 @@ int rf_layer(rf *r, const char *dir, int device, int prompt) {
   die_engine(dsv4_engine_params_init(&ep, sizeof ep), "params");
   ep.backend = DSV4_BACKEND_CUDA;
   ep.device = device;
+  ep.flags = r->cpu_order ? DSV4_ENGINE_F_GPU_CPU_ORDER : 0;
   ep.max_sequences = N_SEQ;
   ep.max_context = prompt + 64 + 11 * 3 * (u->B + 1); /* decode and verify steps */
   const double t0 = now_ms();
   die_engine(dsv4_engine_create(m, &ep, &u->e), "engine");
-  printf("\nlayer table: %s, %d layers + head, hidden %d, CUDA engine created in %.1f s\n", dir,
-         (int)c->n_layers, (int)c->dim, (now_ms() - t0) / 1e3);
+  printf("\nlayer table: %s, %d layers + head, hidden %d, CUDA engine created in %.1f s; %s\n",
+         dir, (int)c->n_layers, (int)c->dim, (now_ms() - t0) / 1e3,
+         r->cpu_order ? "CPU order" : "default mode");
   u->gb = (gpu_backend *)u->e->be;
   die_engine(dsv4i_gpu_enter(&u->gb->g), "context"); /* the engine's context on this thread */
   prof *p = calloc(1, sizeof *p);

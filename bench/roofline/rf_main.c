@@ -26,6 +26,7 @@ extern const size_t rf_ptx_module_count;
 
 static const char usage[] =
     "usage: dsv4-roofline [--device N] [--config PATH] [--model DIR] [--prompt N] [--no-kernels]\n"
+    "                     [--cpu-order]\n"
     "       dsv4-roofline --help | --version\n";
 
 static void help(void) {
@@ -42,7 +43,10 @@ static void help(void) {
          "                layer table; without it the layer table is left out\n"
          "  --prompt N    prompt tokens per sequence before the layer table's steps\n"
          "                (default 256, 1..65536)\n"
-         "  --no-kernels  only the bandwidth and the layer table\n\n"
+         "  --no-kernels  only the bandwidth and the layer table\n"
+         "  --cpu-order   run the kernel table's launchers and the layer table's engine in CPU\n"
+         "                order (DSV4_ENGINE_F_GPU_CPU_ORDER; default: the default mode's\n"
+         "                tiled kernels). The small-ops table has both modes either way.\n\n"
          "Exit status: 0 done, 1 a failure, 2 bad usage, 77 no usable CUDA device.\n",
          usage, RF_CONFIG);
 }
@@ -71,7 +75,7 @@ static void load_kernels(rf *r) {
 }
 
 int main(int argc, char **argv) {
-  int device = 0, prompt = 256, kernels = 1;
+  int device = 0, prompt = 256, kernels = 1, cpu_order = 0;
   const char *config = RF_CONFIG, *model = NULL;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
@@ -96,6 +100,8 @@ int main(int argc, char **argv) {
       model = argv[++i];
     } else if (!strcmp(a, "--no-kernels")) {
       kernels = 0;
+    } else if (!strcmp(a, "--cpu-order")) {
+      cpu_order = 1;
     } else {
       return bad("unknown argument", a);
     }
@@ -125,6 +131,7 @@ int main(int argc, char **argv) {
   r.l2 = (size_t)l2;
   rf_check(dsv4i_gpu_pool_create(&r.g, kernels ? (size_t)36 << 30 : (size_t)5 << 30), "pool");
   rf_check(dsv4i_gpu_ops_init(&r.g.kr, &r.o), "kernels");
+  r.o.cpu_order = r.cpu_order = cpu_order;
   rf_check(dsv4i_gpu_attn_select(&r.g.kr, &r.ak), "attention kernels");
   rf_check(dsv4i_gpu_dspark_select(&r.g.kr, &r.dk), "DSpark kernels");
   load_kernels(&r);
@@ -133,8 +140,9 @@ int main(int argc, char **argv) {
   r.lt_ws_bytes = (size_t)32 << 20;
   r.lt_ws = rf_take(&r, r.lt_ws_bytes);
   printf("dsv4-roofline %s: device %d %s sm_%d, %d SMs, L2 %d MB; PTX JIT %.1f ms; "
-         "dims from %s\n", DSV4_VERSION_STRING, device, r.g.dev.name, (int)r.g.dev.sm,
-         (int)r.g.dev.n_sm, l2 >> 20, r.g.kr.jit_ms, config);
+         "dims from %s; numerics: %s\n", DSV4_VERSION_STRING, device, r.g.dev.name, (int)r.g.dev.sm,
+         (int)r.g.dev.n_sm, l2 >> 20, r.g.kr.jit_ms, config,
+         cpu_order ? "CPU order (--cpu-order)" : "default mode (tiled kernels)");
   if (r.lt.handle)
     printf("cuBLASLt %zu (baselines)\n", r.lt.version);
   else
@@ -145,6 +153,7 @@ int main(int argc, char **argv) {
     rf_proj(&r);
     rf_attn(&r);
     rf_markov(&r);
+    rf_dense(&r);
   }
   dsv4i_lt_close(&r.lt);
   r.g.dev.cu->ModuleUnload(r.mod);

@@ -1,0 +1,120 @@
+/*
+ * dsv4-roofline: the small dense ops and the bf16 projections of a decode
+ * step at 1, 4, 8, 16 tokens, release dims: RMSNorm (dim, q_lora_rank,
+ * head_dim), hc_mixes and Sinkhorn (hc_mult x dim), the grouped wo_a, the
+ * compressor's wkv, the indexer's wk and wproj (bf16 -> bf16), and the head
+ * (bf16 -> fp32). Each in the default mode (the kernels the engine runs
+ * without DSV4_ENGINE_F_GPU_CPU_ORDER) and again in CPU order (rows marked
+ * "cpu-order"). No stock baseline.
+ */
+#include <stdlib.h>
+
+#include "rf.h"
+
+enum { MAX_COPIES = 32, K_RMS = 0, K_MIX, K_SINK, K_LIN };
+
+typedef struct dense_case {
+  int kind, n, dim, hc, groups, out_f32, copies;
+  dsv4i_gpu_ops o;
+  dsv4i_gpu_weight w[MAX_COPIES]; /* K_LIN: the weight; K_RMS, K_MIX: data = the norm / fn weight */
+  dsv4i_cuptr x, y, scale, base, pre, post, comb;
+} dense_case;
+
+static dsv4_status rec(rf *r, void *u, int i, dsv4i_custream s) {
+  (void)r;
+  dense_case *c = u;
+  const dsv4i_gpu_weight *w = &c->w[i % c->copies];
+  switch (c->kind) {
+  case K_RMS:
+    return dsv4i_gpu_rmsnorm(&c->o, s, c->n, c->dim, c->x, c->dim, w->data, 1e-6f, c->y, c->dim);
+  case K_MIX:
+    return dsv4i_gpu_hc_mixes(&c->o, s, c->n, c->hc, c->dim, c->x, w->data, 1e-6f, c->y);
+  case K_SINK:
+    return dsv4i_gpu_hc_sinkhorn(&c->o, s, c->n, c->hc, c->x, c->scale, c->base, 20, 1e-6f, c->pre,
+                                 c->post, c->comb);
+  default:
+    if (c->groups > 1)
+      return dsv4i_gpu_linear_grouped(&c->o, s, w, c->groups, c->n, c->x, (int64_t)c->groups * w->cols,
+                                      c->y, w->rows);
+    return dsv4i_gpu_linear(&c->o, s, w, c->n, c->x, w->cols, c->y, w->rows, c->out_f32);
+  }
+}
+
+/* one op at 1, 4, 8, 16 tokens in both modes; rows x cols: the weight (K_LIN),
+ * dim / hc otherwise */
+static void one(rf *r, const char *name, int kind, int rows, int cols, int groups, int out_f32) {
+  const size_t mark = dsv4i_gpu_pool_mark(&r->g.pool);
+  dense_case *c = calloc(1, sizeof *c);
+  c->kind = kind, c->groups = groups, c->out_f32 = out_f32;
+  const int hc = kind == K_MIX || kind == K_SINK ? rows : 1, nm = (2 + hc) * hc;
+  c->dim = cols, c->hc = hc;
+  double wbytes = 0;
+  if (kind == K_LIN) wbytes = 2.0 * rows * cols;
+  else if (kind == K_RMS) wbytes = 2.0 * cols;
+  else if (kind == K_MIX) wbytes = 4.0 * nm * hc * cols;
+  c->copies = kind == K_SINK ? 1 : rf_copies(r, wbytes, MAX_COPIES);
+  for (int k = 0; k < c->copies; k++)
+    c->w[k] = (dsv4i_gpu_weight){.fmt = DSV4I_KFMT_BF16, .rows = rows, .cols = cols, .ld = cols,
+                                 .data = kind == K_SINK ? 0
+                                         : rf_rand(r, (size_t)wbytes,
+                                                   kind == K_MIX ? 0x3F7FFFFFu : 0x3F7F3F7Fu, 0)};
+  const int ns[] = {1, 4, 8, 16};
+  for (int mode = 0; mode < 2; mode++) {
+    c->o = r->o;
+    c->o.cpu_order = mode;
+    for (int q = 0; q < 4; q++) {
+      const size_t m2 = dsv4i_gpu_pool_mark(&r->g.pool);
+      const int n = ns[q];
+      c->n = n;
+      double bytes = wbytes;
+      if (kind == K_LIN) {
+        c->x = rf_rand(r, (size_t)n * groups * cols * 2, 0x3F7F3F7Fu, 0);
+        c->y = rf_take(r, (size_t)n * rows * 4);
+        bytes += 2.0 * n * groups * cols + (out_f32 ? 4.0 : 2.0) * n * rows;
+      } else if (kind == K_RMS) {
+        c->x = rf_rand(r, (size_t)n * cols * 2, 0x3F7F3F7Fu, 0);
+        c->y = rf_take(r, (size_t)n * cols * 2);
+        bytes += 4.0 * n * cols;
+      } else if (kind == K_MIX) {
+        c->x = rf_rand(r, (size_t)n * hc * cols * 2, 0x3F7F3F7Fu, 0);
+        c->y = rf_take(r, (size_t)n * nm * 4);
+        bytes += 2.0 * n * hc * cols + 4.0 * n * nm;
+      } else {
+        c->x = rf_rand(r, (size_t)n * nm * 4, 0x3F7FFFFFu, 0);
+        c->scale = rf_rand(r, 16, 0x3F7FFFFFu, 0), c->base = rf_rand(r, (size_t)nm * 4, 0x3F7FFFFFu, 0);
+        c->pre = rf_take(r, (size_t)n * hc * 4), c->post = rf_take(r, (size_t)n * hc * 4);
+        c->comb = rf_take(r, (size_t)n * hc * hc * 4);
+        bytes = 4.0 * n * (nm + 2 * hc + hc * hc);
+      }
+      const double us = rf_time(r, rec, c, c->copies < 8 ? 8 : c->copies);
+      char label[80];
+      snprintf(label, sizeof label, "%s%s", name, mode ? " cpu-order" : "");
+      rf_row(r, label, n, us, bytes, -1);
+      dsv4i_gpu_pool_reset(&r->g.pool, m2);
+    }
+  }
+  free(c);
+  dsv4i_gpu_pool_reset(&r->g.pool, mark);
+}
+
+void rf_dense(rf *r) {
+  const dsv4i_config *c = &r->cfg;
+  rf_table_head("small dense ops and bf16 projections: the default mode, then CPU order "
+                "(DSV4_ENGINE_F_GPU_CPU_ORDER)");
+  char name[64];
+#define D(kind, label, R, K, G, F)                                          \
+  snprintf(name, sizeof name, label, (int)(R), (int)(K));                 \
+  one(r, name, kind, (R), (K), (G), (F))
+  D(K_RMS, "rmsnorm %.0d%d", 0, c->dim, 1, 0);
+  D(K_RMS, "rmsnorm %.0d%d", 0, c->q_lora_rank, 1, 0);
+  D(K_RMS, "rmsnorm %.0d%d", 0, c->head_dim, 1, 0);
+  D(K_MIX, "hc_mixes %dx%d", c->hc_mult, c->dim, 1, 0);
+  D(K_SINK, "hc_sinkhorn %d%.0d", c->hc_mult, 0, 1, 0);
+  D(K_LIN, "bf16 wo_a %dx%d grouped", c->o_groups * c->o_lora_rank,
+    c->n_heads * c->head_dim / c->o_groups, c->o_groups, 0);
+  D(K_LIN, "bf16 compressor wkv %dx%d", c->head_dim, c->dim, 1, 0);
+  D(K_LIN, "bf16 indexer wk %dx%d", c->index_head_dim, c->head_dim, 1, 0);
+  D(K_LIN, "bf16 indexer wproj %dx%d", c->index_n_heads, c->dim, 1, 0);
+  D(K_LIN, "bf16 head %dx%d -> f32", c->vocab_size, c->dim, 1, 1);
+#undef D
+}
