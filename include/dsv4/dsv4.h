@@ -851,9 +851,11 @@ DSV4_API void dsv4_chat_parser_free(dsv4_chat_parser *parser);
  * get DSV4_ERR_RANK_MISMATCH on every rank with nothing changed; a rank that
  * fails gives its status to every rank (DSV4_ERR_RANK_FAILED on the others),
  * and a rank that stops answering gives DSV4_ERR_RANK_FAILED on every other
- * rank within dist_timeout_ms of their entering the call, never a hang. After
- * DSV4_ERR_RANK_FAILED from a timeout the engine is sticky-failed: free it
- * on every rank.
+ * rank within dist_timeout_ms of their entering the call, never a hang (one
+ * exception, docs/distributed.md "Communicator, faults and timeouts": on the
+ * CUDA backend a TP rank failing before its NCCL all-reduce is not watched
+ * yet, its TP partners wait without bound). After DSV4_ERR_RANK_FAILED from
+ * a timeout the engine is sticky-failed: free it on every rank.
  * @since 0.1
  */
 typedef struct dsv4_engine dsv4_engine;
@@ -904,8 +906,9 @@ typedef struct dsv4_engine_params {
   uint32_t flags;            /**< DSV4_ENGINE_F_* bits; default 0 */
   int32_t backend;           /**< DSV4_BACKEND_*; default AUTO: CUDA when the library has
                               *   its kernels, dsv4_backend_probe(CUDA, device) answers
-                              *   DSV4_OK and tp_size = 1 (pipeline stages run on the
-                              *   GPU; its tensor parallelism is not done), else the CPU */
+                              *   DSV4_OK and tp_size = 1, else the CPU. CUDA with
+                              *   tp_size > 1 (docs/distributed.md "GPU TP shards") is asked
+                              *   for explicitly: each TP rank needs its own GPU (device) */
   int32_t device;            /**< CUDA device ordinal; default 0; ignored by the CPU */
   int32_t max_sequences;     /**< live sequences at once, forks included; default 8; 1..65535 */
   int32_t n_threads;         /**< CPU worker threads, 0..1024; default 0 = one per core */
@@ -988,8 +991,9 @@ DSV4_NODISCARD DSV4_API dsv4_status dsv4_engine_params_init(dsv4_engine_params *
  *         a stage split where shared attention state would cross, or a tp_size
  *         the weight table's split rules refuse; a library built without MPI
  *         given mpi_comm; backend CUDA with tp_size > 1: two TP ranks on one
- *         GPU (NCCL runs one rank per device; the message names them), else
- *         its TP weight split is not done);
+ *         GPU (NCCL runs one rank per device; the message names them), or a
+ *         tp_size that does not split heads, wo_a groups and the expert
+ *         intermediate dimension into whole 32-blocks);
  *         DSV4_ERR_NO_DEVICE / DSV4_ERR_DEVICE (backend CUDA: no usable device);
  *         DSV4_ERR_DOES_NOT_FIT (the KV budget cannot hold the sequence slots
  *         plus one sequence at max_context, or the plan exceeds this machine's

@@ -76,9 +76,9 @@ DSV4_API dsv4_status dsv4_sampling_params_init(dsv4_sampling_params *params, siz
 }
 
 /* DSV4_BACKEND_AUTO: the CUDA backend when it is built in, device `device` is usable
- * (dsv4_backend_probe) and the engine has no tensor parallelism (the CUDA backend runs
- * pipeline stages but splits no weights yet), else the CPU (the probe's message is
- * dropped). */
+ * (dsv4_backend_probe) and the engine has no tensor parallelism (CUDA TP ranks need one GPU
+ * each, which only the application assigns: it asks for DSV4_BACKEND_CUDA), else the CPU
+ * (the probe's message is dropped). */
 static int32_t auto_backend(int32_t device, int32_t tp) {
   if (tp == 1 && dsv4i_backend_name(DSV4_BACKEND_CUDA) &&
       dsv4i_cuda_probe(device) == DSV4_OK)
