@@ -225,49 +225,27 @@ __device__ __forceinline__ unsigned int order_key(float f) {
   return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
 }
 
-/* exclusive block-wide prefix sum of v (blockDim.x a multiple of 32, <= 1024):
- * (.x the exclusive sum, .y the block's total). Uses sh[32]; ends with
- * __syncthreads. */
-__device__ __forceinline__ int2 block_scan(int v, int *sh) {
-  const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = blockDim.x >> 5;
-  int x = v;
-  for (int o = 1; o < 32; o <<= 1) {
-    const int y = __shfl_up_sync(0xFFFFFFFFu, x, o);
-    if (lane >= o) x += y;
-  }
-  if (lane == 31) sh[wid] = x;
-  __syncthreads();
-  if (wid == 0) {
-    int s = lane < nw ? sh[lane] : 0;
-    for (int o = 1; o < 32; o <<= 1) {
-      const int y = __shfl_up_sync(0xFFFFFFFFu, s, o);
-      if (lane >= o) s += y;
-    }
-    sh[lane] = s; /* inclusive over warps */
-  }
-  __syncthreads();
-  const int2 r = make_int2(x - v + (wid > 0 ? sh[wid - 1] : 0), sh[nw - 1]);
-  __syncthreads();
-  return r;
-}
-
 /*
  * The k best of key[0, n) (larger first, equal keys: lower index first)
  * written ascending to out[0, k): radix select of the k-th best 32-bit
  * order key, 8 bits per pass over the keys still tied with the prefix
  * (warp-aggregated histogram: __match_any_sync, one shared atomic per
  * distinct digit of a warp), stopping once the tied keys agree on every
- * lower bit (the scores are bf16 values: two passes); then one ordered
- * pass in which thread i takes the i-th contiguous chunk of keys: counts,
- * two block scans (equal keys before the chunk; selected keys before it),
- * and the writes. The whole block calls it; blockDim.x a multiple of 32.
+ * lower bit (the scores are bf16 values: two passes); then warp w takes the
+ * w-th contiguous chunk of keys: a counting pass (keys above the k-th, keys
+ * equal to it), the warps' offsets in warp order, and a writing pass that
+ * places each selected key by ballot. Every pass keeps TK_U loads of a
+ * thread in flight before it uses one (the scores come from L2: one wait per
+ * TK_U keys, not per key). The whole block calls it; blockDim.x a multiple
+ * of 32, at most 1024.
  */
+#define TK_U 8
 __device__ __forceinline__ void block_topk(const float *key, long long n, int k, int *out) {
   __shared__ unsigned int hist[256];
   __shared__ unsigned int s_prefix, s_or, s_and;
   __shared__ int s_kk, s_done;
-  __shared__ int scan_sh[32];
-  const int tid = threadIdx.x, lane = tid & 31, bd = blockDim.x;
+  __shared__ int w_cnt[32][2], w_off[32], w_take[32];
+  const int tid = threadIdx.x, lane = tid & 31, wid = tid >> 5, bd = blockDim.x, nw = bd >> 5;
   unsigned int prefix = 0, mask = 0;
   int kk = k;
   for (int shift = 24; shift >= 0; shift -= 8) {
@@ -279,18 +257,26 @@ __device__ __forceinline__ void block_topk(const float *key, long long n, int k,
     __syncthreads();
     const unsigned int low = (1u << shift) - 1u; /* the bits below this digit */
     const bool check = shift == 16;              /* where bf16 keys end */
-    for (long long i0 = 0; i0 < n; i0 += bd) {   /* warp-uniform trip count */
-      const long long i = i0 + tid;
-      const unsigned int u = i < n ? order_key(key[i]) : 0u;
-      const bool m = i < n && (u & mask) == prefix;
-      const unsigned int bin = m ? (u >> shift) & 255u : 256u;
-      const unsigned int peers = __match_any_sync(0xFFFFFFFFu, bin);
-      if (m && lane == __ffs(peers) - 1) atomicAdd(&hist[bin], (unsigned int)__popc(peers));
-      if (check) {
-        const unsigned int o = __reduce_or_sync(0xFFFFFFFFu, m ? (u & low) : 0u);
-        const unsigned int a = __reduce_and_sync(0xFFFFFFFFu, m ? (u & low) : 0xFFFFFFFFu);
-        if (lane == 0 && o) atomicOr(&s_or, o);
-        if (lane == 0 && a != 0xFFFFFFFFu) atomicAnd(&s_and, a);
+    for (long long i0 = 0; i0 < n; i0 += (long long)bd * TK_U) { /* warp-uniform trip count */
+      unsigned int uu[TK_U];
+      #pragma unroll
+      for (int j = 0; j < TK_U; j++) {
+        const long long i = i0 + (long long)j * bd + tid;
+        uu[j] = i < n ? order_key(key[i]) : 0u;
+      }
+      #pragma unroll
+      for (int j = 0; j < TK_U; j++) {
+        const unsigned int u = uu[j];
+        const bool m = i0 + (long long)j * bd + tid < n && (u & mask) == prefix;
+        const unsigned int bin = m ? (u >> shift) & 255u : 256u;
+        const unsigned int peers = __match_any_sync(0xFFFFFFFFu, bin);
+        if (m && lane == __ffs(peers) - 1) atomicAdd(&hist[bin], (unsigned int)__popc(peers));
+        if (check) {
+          const unsigned int o = __reduce_or_sync(0xFFFFFFFFu, m ? (u & low) : 0u);
+          const unsigned int a = __reduce_and_sync(0xFFFFFFFFu, m ? (u & low) : 0xFFFFFFFFu);
+          if (lane == 0 && o) atomicOr(&s_or, o);
+          if (lane == 0 && a != 0xFFFFFFFFu) atomicAnd(&s_and, a);
+        }
       }
     }
     __syncthreads();
@@ -319,23 +305,62 @@ __device__ __forceinline__ void block_topk(const float *key, long long n, int k,
       break;
     }
   }
-  /* prefix: the k-th best key; take all above it and the first kk equal */
-  const long long chunk = (n + bd - 1) / bd, c0 = (long long)tid * chunk;
-  const long long c1 = c0 + chunk < n ? c0 + chunk : n;
+  /* prefix: the k-th best key; take all above it and the first kk equal, in index order */
+  const long long chunk = ((n + nw - 1) / nw + 31) / 32 * 32;
+  const long long w0 = (long long)wid * chunk, w1 = w0 + chunk < n ? w0 + chunk : n;
   int gt = 0, eq = 0;
-  for (long long i = c0; i < c1; i++) {
-    const unsigned int u = order_key(key[i]);
-    gt += u > prefix;
-    eq += u == prefix;
+  for (long long b0 = w0; b0 < w1; b0 += 32 * TK_U) {
+    unsigned int uu[TK_U];
+    #pragma unroll
+    for (int j = 0; j < TK_U; j++) {
+      const long long i = b0 + 32 * j + lane;
+      uu[j] = i < w1 ? order_key(key[i]) : 0u;
+    }
+    #pragma unroll
+    for (int j = 0; j < TK_U; j++) {
+      const bool in = b0 + 32 * j + lane < w1;
+      gt += __popc(__ballot_sync(0xFFFFFFFFu, in && uu[j] > prefix));
+      eq += __popc(__ballot_sync(0xFFFFFFFFu, in && uu[j] == prefix));
+    }
   }
-  const int2 es = block_scan(eq, scan_sh);
-  int take = kk - es.x;
-  take = take < 0 ? 0 : take > eq ? eq : take;
-  const int2 ss = block_scan(gt + take, scan_sh);
-  int o = ss.x, seen = 0;
-  for (long long i = c0; i < c1; i++) {
-    const unsigned int u = order_key(key[i]);
-    if (u > prefix || (u == prefix && seen++ < take)) out[o++] = (int)i;
+  if (lane == 0) {
+    w_cnt[wid][0] = gt;
+    w_cnt[wid][1] = eq;
+  }
+  __syncthreads();
+  if (tid == 0) { /* warp order: equal keys before a warp's chunk, selected keys before it */
+    int eb = 0, sb = 0;
+    for (int w = 0; w < nw; w++) {
+      int take = kk - eb;
+      take = take < 0 ? 0 : take > w_cnt[w][1] ? w_cnt[w][1] : take;
+      w_take[w] = take;
+      w_off[w] = sb;
+      sb += w_cnt[w][0] + take;
+      eb += w_cnt[w][1];
+    }
+  }
+  __syncthreads();
+  const unsigned int lt = (1u << lane) - 1u;
+  int o = w_off[wid], seen = 0;
+  const int take = w_take[wid];
+  for (long long b0 = w0; b0 < w1; b0 += 32 * TK_U) {
+    unsigned int uu[TK_U];
+    #pragma unroll
+    for (int j = 0; j < TK_U; j++) {
+      const long long i = b0 + 32 * j + lane;
+      uu[j] = i < w1 ? order_key(key[i]) : 0u;
+    }
+    #pragma unroll
+    for (int j = 0; j < TK_U; j++) {
+      const long long i = b0 + 32 * j + lane;
+      const bool in = i < w1, e = in && uu[j] == prefix;
+      const unsigned int eb = __ballot_sync(0xFFFFFFFFu, e);
+      const bool tk = (in && uu[j] > prefix) || (e && seen + __popc(eb & lt) < take);
+      const unsigned int sb = __ballot_sync(0xFFFFFFFFu, tk);
+      if (tk) out[o + __popc(sb & lt)] = (int)i;
+      o += __popc(sb);
+      seen += __popc(eb);
+    }
   }
 }
 
