@@ -67,6 +67,79 @@ __device__ __forceinline__ void resolve_entry(const dsv4i_gpu_kvtab &win,
   }
 }
 
+/* Where entry e of a token's row lives, without the page lookup (so that a
+ * thread can have the page-table loads of several entries in flight): kind;
+ * for E_WIN the position (ring record position mod ring), for E_COMP the
+ * compressed record index; for E_ROW the call-row offset. The same rows as
+ * resolve_entry. Positions and record indices are below 2^31. */
+struct entry_loc {
+  int kind, idx;
+};
+
+__device__ __forceinline__ entry_loc locate_entry(const dsv4i_gpu_attn_tok &tk, int e, int window,
+                                                  const int *sel_row, int sel_ld) {
+  entry_loc L = {E_NONE, 0};
+  if (tk.layout < 0) {
+    const int anchor = tk.first - 1, nr = anchor + 1 < window ? anchor + 1 : window;
+    if (e < nr) {
+      L.kind = E_WIN;
+      L.idx = anchor - (int)((unsigned)(anchor - e) % (unsigned)window);
+    } else if (e < nr - tk.layout) {
+      L.kind = E_ROW;
+      L.idx = e - nr;
+    }
+    return L;
+  }
+  const int W = tk.layout == 0 ? window : tk.layout;
+  if (e < W) {
+    int p;
+    if (tk.layout == 0) {
+      p = tk.pos - window + 1 + e;
+    } else {
+      const int lo = tk.pos - window + 1 > 0 ? tk.pos - window + 1 : 0;
+      p = lo + e <= tk.pos ? lo + e : -1;
+    }
+    if (p < 0) return L;
+    L.kind = p >= tk.first ? E_ROW : E_WIN;
+    L.idx = p >= tk.first ? p - tk.first : p;
+  } else if (e - W < sel_ld) {
+    const int j = sel_row[e - W];
+    if (j >= 0) {
+      L.kind = E_COMP;
+      L.idx = j;
+    }
+  }
+  return L;
+}
+
+/* The window table or the compressed one, picked field by field (a select
+ * of the by-value kernel parameters themselves would copy both to the stack). */
+__device__ __forceinline__ dsv4i_gpu_kvtab pick_tab(const dsv4i_gpu_kvtab &a,
+                                                    const dsv4i_gpu_kvtab &b, bool use_b) {
+  dsv4i_gpu_kvtab t;
+  t.pool = use_b ? b.pool : a.pool;
+  t.pages = use_b ? b.pages : a.pages;
+  t.page_bytes = use_b ? b.page_bytes : a.page_bytes;
+  t.ld = use_b ? b.ld : a.ld;
+  t.rpp = use_b ? b.rpp : a.rpp;
+  t.rec_bytes = use_b ? b.rec_bytes : a.rec_bytes;
+  t.ring = use_b ? b.ring : a.ring;
+  return t;
+}
+
+/* The page-table slot of record idx (>= 0) of sequence row seq, and the
+ * record's address once its page id is known (32-bit index arithmetic). */
+__device__ __forceinline__ const int *rec_page_slot(const dsv4i_gpu_kvtab &t, int seq, int idx,
+                                                    unsigned int *r) {
+  *r = t.ring ? (unsigned int)idx % (unsigned int)t.ring : (unsigned int)idx;
+  return (const int *)t.pages + (long long)seq * t.ld + *r / (unsigned int)t.rpp;
+}
+__device__ __forceinline__ const unsigned char *rec_at(const dsv4i_gpu_kvtab &t, int page,
+                                                       unsigned int r) {
+  return (const unsigned char *)t.pool + (unsigned long long)page * t.page_bytes +
+         (unsigned long long)(r % (unsigned int)t.rpp) * (unsigned int)t.rec_bytes;
+}
+
 /* N 32-bit words from p (4-byte aligned: records of head_dim a multiple of
  * 128), in 16-byte loads where p allows (the 528 / 288 B records of the
  * release dims always do; the tiny model's 132 / 72 B ones not always). */

@@ -170,10 +170,19 @@ __device__ __forceinline__ void score_block(score_smem &sm, const dsv4i_gpu_kvta
   }
   if (tid < RC) {
     const dsv4i_gpu_attn_tok tk = tok[t];
-    int rk;
-    resolve_entry(win, comp, tk, e0 + tid, window, hd, kvw,
-                  sel ? sel + (long long)t * sel_ld : nullptr, sel ? sel_ld : 0, &sm.ptr[tid],
-                  &sm.kind[tid], &rk);
+    const entry_loc L = locate_entry(tk, e0 + tid, window,
+                                     sel ? sel + (long long)t * sel_ld : nullptr, sel ? sel_ld : 0);
+    unsigned long long p = 0;
+    if (L.kind == E_ROW) {
+      p = (unsigned long long)(kvw + (long long)(tk.row0 + L.idx) * hd);
+    } else if (L.kind != E_NONE) {
+      const dsv4i_gpu_kvtab tb = pick_tab(win, comp, L.kind == E_COMP);
+      unsigned int r;
+      const int page = *rec_page_slot(tb, tk.seq, L.idx, &r);
+      p = (unsigned long long)rec_at(tb, page, r);
+    }
+    sm.ptr[tid] = p;
+    sm.kind[tid] = L.kind;
   }
   __syncthreads();
   int kd[4];
@@ -302,14 +311,41 @@ extern "C" __global__ void __launch_bounds__(128) dsv4_k_attn_sparse_tiled_e4m3(
     for (int sb0 = 0; sb0 < nblk; sb0 += SB) {
       const int nb = nblk - sb0 < SB ? nblk - sb0 : SB;
       if (sb0) __syncthreads(); /* the previous stage is consumed */
-      /* 1. stage the slice of every entry of these blocks (cp.async) */
-      for (int e = tid; e < nb * BLK; e += 128) {
-        unsigned long long p;
-        int kind, rk;
-        resolve_entry(win, comp, tk, sb0 * BLK + e, window, hd, kvw, sel_row, sel ? sel_ld : 0, &p,
-                      &kind, &rk);
+      /* 1. stage the slice of every entry of these blocks (cp.async): the thread's
+       * SE / 128 entries resolved first (their loads in flight together), then copied */
+      constexpr int NJ = SE / 128;
+      entry_loc L[NJ];
+      #pragma unroll
+      for (int j = 0; j < NJ; j++) { /* the selection loads */
+        const int e = tid + 128 * j;
+        L[j] = e < nb * BLK ? locate_entry(tk, sb0 * BLK + e, window, sel_row, sel ? sel_ld : 0)
+                            : entry_loc{E_NONE, 0};
+      }
+      unsigned int rr[NJ];
+      int pg[NJ];
+      #pragma unroll
+      for (int j = 0; j < NJ; j++) { /* the page-table loads */
+        rr[j] = 0;
+        pg[j] = 0;
+        if (L[j].kind == E_WIN || L[j].kind == E_COMP)
+          pg[j] = *rec_page_slot(pick_tab(win, comp, L[j].kind == E_COMP), tk.seq, L[j].idx, &rr[j]);
+      }
+      unsigned long long ep[NJ];
+      int ekind[NJ], erk[NJ];
+      #pragma unroll
+      for (int j = 0; j < NJ; j++) {
+        ekind[j] = L[j].kind;
+        erk[j] = L[j].kind == E_ROW ? L[j].idx : 0;
+        ep[j] = L[j].kind == E_ROW ? (unsigned long long)(kvw + (long long)(tk.row0 + L[j].idx) * hd)
+                : L[j].kind == E_NONE ? 0ull
+                : (unsigned long long)rec_at(pick_tab(win, comp, L[j].kind == E_COMP), pg[j], rr[j]);
+      }
+      #pragma unroll
+      for (int j = 0; j < SE / 128; j++) {
+        const int e = tid + 128 * j, kind = ekind[j], rk = erk[j];
+        if (e >= nb * BLK) break;
         sm_o.ek[e] = (unsigned short)(kind | (rk << 2));
-        const unsigned char *rec = (const unsigned char *)p;
+        const unsigned char *rec = (const unsigned char *)ep[j];
         if (kind == E_WIN) {
           cp_async_bytes(sm_o.raw[e], rec + d0, DS);
           cp_async4(&sm_o.scw[e], rec + hd + ((d0 / 32) & ~3));
