@@ -1,7 +1,7 @@
 /*
  * Sparse attention with sink, the default ("tiled") decode kernel: one
  * launch per slice of tokens, every thread block of it short, so that a
- * single query fills the GPU (issue: batch 1 ran 40 blocks for ~46 us).
+ * single query fills the GPU (the split pass ran 40 blocks at batch 1).
  * Same rounding points as the reference (lib/cpu/attn_sparse.c): fp32
  * scores, each 64-entry block's probabilities rounded to bf16 relative to
  * the running max after that block, the fp32 recurrences acc·f + blk and
@@ -9,54 +9,61 @@
  * in another (fixed) order: the dot products on mma.sync with a fixed
  * 4-way split of the dims, Σp over a fixed tree, P·V on mma.sync.
  *
- * Two kinds of thread blocks in one grid (all score blocks first):
- *   score block  (token, 32 entries, 16 heads): s = (q·kv)·scale for its
- *                entries (records decoded straight into mma fragments, the
- *                dims split over the 4 warps, partial dots summed in warp
- *                order), written to the workspace; then a flag;
+ * Two kinds of thread blocks (256 threads) in one grid, all score blocks
+ * first:
+ *   score block  (token, 64-entry block b, 16 heads): s = (q·kv)·scale
+ *                (records decoded straight into mma fragments; warp w takes
+ *                entries 32(w/4) .. + 31 and a quarter of the dims, the four
+ *                partial dots summed in order), the block's max per head,
+ *                published (flag 1); then the maxima of the blocks before it
+ *                (flag 1 of earlier blocks), the running max M_b, f_b =
+ *                exp(M_{b-1} − M_b), p = exp(s − M_b), Σp, bf16(p) to the
+ *                workspace (flag 2): every exp once per token;
  *   output block (token, 16 heads, 32 dims): stages the 32-dim slice of
  *                every entry of the row in shared memory (cp.async) while the
- *                score blocks run, waits for the flags of its token's score
- *                blocks, forms every block's max, running max, p (bf16 for
- *                P·V, fp32 for Σp) from the scores, then runs the reference's
- *                recurrence over the blocks with P·V on mma.sync and writes
- *                its 16 x 32 outputs.
- * An output block waits only for blocks earlier in the grid, which never
- * wait, so the wait ends (a wait of 2^26 polls, seconds, traps instead).
+ *                score blocks run, waits for their flag 2, then warp w takes
+ *                blocks w, w + 8, ...: blk_b = bf16(P_b)·V_b on mma.sync (a
+ *                lane decodes 4 dims of an entry from one shared word); the
+ *                recurrence over the blocks in order, the sink, the output.
+ * A block waits only for blocks earlier in the grid, which never wait for
+ * later ones, so the wait ends (2^26 polls, seconds, trap instead).
  * Nothing depends on the number of tokens, the grid or the schedule: a
  * token's bits are the same alone or in a batch (batch invariant).
- * Host side: lib/gpu/attn_sparse.c; design notes: docs/gpu-attention.md.
+ * Workspace per token: P bf16 [H][nent], then f32 [H][nblk] block maxima,
+ * running maxima, f and Σp. Host side: lib/gpu/attn_sparse.c; notes:
+ * docs/gpu-attention.md.
  */
 #include "attn_rows.cuh"
 #include "mma.cuh"
 
 #define BLK DSV4I_GPU_ATTN_BLOCK /* entries per online-softmax block */
 #define HG 16                    /* heads per thread block (one mma row tile) */
-#define RC 32                    /* entries per score block */
+#define NT 256                   /* threads per block */
 #define DS 32                    /* dims per output block */
 #define SB 10                    /* 64-entry blocks staged at a time by an output block */
 #define SE (SB * BLK)
 #define RMAX 16                  /* call rows staged per output block (more: read in place) */
-#define LDP (SE + 8)             /* bf16 row stride of the probability tile */
 #define FLAGS DSV4I_GPU_ATTN_SPLIT_FLAGS
 
 namespace {
 
 struct score_smem {
-  unsigned long long ptr[RC];
-  int kind[RC];
-  float red[4][HG][RC + 4]; /* each warp's partial dots */
+  unsigned long long ptr[BLK];
+  int kind[BLK];
+  float red[4][HG][BLK + 4]; /* the dim quarters' partial dots */
+  float s[HG][BLK + 4];      /* scores */
+  float mprev[HG], m[HG];
 };
 
 struct out_smem {
-  unsigned char raw[SE][DS];      /* the slice's codes: E4M3 (32 B) or E2M1 (16 B) */
-  unsigned int scw[SE];           /* the aligned word holding the slice's scale byte(s) */
-  unsigned short rowv[RMAX][DS];  /* call rows: bf16 */
-  unsigned short P[HG][LDP];      /* bf16 probabilities, [head][entry] */
-  unsigned short ek[SE];          /* kind | call-row offset << 2 */
-  float f[HG][SB], ps[HG][SB];    /* per block: exp(m_prev − m), Σp */
-  float m[HG];                    /* running max after the staged blocks */
-  int any[SB];                    /* block holds an entry */
+  unsigned char raw[SE][DS];     /* the slice's codes: E4M3 (32 B) or E2M1 (16 B) */
+  float blk[SB][HG][DS];         /* bf16(P_b)·V_b */
+  unsigned int scw[SE];          /* the aligned word holding the slice's scale byte(s) */
+  unsigned short rowv[RMAX][DS]; /* call rows: bf16 */
+  unsigned short ek[SE];         /* kind | call-row offset << 2 */
+  float f[HG][SB], ps[HG][SB];   /* per block: exp(M_{b-1} − M_b), Σp */
+  float mlast[HG];               /* the running max after the last block */
+  int any[SB];                   /* block holds an entry */
 };
 
 union attn_smem {
@@ -65,15 +72,39 @@ union attn_smem {
 };
 
 /* Flags (module memory, zero at load): flag i holds the epoch + 1 of the
- * launch whose score block i last published. The last block of a launch to
- * finish moves the epoch, so no flag needs clearing. One launch at a time
- * per loaded module (the launchers are handle-exclusive per stream). */
-__device__ unsigned int g_tiled_flag[FLAGS];
+ * launch whose score block i last published its maxima (g_flag_max) and its
+ * probabilities (g_flag_p). The last block of a launch to finish moves the
+ * epoch, so no flag needs clearing. One launch at a time per loaded module
+ * (the launchers are handle-exclusive per stream). */
+__device__ unsigned int g_flag_max[FLAGS];
+__device__ unsigned int g_flag_p[FLAGS];
 __device__ unsigned int g_tiled_epoch;
 __device__ unsigned int g_tiled_done;
 
-__device__ __forceinline__ unsigned int lds32(const unsigned short *p) {
-  return *(const unsigned int *)p;
+__device__ __forceinline__ void wait_flag(const unsigned int *f, unsigned int want) {
+  unsigned int spins = 0;
+  while (ld_acquire(f) != want) {
+    __nanosleep(64);
+    if (++spins > (1u << 26)) __trap(); /* a lost block: fail loudly, never hang */
+  }
+}
+
+/* The workspace of token t: P bf16 [H][nent], then f32 [H][nblk] x 4. */
+struct ws_tok {
+  unsigned short *P;
+  float *bmax, *M, *F, *PS;
+};
+__device__ __forceinline__ ws_tok ws_of(unsigned char *ws, int t, int H, int nent) {
+  const int nblk = nent / BLK;
+  const long long per = (long long)H * nent * 2 + (long long)H * nblk * 16;
+  unsigned char *b = ws + per * t;
+  ws_tok w;
+  w.P = (unsigned short *)b;
+  w.bmax = (float *)(b + (long long)H * nent * 2);
+  w.M = w.bmax + H * nblk;
+  w.F = w.M + H * nblk;
+  w.PS = w.F + H * nblk;
+  return w;
 }
 
 /* An entry's bytes for 16 dims (d0 ..): fetched apart from their decode so
@@ -144,33 +175,34 @@ __device__ __forceinline__ void load_q(const unsigned short *qa, const unsigned 
 }
 
 /*
- * Score block: entries e0 .. e0 + 31 of token t, heads head0 .. + 15. Warp w
- * takes the 64-dim chunks w, w + 4, ... (two at a time, every load of both
- * in flight before the first decode); lane (g, c) loads dims kc + 16c .. + 15
- * of heads g, g + 8 and of entries 8j + g (n tile j = 0..3), which is the
- * mma's k order permuted alike for q and kv. The four warps' partial dots
- * are summed in warp order, then scaled: S[t][head][e] (f32).
+ * Score block: entries b·64 .. + 63 of token t, heads head0 .. + 15. Warp w
+ * takes entries 32·(w / 4) + 8j + g (n tile j = 0..3) and the 64-dim chunks
+ * (w % 4), (w % 4) + 4, ... (two at a time, every load of both in flight
+ * before the first decode); lane (g, c) loads dims kc + 16c .. + 15 of heads
+ * g, g + 8 and of its entries (the mma's k order permuted alike for q and
+ * kv). The dim quarters' partial dots are summed in order, then scaled.
  */
 __device__ __forceinline__ void score_block(score_smem &sm, const dsv4i_gpu_kvtab &win,
                                             const dsv4i_gpu_kvtab &comp,
                                             const dsv4i_gpu_attn_tok *__restrict__ tok, int t,
-                                            int e0, int head0, int nent, int H, int hd, int window,
-                                            const unsigned short *__restrict__ q,
+                                            int b, int hg, int n_hg, int nent, int H, int hd,
+                                            int window, const unsigned short *__restrict__ q,
                                             const unsigned short *__restrict__ kvw,
                                             const int *__restrict__ sel, int sel_ld, float scale,
-                                            float *__restrict__ S) {
+                                            unsigned char *ws, unsigned int want, int bid) {
   const int tid = threadIdx.x, lane = tid & 31, wid = tid >> 5, g = lane >> 2, c = lane & 3;
+  const int head0 = hg * HG, eh = wid >> 2, kq = wid & 3, nblk = nent / BLK;
   const unsigned short *qa = head0 + g < H ? q + ((long long)t * H + head0 + g) * hd : nullptr;
   const unsigned short *qb = head0 + g + 8 < H ? q + ((long long)t * H + head0 + g + 8) * hd : nullptr;
   uint4 qv[2][4]; /* the first two chunks' q, in flight while the entries resolve */
   #pragma unroll
   for (int i = 0; i < 2; i++) {
-    const int kc = 64 * wid + 256 * i;
+    const int kc = 64 * kq + 256 * i;
     if (kc < hd) load_q(qa, qb, kc + 16 * c, qv[i]);
   }
-  if (tid < RC) {
+  if (tid < BLK) {
     const dsv4i_gpu_attn_tok tk = tok[t];
-    const entry_loc L = locate_entry(tk, e0 + tid, window,
+    const entry_loc L = locate_entry(tk, b * BLK + tid, window,
                                      sel ? sel + (long long)t * sel_ld : nullptr, sel ? sel_ld : 0);
     unsigned long long p = 0;
     if (L.kind == E_ROW) {
@@ -189,14 +221,14 @@ __device__ __forceinline__ void score_block(score_smem &sm, const dsv4i_gpu_kvta
   unsigned long long pt[4];
   #pragma unroll
   for (int j = 0; j < 4; j++) {
-    kd[j] = sm.kind[8 * j + g];
-    pt[j] = sm.ptr[8 * j + g];
+    kd[j] = sm.kind[32 * eh + 8 * j + g];
+    pt[j] = sm.ptr[32 * eh + 8 * j + g];
   }
   float acc[4][4];
   #pragma unroll
   for (int j = 0; j < 4; j++) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
-  for (int k0 = 64 * wid; k0 < hd; k0 += 512) {
-    if (k0 != 64 * wid) {
+  for (int k0 = 64 * kq; k0 < hd; k0 += 512) {
+    if (k0 != 64 * kq) {
       #pragma unroll
       for (int i = 0; i < 2; i++)
         if (k0 + 256 * i < hd) load_q(qa, qb, k0 + 256 * i + 16 * c, qv[i]);
@@ -225,250 +257,273 @@ __device__ __forceinline__ void score_block(score_smem &sm, const dsv4i_gpu_kvta
       }
     }
   }
-  /* acc[j][0..1]: head g, entries 8j + 2c, + 1; acc[j][2..3]: head g + 8 */
+  /* acc[j][0..1]: head g, entries 32eh + 8j + 2c, + 1; acc[j][2..3]: head g + 8 */
   #pragma unroll
   for (int j = 0; j < 4; j++) {
-    *(float2 *)&sm.red[wid][g][8 * j + 2 * c] = make_float2(acc[j][0], acc[j][1]);
-    *(float2 *)&sm.red[wid][g + 8][8 * j + 2 * c] = make_float2(acc[j][2], acc[j][3]);
+    *(float2 *)&sm.red[kq][g][32 * eh + 8 * j + 2 * c] = make_float2(acc[j][0], acc[j][1]);
+    *(float2 *)&sm.red[kq][g + 8][32 * eh + 8 * j + 2 * c] = make_float2(acc[j][2], acc[j][3]);
   }
   __syncthreads();
-  const int h = tid >> 3, e = (tid & 7) * 4;
-  if (head0 + h < H) {
-    float v[4];
-    #pragma unroll
-    for (int i = 0; i < 4; i++) {
-      float d = __fadd_rn(sm.red[0][h][e + i], sm.red[1][h][e + i]);
-      d = __fadd_rn(d, sm.red[2][h][e + i]);
-      d = __fadd_rn(d, sm.red[3][h][e + i]);
-      v[i] = __fmul_rn(d, scale);
+  /* thread: head h, entries 4·(tid % 16) .. + 3 (16 lanes a head) */
+  const int h = tid >> 4, e0 = (tid & 15) * 4;
+  const bool hv = head0 + h < H;
+  const ws_tok W = ws_of(ws, t, H, nent);
+  const float ninf = -__int_as_float(0x7F800000);
+  float sv[4];
+  unsigned int valid = 0;
+  float bmax = ninf;
+  #pragma unroll
+  for (int i = 0; i < 4; i++) {
+    float d = __fadd_rn(sm.red[0][h][e0 + i], sm.red[1][h][e0 + i]);
+    d = __fadd_rn(d, sm.red[2][h][e0 + i]);
+    d = __fadd_rn(d, sm.red[3][h][e0 + i]);
+    sv[i] = __fmul_rn(d, scale);
+    if (sm.kind[e0 + i] != E_NONE) {
+      valid |= 1u << i;
+      bmax = sv[i] > bmax ? sv[i] : bmax;
     }
-    *(float4 *)(S + ((long long)t * H + head0 + h) * nent + e0 + e) = make_float4(v[0], v[1], v[2], v[3]);
   }
+  unsigned int anyv = valid;
+  #pragma unroll
+  for (int x = 1; x < 16; x <<= 1) {
+    const float ob = __shfl_xor_sync(0xFFFFFFFFu, bmax, x);
+    anyv |= __shfl_xor_sync(0xFFFFFFFFu, anyv, x);
+    bmax = ob > bmax ? ob : bmax;
+  }
+  if ((tid & 15) == 0 && hv) W.bmax[(head0 + h) * nblk + b] = bmax;
+  __threadfence();
+  __syncthreads();
+  if (tid == 0) atomicExch(&g_flag_max[bid], want);
+  /* the maxima of the blocks before this one: thread (h, j) reads block j, j + 16, ... */
+  float mp = -1e30f; /* the reference's initial running max */
+  {
+    const int j0 = tid & 15;
+    for (int j = j0; j < b; j += 16) {
+      wait_flag(&g_flag_max[bid - b + j], want);
+      if (hv) {
+        const float x = __ldcg(&W.bmax[(head0 + h) * nblk + j]);
+        mp = x > mp ? x : mp;
+      }
+    }
+    #pragma unroll
+    for (int x = 1; x < 16; x <<= 1) {
+      const float o = __shfl_xor_sync(0xFFFFFFFFu, mp, x);
+      mp = o > mp ? o : mp;
+    }
+  }
+  /* M_b, f_b, p, Σp (each lane's 4 in entry order, then a fixed tree of 16) */
+  float f = 1.0f, psum = 0.0f, mn = mp;
+  unsigned int pk[2] = {0u, 0u};
+  if (anyv) {
+    mn = bmax > mp ? bmax : mp;
+    f = expf(__fsub_rn(mp, mn));
+    float p[4];
+    #pragma unroll
+    for (int i = 0; i < 4; i++) p[i] = (valid >> i) & 1u ? expf(__fsub_rn(sv[i], mn)) : 0.0f;
+    psum = __fadd_rn(__fadd_rn(__fadd_rn(p[0], p[1]), p[2]), p[3]);
+    #pragma unroll
+    for (int x = 1; x < 16; x <<= 1) psum = __fadd_rn(psum, __shfl_xor_sync(0xFFFFFFFFu, psum, x));
+    pk[0] = pack_bf16(p[0], p[1]);
+    pk[1] = pack_bf16(p[2], p[3]);
+  }
+  if (hv) {
+    *(uint2 *)(W.P + (long long)(head0 + h) * nent + b * BLK + e0) = make_uint2(pk[0], pk[1]);
+    if ((tid & 15) == 0) {
+      W.M[(head0 + h) * nblk + b] = mn;
+      W.F[(head0 + h) * nblk + b] = f;
+      W.PS[(head0 + h) * nblk + b] = psum;
+    }
+  }
+  __threadfence();
+  __syncthreads();
+  if (tid == 0) atomicExch(&g_flag_p[bid], want);
 }
 
-/* The value (bf16 bits) of staged entry e at slice dim dl (d0: the slice's first dim) */
-__device__ __forceinline__ unsigned int staged_val(const out_smem &o, int e, int dl, int d0, int hd,
-                                                   const unsigned short *__restrict__ kvw,
-                                                   int row0) {
+/* Dims 4g' .. 4g' + 3 of the slice (d0 ..) of staged entry e as bf16 bits v[0..3] */
+__device__ __forceinline__ void staged4(const out_smem &o, int e, int g4, int d0, int hd,
+                                        const unsigned short *__restrict__ kvw, int row0,
+                                        unsigned int v[4]) {
   const unsigned int code = o.ek[e], kind = code & 3u;
   if (kind == E_WIN) {
     const float s = dsv4i_e8m0_to_f32((unsigned char)(o.scw[e] >> (8 * ((d0 >> 5) & 3))));
-    return dsv4i_f32_to_bf16(__fmul_rn(e4m3f(o.raw[e][dl]), s));
-  }
-  if (kind == E_COMP) {
-    const unsigned int byte = o.raw[e][dl >> 1];
-    const float s = dsv4i_e4m3_to_f32((unsigned char)(o.scw[e] >> (8 * (((d0 >> 4) & 3) + (dl >> 4)))));
-    return dsv4i_f32_to_bf16(__fmul_rn(dsv4i_e2m1_to_f32((dl & 1) ? byte >> 4 : byte & 0xFu), s));
-  }
-  if (kind == E_ROW) {
+    const unsigned int w = *(const unsigned int *)&o.raw[e][g4];
+    #pragma unroll
+    for (int j = 0; j < 4; j++) v[j] = dsv4i_f32_to_bf16(__fmul_rn(e4m3f((w >> (8 * j)) & 0xFFu), s));
+  } else if (kind == E_COMP) {
+    const float s = dsv4i_e4m3_to_f32((unsigned char)(o.scw[e] >> (8 * (((d0 >> 4) & 3) + (g4 >> 4)))));
+    const unsigned int w = *(const unsigned short *)&o.raw[e][g4 >> 1];
+    #pragma unroll
+    for (int j = 0; j < 4; j++)
+      v[j] = dsv4i_f32_to_bf16(__fmul_rn(dsv4i_e2m1_to_f32((w >> (4 * j)) & 0xFu), s));
+  } else if (kind == E_ROW) {
     const unsigned int k = code >> 2;
-    return k < RMAX ? o.rowv[k][dl] : kvw[(long long)(row0 + (int)k) * hd + d0 + dl];
+    uint2 x;
+    if (k < RMAX) x = *(const uint2 *)&o.rowv[k][g4];
+    else x = *(const uint2 *)(kvw + (long long)(row0 + (int)k) * hd + d0 + g4);
+    v[0] = x.x & 0xFFFFu; v[1] = x.x >> 16; v[2] = x.y & 0xFFFFu; v[3] = x.y >> 16;
+  } else {
+    v[0] = v[1] = v[2] = v[3] = 0u;
   }
-  return 0;
 }
 
 }  // namespace
 
 /*
- * Grid: n·n_hg·(nent/32) score blocks, then n·n_hg·(hd/32) output blocks, of
- * 128 threads (n_hg = ceil(H / 16); nent = the index row's width rounded up
- * to 64). q: bf16 [n][H][hd] post-RoPE; kvw: bf16 [call tokens][hd] this
- * call's QDQ'd window rows; sel: int32 [n][sel_ld] compressed selection
- * (ascending, −1 padded) or 0; sink f32 [H]; S: f32 [n][H][nent] workspace;
- * o: bf16 [n][H][hd]. n·n_hg·(nent/32) <= FLAGS; hd a multiple of 128.
+ * Grid: n·n_hg·nblk score blocks, then n·n_hg·(hd/32) output blocks, of 256
+ * threads (n_hg = ceil(H / 16); nblk = nent / 64, nent = the index row's
+ * width rounded up to 64). q: bf16 [n][H][hd] post-RoPE; kvw: bf16 [call
+ * tokens][hd] this call's QDQ'd window rows; sel: int32 [n][sel_ld]
+ * compressed selection (ascending, −1 padded) or 0; sink f32 [H]; ws: the
+ * workspace (ws_of); o: bf16 [n][H][hd]. n·n_hg·nblk <= FLAGS; hd a
+ * multiple of 128.
  */
-extern "C" __global__ void __launch_bounds__(128) dsv4_k_attn_sparse_tiled_e4m3(
+extern "C" __global__ void __launch_bounds__(NT) dsv4_k_attn_sparse_tiled_e4m3(
     dsv4i_gpu_kvtab win, dsv4i_gpu_kvtab comp, const dsv4i_gpu_attn_tok *__restrict__ tok,
     int n, int nent, int n_hg, int H, int hd, int window, const unsigned short *__restrict__ q,
     const unsigned short *__restrict__ kvw, const int *__restrict__ sel, int sel_ld, float scale,
-    const float *__restrict__ sink, float *__restrict__ S, unsigned short *__restrict__ o) {
+    const float *__restrict__ sink, unsigned char *__restrict__ ws, unsigned short *__restrict__ o) {
   __shared__ __align__(16) attn_smem sm;
   __shared__ unsigned int s_epoch;
   const int tid = threadIdx.x, lane = tid & 31, wid = tid >> 5, g = lane >> 2, c = lane & 3;
-  const int nchunk = nent / RC, n_score = n * n_hg * nchunk;
+  const int nblk = nent / BLK, n_score = n * n_hg * nblk;
   if (tid == 0) s_epoch = ld_acquire(&g_tiled_epoch);
+  __syncthreads();
+  const unsigned int want = s_epoch + 1u;
   const int bid = blockIdx.x;
   if (bid < n_score) {
-    const int chunk = bid % nchunk, hg = (bid / nchunk) % n_hg, t = bid / (nchunk * n_hg);
-    score_block(sm.s, win, comp, tok, t, chunk * RC, hg * HG, nent, H, hd, window, q, kvw, sel,
-                sel_ld, scale, S);
-    __threadfence();
-    __syncthreads();
-    if (tid == 0) atomicExch(&g_tiled_flag[bid], s_epoch + 1u);
+    const int b = bid % nblk, hg = (bid / nblk) % n_hg, t = bid / (nblk * n_hg);
+    score_block(sm.s, win, comp, tok, t, b, hg, n_hg, nent, H, hd, window, q, kvw, sel, sel_ld,
+                scale, ws, want, bid);
   } else {
-    out_smem &sm_o = sm.o;
+    out_smem &so = sm.o;
     const int nds = hd / DS, j2 = bid - n_score;
     const int ds = j2 % nds, hg = (j2 / nds) % n_hg, t = j2 / (nds * n_hg);
-    const int d0 = ds * DS, head0 = hg * HG, nblk = nent / BLK;
+    const int d0 = ds * DS, head0 = hg * HG;
     const dsv4i_gpu_attn_tok tk = tok[t];
     const int *sel_row = sel ? sel + (long long)t * sel_ld : nullptr;
-    const int h = tid >> 3, l8 = tid & 7; /* the probabilities: head h, entries 8·l8 .. + 7 */
-    const bool hv = head0 + h < H;
-    float m = -1e30f; /* the reference's initial running max (head h) */
-    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f}, sum0 = 0.0f, sum1 = 0.0f; /* heads g, g + 8 */
-    __syncthreads(); /* s_epoch */
-    const unsigned int want = s_epoch + 1u;
+    const ws_tok W = ws_of(ws, t, H, nent);
+    /* the recurrence: thread (h, dims 2·(tid % 16), + 1) */
+    const int rh = tid >> 4, rd = (tid & 15) * 2;
+    float acc0 = 0.0f, acc1 = 0.0f, sum = 0.0f;
     for (int sb0 = 0; sb0 < nblk; sb0 += SB) {
       const int nb = nblk - sb0 < SB ? nblk - sb0 : SB;
       if (sb0) __syncthreads(); /* the previous stage is consumed */
       /* 1. stage the slice of every entry of these blocks (cp.async): the thread's
-       * SE / 128 entries resolved first (their loads in flight together), then copied */
-      constexpr int NJ = SE / 128;
+       * entries resolved in steps (selection loads, page-table loads), then copied */
+      constexpr int NJ = (SE + NT - 1) / NT;
       entry_loc L[NJ];
       #pragma unroll
-      for (int j = 0; j < NJ; j++) { /* the selection loads */
-        const int e = tid + 128 * j;
+      for (int j = 0; j < NJ; j++) {
+        const int e = tid + NT * j;
         L[j] = e < nb * BLK ? locate_entry(tk, sb0 * BLK + e, window, sel_row, sel ? sel_ld : 0)
                             : entry_loc{E_NONE, 0};
       }
       unsigned int rr[NJ];
       int pg[NJ];
       #pragma unroll
-      for (int j = 0; j < NJ; j++) { /* the page-table loads */
+      for (int j = 0; j < NJ; j++) {
         rr[j] = 0;
         pg[j] = 0;
         if (L[j].kind == E_WIN || L[j].kind == E_COMP)
           pg[j] = *rec_page_slot(pick_tab(win, comp, L[j].kind == E_COMP), tk.seq, L[j].idx, &rr[j]);
       }
-      unsigned long long ep[NJ];
-      int ekind[NJ], erk[NJ];
       #pragma unroll
       for (int j = 0; j < NJ; j++) {
-        ekind[j] = L[j].kind;
-        erk[j] = L[j].kind == E_ROW ? L[j].idx : 0;
-        ep[j] = L[j].kind == E_ROW ? (unsigned long long)(kvw + (long long)(tk.row0 + L[j].idx) * hd)
-                : L[j].kind == E_NONE ? 0ull
-                : (unsigned long long)rec_at(pick_tab(win, comp, L[j].kind == E_COMP), pg[j], rr[j]);
-      }
-      #pragma unroll
-      for (int j = 0; j < SE / 128; j++) {
-        const int e = tid + 128 * j, kind = ekind[j], rk = erk[j];
+        const int e = tid + NT * j, kind = L[j].kind;
         if (e >= nb * BLK) break;
-        sm_o.ek[e] = (unsigned short)(kind | (rk << 2));
-        const unsigned char *rec = (const unsigned char *)ep[j];
-        if (kind == E_WIN) {
-          cp_async_bytes(sm_o.raw[e], rec + d0, DS);
-          cp_async4(&sm_o.scw[e], rec + hd + ((d0 / 32) & ~3));
-        } else if (kind == E_COMP) {
-          cp_async_bytes(sm_o.raw[e], rec + d0 / 2, DS / 2);
-          cp_async4(&sm_o.scw[e], rec + hd / 2 + ((d0 / 16) & ~3));
+        const int rk = kind == E_ROW ? L[j].idx : 0;
+        so.ek[e] = (unsigned short)(kind | (rk << 2));
+        if (kind == E_WIN || kind == E_COMP) {
+          const unsigned char *rec = rec_at(pick_tab(win, comp, kind == E_COMP), pg[j], rr[j]);
+          if (kind == E_WIN) {
+            cp_async_bytes(so.raw[e], rec + d0, DS);
+            cp_async4(&so.scw[e], rec + hd + ((d0 / 32) & ~3));
+          } else {
+            cp_async_bytes(so.raw[e], rec + d0 / 2, DS / 2);
+            cp_async4(&so.scw[e], rec + hd / 2 + ((d0 / 16) & ~3));
+          }
         } else if (kind == E_ROW && rk < RMAX) {
-          cp_async_bytes(sm_o.rowv[rk], rec + 2 * d0, 2 * DS);
+          cp_async_bytes(so.rowv[rk], (const unsigned char *)(kvw + (long long)(tk.row0 + rk) * hd + d0),
+                         2 * DS);
         }
       }
       cp_async_commit();
-      /* 2. the scores of this token's head group are published (first stage) */
-      if (sb0 == 0) {
-        const unsigned int *f = &g_tiled_flag[((long long)t * n_hg + hg) * nchunk];
-        for (int i = tid; i < nchunk; i += 128) {
-          unsigned int spins = 0;
-          while (ld_acquire(&f[i]) != want) {
-            __nanosleep(64);
-            if (++spins > (1u << 26)) __trap(); /* a lost block: fail loudly, never hang */
-          }
-        }
-      }
+      /* 2. this stage's probabilities are published: flag 2 of its score blocks */
+      const int sbid = (t * n_hg + hg) * nblk + sb0;
+      for (int i = tid; i < nb; i += NT) wait_flag(&g_flag_p[sbid + i], want);
       __syncthreads(); /* flags seen, kinds staged */
-      /* 3. block maxima, running max, p and Σp of head h (8 lanes a head) */
-      const float *Sr = S + ((long long)t * H + (hv ? head0 + h : 0)) * nent + sb0 * BLK + 8 * l8;
-      float sv[SB][8];
-      #pragma unroll
-      for (int bb = 0; bb < SB; bb++) {
-        if (bb < nb && hv) {
-          const float4 x0 = __ldcg((const float4 *)(Sr + bb * BLK));
-          const float4 x1 = __ldcg((const float4 *)(Sr + bb * BLK + 4));
-          sv[bb][0] = x0.x; sv[bb][1] = x0.y; sv[bb][2] = x0.z; sv[bb][3] = x0.w;
-          sv[bb][4] = x1.x; sv[bb][5] = x1.y; sv[bb][6] = x1.z; sv[bb][7] = x1.w;
-        } else {
-          #pragma unroll
-          for (int i = 0; i < 8; i++) sv[bb][i] = 0.0f; /* padding heads: finite, discarded */
-        }
+      for (int i = tid; i < HG * nb; i += NT) {
+        const int h = i / nb, bb = i % nb;
+        const bool hv = head0 + h < H;
+        so.f[h][bb] = hv ? __ldcg(&W.F[(head0 + h) * nblk + sb0 + bb]) : 1.0f;
+        so.ps[h][bb] = hv ? __ldcg(&W.PS[(head0 + h) * nblk + sb0 + bb]) : 0.0f;
+        if (bb == nb - 1) so.mlast[h] = hv ? __ldcg(&W.M[(head0 + h) * nblk + sb0 + bb]) : 0.0f;
       }
-      const float ninf = -__int_as_float(0x7F800000);
-      #pragma unroll
-      for (int bb = 0; bb < SB; bb++) {
-        if (bb >= nb) break;
-        const uint4 kw = *(const uint4 *)&sm_o.ek[bb * BLK + 8 * l8];
-        const unsigned int kk[4] = {kw.x, kw.y, kw.z, kw.w};
-        unsigned int valid = 0;
-        float bmax = ninf;
-        #pragma unroll
-        for (int i = 0; i < 8; i++) {
-          if ((kk[i >> 1] >> (16 * (i & 1))) & 3u) {
-            valid |= 1u << i;
-            bmax = sv[bb][i] > bmax ? sv[bb][i] : bmax;
-          }
-        }
-        unsigned int anyv = valid; /* the block's 64 entries: the 8 lanes of a head */
-        #pragma unroll
-        for (int x = 1; x < 8; x <<= 1) {
-          const float ob = __shfl_xor_sync(0xFFFFFFFFu, bmax, x);
-          anyv |= __shfl_xor_sync(0xFFFFFFFFu, anyv, x);
-          bmax = ob > bmax ? ob : bmax;
-        }
-        const bool any = anyv != 0;
-        float f = 1.0f, psum = 0.0f;
-        unsigned int pk[4] = {0, 0, 0, 0};
-        if (any) {
-          const float mn = bmax > m ? bmax : m;
-          f = expf(__fsub_rn(m, mn));
-          float p[8];
-          #pragma unroll
-          for (int i = 0; i < 8; i++) p[i] = (valid >> i) & 1u ? expf(__fsub_rn(sv[bb][i], mn)) : 0.0f;
-          psum = p[0];
-          #pragma unroll
-          for (int i = 1; i < 8; i++) psum = __fadd_rn(psum, p[i]);
-          #pragma unroll
-          for (int x = 1; x < 8; x <<= 1) psum = __fadd_rn(psum, __shfl_xor_sync(0xFFFFFFFFu, psum, x));
-          #pragma unroll
-          for (int i = 0; i < 4; i++) pk[i] = pack_bf16(p[2 * i], p[2 * i + 1]);
-          m = mn;
-        }
-        *(uint4 *)&sm_o.P[h][bb * BLK + 8 * l8] = make_uint4(pk[0], pk[1], pk[2], pk[3]);
-        if (l8 == 0) {
-          sm_o.f[h][bb] = f;
-          sm_o.ps[h][bb] = psum;
-        }
-        if (tid == 0) sm_o.any[bb] = any;
+      if (tid < nb) {
+        int any = 0;
+        for (int e = 0; e < BLK; e++) any |= so.ek[tid * BLK + e] & 3;
+        so.any[tid] = any != 0;
       }
-      if (l8 == 0) sm_o.m[h] = m;
       cp_async_wait_all();
       __syncthreads();
-      /* 4. the recurrence over the blocks: warp w owns dims d0 + 8w .. + 7;
-       * lane (g, c) holds heads g, g + 8 at dims 8w + 2c, + 1 */
-      const int dl = 8 * wid + g;
-      for (int bb = 0; bb < nb; bb++) {
-        if (!sm_o.any[bb]) continue; /* no entries: an exact no-op */
-        float blk[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+      /* 3. blk_b = bf16(P_b)·V_b: warp w takes blocks w, w + 8, ...; n tile j, column g
+       * is slice dim 4g + j (a lane decodes 4 dims of an entry from one word) */
+      const unsigned short *Pa = head0 + g < H ? W.P + (long long)(head0 + g) * nent : nullptr;
+      const unsigned short *Pb = head0 + g + 8 < H ? W.P + (long long)(head0 + g + 8) * nent : nullptr;
+      for (int bb = wid; bb < nb; bb += NT / 32) {
+        float bl[4][4];
         #pragma unroll
-        for (int ks = 0; ks < BLK; ks += 16) {
-          const int e = bb * BLK + ks + 2 * c;
-          const unsigned int a0 = lds32(&sm_o.P[g][e]), a1 = lds32(&sm_o.P[g + 8][e]);
-          const unsigned int a2 = lds32(&sm_o.P[g][e + 8]), a3 = lds32(&sm_o.P[g + 8][e + 8]);
-          const unsigned int b0 = staged_val(sm_o, e, dl, d0, hd, kvw, tk.row0) |
-                                  staged_val(sm_o, e + 1, dl, d0, hd, kvw, tk.row0) << 16;
-          const unsigned int b1 = staged_val(sm_o, e + 8, dl, d0, hd, kvw, tk.row0) |
-                                  staged_val(sm_o, e + 9, dl, d0, hd, kvw, tk.row0) << 16;
-          mma_bf16(blk, a0, a1, a2, a3, b0, b1);
+        for (int j = 0; j < 4; j++) bl[j][0] = bl[j][1] = bl[j][2] = bl[j][3] = 0.0f;
+        if (so.any[bb]) {
+          unsigned int a[4][4]; /* the block's P fragments, all loads in flight */
+          #pragma unroll
+          for (int ks = 0; ks < 4; ks++) {
+            const long long e = (long long)(sb0 + bb) * BLK + 16 * ks + 2 * c;
+            a[ks][0] = Pa ? __ldcg((const unsigned int *)(Pa + e)) : 0u;
+            a[ks][1] = Pb ? __ldcg((const unsigned int *)(Pb + e)) : 0u;
+            a[ks][2] = Pa ? __ldcg((const unsigned int *)(Pa + e + 8)) : 0u;
+            a[ks][3] = Pb ? __ldcg((const unsigned int *)(Pb + e + 8)) : 0u;
+          }
+          #pragma unroll
+          for (int ks = 0; ks < 4; ks++) {
+            const int e = bb * BLK + 16 * ks + 2 * c;
+            unsigned int v0[4], v1[4], v2[4], v3[4];
+            staged4(so, e, 4 * g, d0, hd, kvw, tk.row0, v0);
+            staged4(so, e + 1, 4 * g, d0, hd, kvw, tk.row0, v1);
+            staged4(so, e + 8, 4 * g, d0, hd, kvw, tk.row0, v2);
+            staged4(so, e + 9, 4 * g, d0, hd, kvw, tk.row0, v3);
+            #pragma unroll
+            for (int j = 0; j < 4; j++)
+              mma_bf16(bl[j], a[ks][0], a[ks][1], a[ks][2], a[ks][3], v0[j] | v1[j] << 16,
+                       v2[j] | v3[j] << 16);
+          }
         }
-        const float f0 = sm_o.f[g][bb], f1 = sm_o.f[g + 8][bb];
-        acc[0] = __fadd_rn(__fmul_rn(acc[0], f0), blk[0]);
-        acc[1] = __fadd_rn(__fmul_rn(acc[1], f0), blk[1]);
-        acc[2] = __fadd_rn(__fmul_rn(acc[2], f1), blk[2]);
-        acc[3] = __fadd_rn(__fmul_rn(acc[3], f1), blk[3]);
-        sum0 = __fadd_rn(__fmul_rn(sum0, f0), sm_o.ps[g][bb]);
-        sum1 = __fadd_rn(__fmul_rn(sum1, f1), sm_o.ps[g + 8][bb]);
+        /* bl[j][0..1]: head g, slice dims 4(2c) + j, 4(2c + 1) + j; [2..3]: head g + 8 */
+        #pragma unroll
+        for (int j = 0; j < 4; j++) {
+          so.blk[bb][g][8 * c + j] = bl[j][0];
+          so.blk[bb][g][8 * c + 4 + j] = bl[j][1];
+          so.blk[bb][g + 8][8 * c + j] = bl[j][2];
+          so.blk[bb][g + 8][8 * c + 4 + j] = bl[j][3];
+        }
+      }
+      __syncthreads();
+      /* 4. the reference's recurrence over the blocks, in order */
+      for (int bb = 0; bb < nb; bb++) {
+        if (!so.any[bb]) continue; /* no entries: an exact no-op */
+        const float f = so.f[rh][bb];
+        acc0 = __fadd_rn(__fmul_rn(acc0, f), so.blk[bb][rh][rd]);
+        acc1 = __fadd_rn(__fmul_rn(acc1, f), so.blk[bb][rh][rd + 1]);
+        sum = __fadd_rn(__fmul_rn(sum, f), so.ps[rh][bb]);
       }
     }
     /* 5. the sink (not scaled, not in the max), o = bf16(acc / sum) */
-    #pragma unroll
-    for (int hh = 0; hh < 2; hh++) {
-      const int head = head0 + g + 8 * hh;
-      if (head >= H) continue;
-      const float sum = __fadd_rn(hh ? sum1 : sum0, expf(__fsub_rn(sink[head], sm_o.m[g + 8 * hh])));
-      const unsigned int lo = dsv4i_f32_to_bf16(__fdiv_rn(acc[2 * hh], sum));
-      const unsigned int hi = dsv4i_f32_to_bf16(__fdiv_rn(acc[2 * hh + 1], sum));
-      *(unsigned int *)(o + ((long long)t * H + head) * hd + d0 + 8 * wid + 2 * c) = lo | hi << 16;
+    const int head = head0 + rh;
+    if (head < H) {
+      const float s = __fadd_rn(sum, expf(__fsub_rn(sink[head], so.mlast[rh])));
+      const unsigned int lo = dsv4i_f32_to_bf16(__fdiv_rn(acc0, s));
+      const unsigned int hi = dsv4i_f32_to_bf16(__fdiv_rn(acc1, s));
+      *(unsigned int *)(o + ((long long)t * H + head) * hd + d0 + rd) = lo | hi << 16;
     }
   }
   /* the last block to finish moves the epoch for the next launch */
@@ -477,7 +532,7 @@ extern "C" __global__ void __launch_bounds__(128) dsv4_k_attn_sparse_tiled_e4m3(
     __threadfence();
     if (atomicAdd(&g_tiled_done, 1u) == gridDim.x - 1) {
       g_tiled_done = 0;
-      *(volatile unsigned int *)&g_tiled_epoch = s_epoch + 1u;
+      *(volatile unsigned int *)&g_tiled_epoch = want;
       __threadfence();
     }
   }

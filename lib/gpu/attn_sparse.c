@@ -19,19 +19,20 @@ size_t dsv4i_gpu_attn_sparse_ws(int32_t n_heads, int32_t head_dim, int32_t windo
 }
 
 /* The tiled kernel (kernels/attn_sparse_tiled.cu): one launch per slice of tokens, score
- * blocks of 32 entries x 16 heads, then output blocks of 16 heads x 32 dims; workspace: the
- * f32 scores [n][H][nent]. */
+ * blocks (64 entries x 16 heads) then output blocks (16 heads x 32 dims); workspace per
+ * token: P bf16 [H][nent], block maxima, running maxima, f and sum p f32 [H][nblk] each. */
 static dsv4_status sparse_tiled(const dsv4i_gpu_attn_kernels *k, dsv4i_custream stream,
                                 const dsv4i_gpu_sparse_args *a, int32_t sel_ld, int32_t width) {
   const int32_t H = a->n_heads, hd = a->head_dim;
-  int nent = n_blocks(a->window, width) * DSV4I_GPU_ATTN_BLOCK;
+  const int nblk = n_blocks(a->window, width);
+  int nent = nblk * DSV4I_GPU_ATTN_BLOCK;
   int n_hg = (H + DSV4I_GPU_ATTN_SPLIT_HEADS - 1) / DSV4I_GPU_ATTN_SPLIT_HEADS;
-  const size_t per = (size_t)H * (size_t)nent * sizeof(float);
+  const size_t per = (size_t)H * (size_t)nent * 2u + (size_t)H * (size_t)nblk * 16u;
   int64_t slice_max = (int64_t)(a->ws_bytes / per);
-  const int64_t flag_max = DSV4I_GPU_ATTN_SPLIT_FLAGS / ((int64_t)n_hg * (nent / 32));
+  const int64_t flag_max = DSV4I_GPU_ATTN_SPLIT_FLAGS / ((int64_t)n_hg * nblk);
   if (flag_max < 1)
-    return dsv4i_error(DSV4_ERR_UNSUPPORTED, "sparse attention: %d entries x %d head groups "
-                       "exceed the kernel's %d flags", nent, n_hg, DSV4I_GPU_ATTN_SPLIT_FLAGS);
+    return dsv4i_error(DSV4_ERR_UNSUPPORTED, "sparse attention: %d entry blocks x %d head groups "
+                       "exceed the kernel's %d flags", nblk, n_hg, DSV4I_GPU_ATTN_SPLIT_FLAGS);
   if (slice_max > flag_max) slice_max = flag_max;
   int Hh = H, hdd = hd, win_arg = a->window, sld = sel_ld;
   float scale = a->scale;
@@ -43,10 +44,10 @@ static dsv4_status sparse_tiled(const dsv4i_gpu_attn_kernels *k, dsv4i_custream 
     dsv4i_cuptr q = a->q + (dsv4i_cuptr)t0 * (dsv4i_cuptr)H * (dsv4i_cuptr)hd * 2u;
     dsv4i_cuptr o = a->o + (dsv4i_cuptr)t0 * (dsv4i_cuptr)H * (dsv4i_cuptr)hd * 2u;
     dsv4i_cuptr sel = a->sel ? a->sel + (dsv4i_cuptr)t0 * (dsv4i_cuptr)sel_ld * 4u : 0;
-    dsv4i_cuptr kvw = a->kvw, sink = a->sink, S = a->ws;
+    dsv4i_cuptr kvw = a->kvw, sink = a->sink, ws = a->ws;
     void *p[] = {&win, &comp, &tok, &nsi, &nent, &n_hg, &Hh, &hdd, &win_arg, &q, &kvw, &sel,
-                 &sld, &scale, &sink, &S, &o};
-    const int64_t grid = (int64_t)nsi * n_hg * (nent / 32 + hd / 32);
+                 &sld, &scale, &sink, &ws, &o};
+    const int64_t grid = (int64_t)nsi * n_hg * (nblk + hd / 32);
     st = dsv4i_kreg_launch(k->kr, k->sparse_tiled, (uint32_t)grid, 0, stream, p);
   }
   return st;
