@@ -5,12 +5,14 @@
  * fp32 sums; only the order of those sums differs here).
  *
  * Tensor cores: mma.sync m16n8k16 bf16 with fp32 accumulate (compute_80).
- * A block of 8 warps takes a tile of 16 rows and 16 tokens (grid.y walks the
- * token chunks); its K is cut into 8 contiguous slices of whole 32-column
- * chunks (warp w: chunks [w·nch/8, (w+1)·nch/8), nch = K/32), and each warp
- * accumulates its slice chunk by chunk into one fp32 fragment per 8 tokens.
- * The 8 slice sums of an output are then added in warp order from the first
- * (shared memory), and rounded to bf16 (or stored as fp32) once.
+ * A tile of 16 rows and 16 tokens (grid.y walks the token chunks) has its K
+ * cut into 8·KB contiguous slices of whole 32-column chunks (slice q: chunks
+ * [q·nch/(8KB), (q+1)·nch/(8KB)), nch = K/32; KB from the shape, below), one
+ * per warp of KB blocks of 8 warps; each warp accumulates its slice chunk by
+ * chunk into one fp32 fragment per 8 tokens. A block adds its 8 slice sums
+ * in warp order from the first (shared memory); with KB > 1 the tile's last
+ * block adds the KB block sums in block order. The result is rounded to
+ * bf16 (or stored as fp32) once.
  *
  * Within a 32-column chunk, lane (g = lane/4, c = lane%4) loads 16 bytes of
  * weight rows g and g + 8 and of token g's x at columns 8c .. 8c + 7, and
@@ -20,7 +22,7 @@
  * any column order; the order of the fp32 additions is the tensor core's),
  * and makes every load a contiguous 16 bytes.
  *
- * Order: fixed by (K, row tile): the slice boundaries depend on K only, the
+ * Order: fixed by the shape: the slice boundaries depend on (rows, K) only, the
  * chunk order is increasing, and the mma's accumulation of an output element
  * reads only that element's row of A and column of B. So a token's bits do
  * not depend on the other tokens of the launch (their columns or the second
@@ -38,7 +40,7 @@
  * input columns from g·group_x on (group_rows % 16 == 0, the launcher checks).
  * Needs: K % 32 == 0, weight rows and x rows 16-byte aligned (the launcher
  * falls back to the exact kernel otherwise: a property of the call site).
- * Grid (ceil(rows/16), ceil(n_tok/16)), 256 threads.
+ * Grid (ceil(rows/16)·KB, ceil(n_tok/16)), 256 threads (KB below).
  */
 #include <stdint.h>
 
@@ -48,6 +50,25 @@
 #define LT_WARPS 8
 #define LT_TOK 16
 #define LT_U 4 /* chunks whose loads are issued before their mma */
+
+/* K split over blocks for matrices of few row tiles (the indexer's wproj: 2
+ * tiles; the compressor's wkv: 32), so that one token still spreads over
+ * about LT_SPREAD blocks: KB = min(nch / 8, LT_SPREAD / row tiles), at least
+ * 1. A constant, not the device's SM count: the order depends on the shape
+ * alone. With KB > 1 the block sums of a tile go to the module's scratch and
+ * the tile's last block (a counter it resets itself) adds them in block
+ * order; at most LT_MAXTY token chunks a launch (the launcher slices). The
+ * launcher (lib/gpu/gpu_ops.c) computes the same KB. */
+#define LT_SPREAD 128
+#define LT_MAXTY 4
+__device__ float lt_scr[LT_MAXTY][LT_SPREAD][16 * LT_TOK];
+__device__ unsigned int lt_cnt[LT_MAXTY][LT_SPREAD];
+
+__device__ __forceinline__ int lt_kb(int rows, int k) {
+  const int tiles = (rows + 15) / 16, by_k = (k / 32) / LT_WARPS, by_r = LT_SPREAD / tiles;
+  const int kb = by_k < by_r ? by_k : by_r;
+  return kb > 1 ? kb : 1;
+}
 
 __device__ __forceinline__ uint4 lt_ld_stream(const uint16_t *p) {
   return __ldcs(reinterpret_cast<const uint4 *>(p));
@@ -59,10 +80,13 @@ __device__ __forceinline__ void lt_tile(int n_tok, int rows, int k, const uint16
                                         int group_rows, long long group_x, float (*part)[16][LT_TOK]) {
   const int lane = threadIdx.x & 31, wp = threadIdx.x >> 5;
   const int g = lane >> 2, c = lane & 3;
-  const int o0 = blockIdx.x * 16, t0 = blockIdx.y * LT_TOK;
+  const int KB = lt_kb(rows, k), rt = blockIdx.x / KB, kb = blockIdx.x % KB;
+  const int o0 = rt * 16, t0 = blockIdx.y * LT_TOK;
   const int nt = n_tok - t0 < LT_TOK ? n_tok - t0 : LT_TOK;
   if (group_rows > 0) x += (long long)(o0 / group_rows) * group_x;
-  const int nch = k >> 5, ch0 = (wp * nch) / LT_WARPS, ch1 = ((wp + 1) * nch) / LT_WARPS;
+  /* slice q = kb·8 + warp of the tile's 8·KB slices */
+  const int nch = k >> 5, ns = LT_WARPS * KB, q = kb * LT_WARPS + wp;
+  const int ch0 = (int)(((long long)q * nch) / ns), ch1 = (int)(((long long)(q + 1) * nch) / ns);
   /* this lane's rows and tokens (clamped; their products are dropped below) */
   const int r0 = o0 + g < rows ? o0 + g : rows - 1, r1 = o0 + g + 8 < rows ? o0 + g + 8 : rows - 1;
   const uint16_t *w0 = w + (long long)r0 * ld + 8 * c, *w1 = w + (long long)r1 * ld + 8 * c;
@@ -111,10 +135,27 @@ __device__ __forceinline__ void lt_tile(int n_tok, int rows, int k, const uint16
   }
   __syncthreads();
   const int row = threadIdx.x >> 4, t = threadIdx.x & 15;
-  if (t >= nt || o0 + row >= rows) return;
   float s = part[0][row][t];
 #pragma unroll
-  for (int q = 1; q < LT_WARPS; q++) s += part[q][row][t];
+  for (int w = 1; w < LT_WARPS; w++) s += part[w][row][t];
+  if (KB > 1) { /* block-uniform */
+    __shared__ int last_s;
+    float *scr = &lt_scr[blockIdx.y][0][0];
+    scr[(rt * KB + kb) * (16 * LT_TOK) + threadIdx.x] = s;
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      const unsigned int done = atomicAdd(&lt_cnt[blockIdx.y][rt], 1u);
+      last_s = done == (unsigned int)KB - 1u;
+      if (last_s) lt_cnt[blockIdx.y][rt] = 0u; /* every block of the tile has counted */
+    }
+    __syncthreads();
+    if (!last_s) return;
+    __threadfence();
+    s = __ldcg(scr + (rt * KB) * (16 * LT_TOK) + threadIdx.x);
+    for (int b = 1; b < KB; b++) s += __ldcg(scr + (rt * KB + b) * (16 * LT_TOK) + threadIdx.x);
+  }
+  if (t >= nt || o0 + row >= rows) return;
   if (OUT_F32)
     static_cast<float *>(y)[(long long)(t0 + t) * ldy + o0 + row] = s;
   else

@@ -9,6 +9,15 @@
 #define HEAD_ROWS 128 /* kernels/linear.cu H_WARPS x 32: the bf16 -> fp32 kernel's rows per block */
 #define LT_ROWS 16    /* kernels/linear_tiled.cu: rows per block */
 #define LT_TOK 16     /* kernels/linear_tiled.cu: tokens per block */
+#define LT_SPREAD 128 /* kernels/linear_tiled.cu: blocks one token spreads over (K split) */
+#define LT_MAXTY 4    /* kernels/linear_tiled.cu: token chunks a launch with a K split takes */
+
+/* kernels/linear_tiled.cu lt_kb: blocks per 16-row tile (K split), from the shape */
+static int32_t lt_kb(int32_t rows, int32_t k) {
+  const int32_t tiles = (rows + 15) / 16, by_k = (k / 32) / 8, by_r = LT_SPREAD / tiles;
+  const int32_t kb = by_k < by_r ? by_k : by_r;
+  return kb > 1 ? kb : 1;
+}
 #define HM_KC 256     /* kernels/hc.cu: hc_mixes_tiled's elements per chunk (one block) */
 #define HM_TT 4       /* kernels/hc.cu: tokens per block */
 #define HM_MAXTOK 64  /* kernels/hc.cu: tokens per launch (the module's scratch) */
@@ -209,7 +218,7 @@ static dsv4_status gemv(const dsv4i_gpu_ops *o, dsv4i_custream s, dsv4i_kernel_i
   else if (id == o->linear[DSV4I_KFMT_E4M3_UE8M0]) /* group_rows: the row tile */
     bx = cdiv(w->rows, group_rows), by = cdiv(n_tok, Q8_TOK);
   else if (id == o->linear_bf16_tiled || id == o->linear_bf16_f32out_tiled)
-    bx = cdiv(w->rows, LT_ROWS), by = cdiv(n_tok, LT_TOK);
+    bx = cdiv(w->rows, LT_ROWS) * (uint32_t)lt_kb(w->rows, w->cols), by = cdiv(n_tok, LT_TOK);
   else if (id == o->linear_f32out[DSV4I_KFMT_BF16]) /* group_rows 1: one warp per block */
     bx = cdiv(w->rows, group_rows == 1 ? 32 : HEAD_ROWS), by = cdiv(n_tok, Q8_TOK);
   return launch(o, id, bx, by, s, p);
@@ -282,6 +291,21 @@ static int tiled_bf16(const dsv4i_gpu_ops *o, const dsv4i_gpu_weight *w, dsv4i_c
   return !o->cpu_order && w->fmt == DSV4I_KFMT_BF16 && !(x & 15) && ldx % 8 == 0;
 }
 
+/* The tiled bf16 kernel; with a K split (lt_kb > 1) its scratch takes
+ * LT_MAXTY·LT_TOK tokens a launch. osz: bytes of a y element. */
+static dsv4_status lt_launch(const dsv4i_gpu_ops *o, dsv4i_custream s, dsv4i_kernel_id id,
+                             const dsv4i_gpu_weight *w, int32_t n_tok, dsv4i_cuptr x, int64_t ldx,
+                             dsv4i_cuptr y, int64_t ldy, int osz, int32_t group_rows, int64_t group_x) {
+  const int32_t step = lt_kb(w->rows, w->cols) > 1 ? LT_MAXTY * LT_TOK : n_tok;
+  dsv4_status st = DSV4_OK;
+  for (int32_t t0 = 0; t0 < n_tok && !st; t0 += step) {
+    const int32_t nt = n_tok - t0 < step ? n_tok - t0 : step;
+    st = gemv(o, s, id, w, nt, 0, 0, x + (dsv4i_cuptr)t0 * (dsv4i_cuptr)ldx * 2u, ldx,
+              y + (dsv4i_cuptr)t0 * (dsv4i_cuptr)ldy * (dsv4i_cuptr)osz, ldy, group_rows, group_x);
+  }
+  return st;
+}
+
 dsv4_status dsv4i_gpu_linear(const dsv4i_gpu_ops *o, dsv4i_custream s, const dsv4i_gpu_weight *w,
                              int32_t n_tok, dsv4i_cuptr x, int64_t ldx, dsv4i_cuptr y,
                              int64_t ldy, int out_f32) {
@@ -291,8 +315,8 @@ dsv4_status dsv4i_gpu_linear(const dsv4i_gpu_ops *o, dsv4i_custream s, const dsv
   if (w->fmt == DSV4I_KFMT_F32 && !out_f32)
     return bad("linear", "fp32 weights give an fp32 result (out_f32 = 1)");
   if (tiled_bf16(o, w, x, ldx))
-    return gemv(o, s, out_f32 ? o->linear_bf16_f32out_tiled : o->linear_bf16_tiled, w, n_tok, 0, 0,
-                x, ldx, y, ldy, 0, 0);
+    return lt_launch(o, s, out_f32 ? o->linear_bf16_f32out_tiled : o->linear_bf16_tiled, w, n_tok,
+                     x, ldx, y, ldy, out_f32 ? 4 : 2, 0, 0);
   const dsv4i_kernel_id id = out_f32 ? o->linear_f32out[w->fmt] : o->linear[w->fmt];
   /* bf16 -> fp32 with fewer rows than 4 warps per SM of a big GPU (the router
    * gate): one warp per block with the block's whole ring in flight */
@@ -312,8 +336,9 @@ dsv4_status dsv4i_gpu_linear_grouped(const dsv4i_gpu_ops *o, dsv4i_custream s,
     return dsv4i_error(DSV4_ERR_UNSUPPORTED,
                        "gpu linear_grouped: %d rows per group; the kernel needs a multiple of %d",
                        (int)group_rows, LIN_ROWS);
-  return gemv(o, s, tiled_bf16(o, w, x, ldx) ? o->linear_bf16_tiled : o->linear[DSV4I_KFMT_BF16], w,
-              n_tok, 0, 0, x, ldx, y, ldy, group_rows, w->cols);
+  if (tiled_bf16(o, w, x, ldx))
+    return lt_launch(o, s, o->linear_bf16_tiled, w, n_tok, x, ldx, y, ldy, 2, group_rows, w->cols);
+  return gemv(o, s, o->linear[DSV4I_KFMT_BF16], w, n_tok, 0, 0, x, ldx, y, ldy, group_rows, w->cols);
 }
 
 dsv4_status dsv4i_gpu_dequant_bf16(const dsv4i_gpu_ops *o, dsv4i_custream s,

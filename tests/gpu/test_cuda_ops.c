@@ -501,14 +501,18 @@ static void linear_bf16_tiled_within_bound(void **state) {
   (void)state;
   const int toks[] = {1, 2, 4, 8, 16, 3, 13, 17, 40};
   for (int i = 0; i < 9; i++) {
-    linear_bf16_tiled_case(0, 1, 512, 5120, toks[i], 400 + (uint64_t)i); /* compressor wkv */
-    linear_bf16_tiled_case(1, 1, 1000, 2048, toks[i], 420 + (uint64_t)i); /* head-like, fp32 out */
+    /* compressor wkv (K split over 4 blocks); fp32 out, 63 row tiles (K split over 2) */
+    linear_bf16_tiled_case(0, 1, 512, 5120, toks[i], 400 + (uint64_t)i);
+    linear_bf16_tiled_case(1, 1, 1000, 2048, toks[i], 420 + (uint64_t)i);
+    linear_bf16_tiled_case(1, 1, 4100, 1024, toks[i], 460 + (uint64_t)i); /* head-like: no K split */
   }
-  linear_bf16_tiled_case(0, 1, 32, 5120, 4, 440);  /* indexer wproj: 2 row tiles */
-  linear_bf16_tiled_case(0, 1, 128, 512, 16, 441); /* indexer wk */
+  linear_bf16_tiled_case(0, 1, 32, 5120, 4, 440);  /* indexer wproj: 2 row tiles, K over 20 blocks */
+  linear_bf16_tiled_case(0, 1, 128, 512, 16, 441); /* indexer wk: K over 2 blocks */
   linear_bf16_tiled_case(0, 1, 130, 96, 5, 442);   /* partial row tile; 3 chunks: empty K slices */
   linear_bf16_tiled_case(1, 1, 7, 32, 9, 443);     /* one chunk, 7 rows */
   linear_bf16_tiled_case(0, 4, 512, 256, 6, 444);  /* grouped: 4 groups of 128 rows */
+  linear_bf16_tiled_case(0, 2, 256, 1024, 9, 447);  /* grouped, K split over 4 blocks */
+  linear_bf16_tiled_case(0, 1, 512, 5120, 70, 448); /* K split over 4 blocks: 2 launches of <= 64 */
   linear_bf16_tiled_case(0, 8, 8192, 4096, 1, 445); /* wo_a at release size */
   linear_bf16_tiled_case(0, 8, 8192, 4096, 16, 446);
 }
