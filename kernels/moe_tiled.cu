@@ -57,6 +57,7 @@
 #define TOKS 8       /* tokens per pass (one n8 tile) */
 #define UP_ROWS 16   /* rows per moe_up block (one m16 tile of w1 and of w3) */
 #define DN_ROWS 32   /* rows per moe_down block (two m16 tiles of w2) */
+#define PREP_IDX 2048 /* router ids moe_prep's route block keeps in shared memory */
 
 /* Position (in bf16 elements) of element i of a 32-block in the fragment
  * order: word q holds the bf16 pair the weight decoder makes as its q-th. */
@@ -144,8 +145,8 @@ template <int FMT> struct scl {
   static constexpr uint32_t BIAS = FMT == W_E2M1 ? 126u : 120u, LIM = FMT == W_E2M1 ? 128u : 134u;
 };
 template <int FMT>
-__device__ __forceinline__ uint32_t scale_mul(uint32_t sb) {
-  return ((min(sb, scl<FMT>::LIM) + scl<FMT>::BIAS) << 7) * 0x10001u;
+__device__ __forceinline__ uint32_t scale_mul(uint32_t sb) { /* sb <= LIM: one multiply-add */
+  return sb * 0x00800080u + (scl<FMT>::BIAS << 7) * 0x10001u;
 }
 template <int FMT>
 __device__ __forceinline__ uint32_t big_mul(uint32_t sb) {
@@ -216,6 +217,13 @@ __device__ void kloop(tiled_smem &sm, const rowgrp (&gr)[2], int K, const uint16
     sr[rg] = gr[rg].s + (FMT == W_E2M1 ? row : row >> 5) * nkb;
   }
   const int wstep = 8 * ld, sstep = FMT == W_E2M1 ? 8 * nkb : 0;
+  /* where each row's scale byte sits in its aligned word: the same at every
+   * stage (the block index advances by multiples of 4); a byte_perm selector */
+  uint32_t bsel[4];
+#pragma unroll
+  for (int q = 0; q < 4; q++)
+    bsel[q] = 0x4440u | (uint32_t)((reinterpret_cast<uintptr_t>(sr[q >> 1]) + (uintptr_t)c +
+                                    (uintptr_t)((q & 1) * sstep)) & 3u);
   tiled_ring &R = ring();
   auto issue = [&](int i) {
     if (i < ns) {
@@ -242,14 +250,10 @@ __device__ void kloop(tiled_smem &sm, const rowgrp (&gr)[2], int K, const uint16
   auto step = [&](int i) {
     issue(i + RING - 1);
     cp_async_wait<RING - 1>();
-    const int slot = i % RING, kb = (w + NW * (i / HS)) * 4 + c, sb = kb < nkb ? kb : 0;
+    const int slot = i % RING;
     uint32_t sbyte[4];
 #pragma unroll
-    for (int q = 0; q < 4; q++) {
-      const int rg = q >> 1, rr = q & 1;
-      const unsigned sh = 8u * (unsigned)(reinterpret_cast<uintptr_t>(sr[rg] + (sb + rr * sstep)) & 3u);
-      sbyte[q] = (R.s[slot][q][tid] >> sh) & 0xFFu;
-    }
+    for (int q = 0; q < 4; q++) sbyte[q] = __byte_perm(R.s[slot][q][tid], 0u, bsel[q]);
     const uint32_t smax = max(max(sbyte[0], sbyte[1]), max(sbyte[2], sbyte[3]));
     uint4 bc[4];
 #pragma unroll
@@ -260,7 +264,8 @@ __device__ void kloop(tiled_smem &sm, const rowgrp (&gr)[2], int K, const uint16
 #pragma unroll
       for (int rg = 0; rg < 2; rg++)
         stage_rg<FMT, true>(R.w[slot][2 * rg][tid], R.w[slot][2 * rg + 1][tid],
-                            scale_mul<FMT>(sbyte[2 * rg]), scale_mul<FMT>(sbyte[2 * rg + 1]),
+                            scale_mul<FMT>(min(sbyte[2 * rg], scl<FMT>::LIM)),
+                            scale_mul<FMT>(min(sbyte[2 * rg + 1], scl<FMT>::LIM)),
                             big_mul<FMT>(sbyte[2 * rg]), big_mul<FMT>(sbyte[2 * rg + 1]), bw, acc[rg],
                             nan[2 * rg], nan[2 * rg + 1]);
     } else {
@@ -338,8 +343,15 @@ dsv4_k_moe_prep_tiled(int n_tok, int top_k, int n_experts, int dim, const uint16
   if (blockIdx.x == gridDim.x - 1) {
     __shared__ unsigned bm[32];
     __shared__ int scratch[32 + 1025];
+    __shared__ int32_t sidx[PREP_IDX]; /* the ids, read from global memory once */
+    const int nk = n_tok * top_k;
+    const int32_t *ip = idx;
+    if (nk <= PREP_IDX) {
+      for (int i = threadIdx.x; i < nk; i += blockDim.x) sidx[i] = idx[i];
+      ip = sidx; /* build_route's first step synchronises the block */
+    }
     for (int i = threadIdx.x; i < n_cnt; i += blockDim.x) cnt[i] = 0u;
-    build_route(n_tok, top_k, top_k + 1, n_experts, idx, route, bm, scratch, scratch + 32);
+    build_route(n_tok, top_k, top_k + 1, n_experts, ip, route, bm, scratch, scratch + 32);
     return;
   }
   const int nkb = dim / 32, lane = threadIdx.x & 31;
