@@ -2,6 +2,7 @@
  * dsv4-roofline: the decode kernels against the memory roofline, the stock
  * baselines beside them, and the layer table of a real-dimension checkpoint.
  *   dsv4-roofline [--device N] [--config PATH] [--model DIR] [--prompt N] [--no-kernels]
+ *                 [--cpu-order] [--only moe|proj|attn|markov|dense]
  * Exit: 0 done, 1 a failure, 2 bad usage, 77 no usable CUDA device.
  * bench/README.md has the command; bench/RESULTS.md the definitions and runs.
  */
@@ -26,7 +27,7 @@ extern const size_t rf_ptx_module_count;
 
 static const char usage[] =
     "usage: dsv4-roofline [--device N] [--config PATH] [--model DIR] [--prompt N] [--no-kernels]\n"
-    "                     [--cpu-order]\n"
+    "                     [--cpu-order] [--only moe|proj|attn|markov|dense]\n"
     "       dsv4-roofline --help | --version\n";
 
 static void help(void) {
@@ -46,7 +47,8 @@ static void help(void) {
          "  --no-kernels  only the bandwidth and the layer table\n"
          "  --cpu-order   run the kernel table's launchers and the layer table's engine in CPU\n"
          "                order (DSV4_ENGINE_F_GPU_CPU_ORDER; default: the default mode's\n"
-         "                tiled kernels). The small-ops table has both modes either way.\n\n"
+         "                tiled kernels). The small-ops table has both modes either way.\n"
+         "  --only TABLE  of the kernel tables only this one (moe, proj, attn, markov, dense)\n\n"
          "Exit status: 0 done, 1 a failure, 2 bad usage, 77 no usable CUDA device.\n",
          usage, RF_CONFIG);
 }
@@ -76,7 +78,7 @@ static void load_kernels(rf *r) {
 
 int main(int argc, char **argv) {
   int device = 0, prompt = 256, kernels = 1, cpu_order = 0;
-  const char *config = RF_CONFIG, *model = NULL;
+  const char *config = RF_CONFIG, *model = NULL, *only = NULL;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     const int has = i + 1 < argc;
@@ -102,6 +104,12 @@ int main(int argc, char **argv) {
       kernels = 0;
     } else if (!strcmp(a, "--cpu-order")) {
       cpu_order = 1;
+    } else if (!strcmp(a, "--only")) {
+      if (!has || (strcmp(argv[i + 1], "moe") && strcmp(argv[i + 1], "proj") &&
+                   strcmp(argv[i + 1], "attn") && strcmp(argv[i + 1], "markov") &&
+                   strcmp(argv[i + 1], "dense")))
+        return bad("--only takes moe, proj, attn, markov or dense", has ? argv[i + 1] : "");
+      only = argv[++i];
     } else {
       return bad("unknown argument", a);
     }
@@ -149,11 +157,13 @@ int main(int argc, char **argv) {
     printf("no cuBLASLt: the stock columns are left out (%s)\n", r.why_no_lt);
   rf_bandwidth(&r);
   if (kernels) {
-    rf_moe(&r);
-    rf_proj(&r);
-    rf_attn(&r);
-    rf_markov(&r);
-    rf_dense(&r);
+#define RF_TABLE(name) (!only || !strcmp(only, name))
+    if (RF_TABLE("moe")) rf_moe(&r);
+    if (RF_TABLE("proj")) rf_proj(&r);
+    if (RF_TABLE("attn")) rf_attn(&r);
+    if (RF_TABLE("markov")) rf_markov(&r);
+    if (RF_TABLE("dense")) rf_dense(&r);
+#undef RF_TABLE
   }
   dsv4i_lt_close(&r.lt);
   r.g.dev.cu->ModuleUnload(r.mod);

@@ -1,6 +1,7 @@
 /*
- * dsv4-roofline: the fp8 projections (act_quant + dsv4i_gpu_linear_q, what
- * the engine runs for each) and the bf16 head (fp32 logits) at 1, 4, 8, 16
+ * dsv4-roofline: the fp8 projections (dsv4i_gpu_linear_q8 in the default
+ * "tiled" numerics mode: kernels/linear_mma.cu, act_quant fused up to
+ * q8_fuse_max tokens) and the bf16 head (fp32 logits) at 1, 4, 8, 16
  * tokens; stock beside each: the same matrix dequantised to bf16 and one
  * cuBLASLt GEMM (bf16 in, fp32 out). Shapes from the release config.
  */
@@ -22,8 +23,9 @@ static dsv4_status rec_ours(rf *r, void *u, int i, dsv4i_custream s) {
   const dsv4i_gpu_weight *w = &c->w[i % c->copies];
   if (w->fmt != DSV4I_KFMT_E4M3_UE8M0)
     return dsv4i_gpu_linear(&r->o, s, w, c->n, c->x, w->cols, c->yf, w->rows, 1);
-  dsv4_status st = dsv4i_gpu_act_quant(&r->o, s, c->n, w->cols, c->x, w->cols, c->xq, c->sx);
-  return st ? st : dsv4i_gpu_linear_q(&r->o, s, w, c->n, c->xq, c->sx, c->y, w->rows);
+  dsv4i_gpu_ops o = r->o; /* the default numerics mode: the tiled kernel (the engine's cpu_order aside) */
+  o.cpu_order = 0, o.fp8_tiled = 1;
+  return dsv4i_gpu_linear_q8(&o, s, w, c->n, c->x, w->cols, c->xq, c->sx, c->y, w->rows);
 }
 
 static dsv4_status rec_stock(rf *r, void *u, int i, dsv4i_custream s) {
@@ -72,7 +74,7 @@ static void one(rf *r, const char *name, int rows, int cols, int fp8) {
 
 void rf_proj(rf *r) {
   const dsv4i_config *c = &r->cfg;
-  rf_table_head("fp8 projections (act_quant + linear_q) and the bf16 head (stock: bf16 weight, "
+  rf_table_head("fp8 projections (tiled: linear_q8) and the bf16 head (stock: bf16 weight, "
                 "one cuBLASLt GEMM)");
   char name[64];
 #define P(label, R, K)                                                  \

@@ -52,11 +52,10 @@ static dsv4_status tp_allreduce(gpu_backend *b, dsv4i_cuptr buf, size_t n, int32
 
 /* ---- attention (spec §5.4; lib/cpu/attn_forward.c) ---------------------------- */
 
-/* fp8 linear on bf16 rows: act_quant into (xq, sx), then the GEMV. */
+/* fp8 linear on bf16 rows (dsv4i_gpu_linear_q8: act_quant + GEMV, or the tiled kernel). */
 dsv4_status dsv4i_gpu_lin_q(gpu_backend *b, const dsv4i_gpu_weight *w, int32_t n, dsv4i_cuptr x,
                          int64_t ldx, dsv4i_cuptr xq, dsv4i_cuptr sx, dsv4i_cuptr y, int64_t ldy) {
-  dsv4_status st = dsv4i_gpu_act_quant(&b->ops, b->g.stream, n, w->cols, x, ldx, xq, sx);
-  return st ? st : dsv4i_gpu_linear_q(&b->ops, b->g.stream, w, n, xq, sx, y, ldy);
+  return dsv4i_gpu_linear_q8(&b->ops, b->g.stream, w, n, x, ldx, xq, sx, y, ldy);
 }
 
 /* The grouped bf16 wo_a: one launch when the kernel takes the group size, else per group. */

@@ -23,6 +23,17 @@ static int32_t lt_kb(int32_t rows, int32_t k) {
 #define HM_MAXTOK 64  /* kernels/hc.cu: tokens per launch (the module's scratch) */
 #define HM_MAXCH 128  /* kernels/hc.cu: chunks the scratch holds */
 
+static uint32_t cdiv(int64_t a, int64_t b) { return (uint32_t)((a + b - 1) / b); }
+
+/* kernels/linear_mma.cu: T_NS stages of T_RB x T_SK weight bytes, ntp token
+ * rows of T_BROW bytes and ntp x 8 scales, then the block's scale row. */
+#define Q8T_RB 32
+#define Q8T_NS 6
+#define Q8T_MAX_K 65536
+static uint32_t q8_tiled_smem(int ntp, int nkb) {
+  return (uint32_t)(Q8T_NS * (Q8T_RB * 256 + ntp * (256 * 2 + 64) + ntp * 8 * 4) + (nkb + 15) / 16 * 16);
+}
+
 static dsv4_status pick(const dsv4i_kreg *kr, dsv4i_kop op, dsv4i_kfmt fmt, dsv4i_kshape shape,
                         dsv4i_kernel_id *id) {
   return dsv4i_kreg_select(kr, op, fmt, shape, id);
@@ -77,8 +88,21 @@ dsv4_status dsv4i_gpu_ops_init(const dsv4i_kreg *kr, dsv4i_gpu_ops *o) {
   PICK(moe_down_part, MOE_DOWN_PART, E2M1_UE8M0, DECODE);
   PICK(moe_combine, MOE_COMBINE, BF16, ANY);
   PICK(cast, CAST, F32, ANY);
+  PICK(linear_tiled, LINEAR, E4M3_UE8M0, TILED);
+  PICK(act_quant_f16, ACT_QUANT, E4M3_UE8M0, TILED);
 #undef PICK
   if (st == DSV4_OK) st = dsv4i_gpu_moe_tiled_init(kr, o);
+  o->fp8_tiled = 0;
+  o->q8_fuse_max = 4;
+  /* the tiled fp8 kernel's ring is larger than the 48 KB a launch gets unasked */
+  if (st == DSV4_OK) {
+    const dsv4i_cures r = kr->dev->cu->FuncSetAttribute(
+        kr->fn[o->linear_tiled], DSV4I_CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+        (int)q8_tiled_smem(16, Q8T_MAX_K / 32));
+    if (r != DSV4I_CUDA_SUCCESS)
+      st = dsv4i_cu_fail(kr->dev->cu, r, "cuFuncSetAttribute(dsv4_k_linear_e4m3_ue8m0_tiled, %u bytes "
+                         "of dynamic shared memory)", (unsigned)q8_tiled_smem(16, Q8T_MAX_K / 32));
+  }
   return st;
 }
 
@@ -86,7 +110,6 @@ static dsv4_status bad(const char *op, const char *what) {
   return dsv4i_error(DSV4_ERR_INVALID_ARG, "gpu %s: %s", op, what);
 }
 
-static uint32_t cdiv(int64_t a, int64_t b) { return (uint32_t)((a + b - 1) / b); }
 
 static dsv4_status launch(const dsv4i_gpu_ops *o, dsv4i_kernel_id id, uint32_t gx, uint32_t gy,
                           dsv4i_custream s, void **p) {
@@ -285,6 +308,38 @@ dsv4_status dsv4i_gpu_cast_bf16(const dsv4i_gpu_ops *o, dsv4i_custream s, int64_
   return launch(o, o->cast, cdiv(n, 256), 1, s, p);
 }
 
+dsv4_status dsv4i_gpu_linear_q8(const dsv4i_gpu_ops *o, dsv4i_custream s, const dsv4i_gpu_weight *w,
+                                int32_t n_tok, dsv4i_cuptr x, int64_t ldx, dsv4i_cuptr xq,
+                                dsv4i_cuptr sx, dsv4i_cuptr y, int64_t ldy) {
+  if (!weight_ok(w) || w->fmt != DSV4I_KFMT_E4M3_UE8M0 || n_tok < 0 || ldx < w->cols ||
+      ldy < w->rows || n_tok > 65535 * 8)
+    return bad("linear_q8", "needs a valid fp8 weight (cols % 32 == 0), ldx >= cols, ldy >= rows");
+  if (o->cpu_order || !o->fp8_tiled || w->cols > Q8T_MAX_K) {
+    dsv4_status st = dsv4i_gpu_act_quant(o, s, n_tok, w->cols, x, ldx, xq, sx);
+    return st ? st : dsv4i_gpu_linear_q(o, s, w, n_tok, xq, sx, y, ldy);
+  }
+  if ((w->data & 15) || (w->ld & 15))
+    return dsv4i_error(DSV4_ERR_UNSUPPORTED,
+                       "gpu linear_q8: weight rows must be 16-byte aligned (data %#llx, ld %lld)",
+                       (unsigned long long)w->data, (long long)w->ld);
+  if (n_tok == 0) return DSV4_OK;
+  int n = n_tok, rows = w->rows, k = w->cols;
+  long long ld = w->ld, sld = w->scale_ld, lx = ldx, ly = ldy;
+  dsv4i_cuptr data = w->data, scale = w->scale, pre = xq;
+  const int fused = n_tok <= o->q8_fuse_max && n_tok <= 8;
+  int ntp = n_tok <= 8 ? 8 : 16, fu = fused;
+  if (!fused) {
+    if (xq & 15) return bad("linear_q8", "xq must be 16-byte aligned");
+    int kk = k;
+    void *pq[] = {&n, &kk, &x, &lx, &pre};
+    dsv4_status st = launch(o, o->act_quant_f16, cdiv((int64_t)n_tok * (k / 32), 8), 1, s, pq);
+    if (st) return st;
+  }
+  void *p[] = {&n, &rows, &k, &data, &ld, &scale, &sld, &x, &lx, &pre, &y, &ly, &ntp, &fu};
+  return dsv4i_kreg_launch_grid(o->kr, o->linear_tiled, cdiv(w->rows, Q8T_RB), cdiv(n_tok, ntp), 1,
+                                q8_tiled_smem(ntp, k / 32), s, p);
+}
+
 /* The default mode's bf16 kernel takes 16-byte loads of x rows (alignment is
  * the call site's, never the batch's). */
 static int tiled_bf16(const dsv4i_gpu_ops *o, const dsv4i_gpu_weight *w, dsv4i_cuptr x, int64_t ldx) {
@@ -451,8 +506,7 @@ dsv4_status dsv4i_gpu_engram_run(const dsv4i_gpu_ops *o, dsv4i_custream s, const
   dsv4i_cuptr tab = e->table, tsc = e->table_scale, qw = e->q_weight, kw = e->k_weight;
   void *pg[] = {&n, &nc, &hd, &ids, &li, &tab, &tsc, &is_image, &rows};
   dsv4_status st = launch(o, o->engram_gather, (uint32_t)nc, (uint32_t)n_tok, s, pg);
-  if (st == DSV4_OK) st = dsv4i_gpu_act_quant(o, s, n_tok, (int32_t)width, rows, width, xq, sx);
-  if (st == DSV4_OK) st = dsv4i_gpu_linear_q(o, s, &e->wkv, n_tok, xq, sx, kv, kvw);
+  if (st == DSV4_OK) st = dsv4i_gpu_linear_q8(o, s, &e->wkv, n_tok, rows, width, xq, sx, kv, kvw);
   if (st != DSV4_OK) return st;
   float eps = e->eps, scale = (float)pow((double)e->dim, -0.5);
   void *pu[] = {&n, &hc, &dim, &kv, &lkv, &qw, &kw, &eps, &scale, &is_image, &gate_vec, &h};

@@ -58,6 +58,16 @@ typedef struct dsv4i_gpu_ops {
    * DSV4_ENGINE_F_GPU_CPU_ORDER when the CUDA engine is created (after
    * dsv4i_gpu_ops_init, which sets 0); tests set it directly. */
   int32_t cpu_order;
+  /** fp8 linear on the tensor cores (kernels/linear_mma.cu) and its act_quant prepass. */
+  dsv4i_kernel_id linear_tiled, act_quant_f16;
+  /** 1: dsv4i_gpu_linear_q8 runs the tiled fp8 kernel in the default mode;
+   * 0 (default until a device run has checked it): the CPU-order kernels in
+   * both modes. The tests and dsv4-roofline set 1. */
+  int32_t fp8_tiled;
+  /** Tiled fp8 linear: up to this many tokens (<= 8) each block quantises its
+   * activations itself (one launch); more use the prepass. Default 4. Same bits
+   * either way (tests run both). */
+  int32_t q8_fuse_max;
 } dsv4i_gpu_ops;
 
 /**
@@ -146,6 +156,18 @@ dsv4_status dsv4i_gpu_linear_q_f32(const dsv4i_gpu_ops *o, dsv4i_custream s,
 /** y bf16 [n] = x f32 [n] rounded to nearest even (dsv4i_f32_to_bf16, bit for bit). */
 dsv4_status dsv4i_gpu_cast_bf16(const dsv4i_gpu_ops *o, dsv4i_custream s, int64_t n,
                                 dsv4i_cuptr x, dsv4i_cuptr y);
+
+/** fp8 linear on bf16 rows x [n][ldx] (what the engine runs for every fp8
+ * projection): with o->cpu_order (or !o->fp8_tiled), dsv4i_gpu_act_quant into (xq, sx) and
+ * dsv4i_gpu_linear_q, bit-equal to dsv4i_cpu_act_quant + dsv4i_cpu_linear_q;
+ * otherwise the tiled kernel (kernels/linear_mma.cu: the same products and
+ * rounding points, the fp32 sums in another fixed order; the bound in
+ * docs/gpu-dense.md), which uses xq (n·cols·4 bytes) as scratch beyond
+ * o->q8_fuse_max tokens and never writes sx. y bf16 [n][ldy]. A shape the
+ * tiled kernel does not take (K > 65,536) runs the CPU-order kernels. */
+dsv4_status dsv4i_gpu_linear_q8(const dsv4i_gpu_ops *o, dsv4i_custream s, const dsv4i_gpu_weight *w,
+                                int32_t n_tok, dsv4i_cuptr x, int64_t ldx, dsv4i_cuptr xq,
+                                dsv4i_cuptr sx, dsv4i_cuptr y, int64_t ldy);
 
 /** bf16 / fp32 weight on bf16 rows x [n][ldx]: out_f32 = 0 gives
  * dsv4i_cpu_linear (BF16 weight, bf16 y), 1 gives dsv4i_cpu_linear_f32

@@ -96,6 +96,8 @@
   X(MOE_DOWN_TILED, MOE_DOWN, E2M1_UE8M0, TILED, 80, moe_tiled, dsv4_k_moe_down_e2m1_tiled, 128) \
   X(ENGRAM_GATHER, ENGRAM_GATHER, E4M3_UE8M0, ANY, 80, engram, dsv4_k_engram_gather, 128)          \
   X(ENGRAM_UPDATE, ENGRAM_UPDATE, BF16, ANY, 80, engram, dsv4_k_engram_update, 128)              \
+  X(ACT_QUANT_E4M3_F16, ACT_QUANT, E4M3_UE8M0, TILED, 80, linear_mma, dsv4_k_act_quant_e4m3_f16, 256) \
+  X(LINEAR_E4M3_TILED, LINEAR, E4M3_UE8M0, TILED, 80, linear_mma, dsv4_k_linear_e4m3_ue8m0_tiled, 256) \
   X(DEQUANT_E4M3_BF16, DEQUANT, E4M3_UE8M0, ANY, 80, linear, dsv4_k_dequant_e4m3_bf16, 256)      \
   X(ATTN_WINDOW_STORE_E4M3, ATTN_WINDOW_STORE, E4M3_UE8M0, ANY, 80, attn_cache, dsv4_k_attn_window_store_e4m3, 256) \
   X(ATTN_COMP_STORE_E2M1, ATTN_COMP_STORE, E2M1_E4M3, ANY, 80, attn_cache, dsv4_k_attn_comp_store_e2m1, 256) \

@@ -393,6 +393,125 @@ static void linear_fp8_fp4_equal_cpu(void **state) {
   linear_q_case(DSV4I_W_FP8, 40, 992, 12, 26);  /* 31 K blocks: a partial chunk at every tile */
 }
 
+/* ---- the tiled fp8 linear (default numerics mode) ---------------------------
+ * Checked against the CPU oracle (act_quant + dsv4i_cpu_linear_q) with the
+ * bound for two fp32 sums of the same K exact products p_k = xq·sx·w·sw in
+ * different orders (gpu_tol.h; why it covers the tensor core's block sums:
+ * docs/gpu-dense.md "The tiled fp8 linear"):
+ *   |y_gpu - y_cpu| <= 2·gamma(K)·Σ_k |p_k| + ulp_bf16(max(|y_gpu|, |y_cpu|)),
+ *   gamma(K) = K·u / (1 - K·u), u = 2^-24,
+ * Σ|p_k| in double from the decoded operands; the ulp covers the bf16
+ * rounding of two sums that straddle a rounding boundary. Also checked bit
+ * for bit: the fused and prepass paths against each other, a second run
+ * (determinism), and tokens launched alone against the same tokens inside
+ * the batch (batch invariance). */
+typedef struct q8_case {
+  int rows, cols, n;
+  uint8_t *w, *sc;
+  float *xq, *sx;
+  uint16_t *yc;
+  dsv4i_gpu_weight gw;
+  dsv4i_cuptr dx, dq, ds;
+} q8_case;
+
+/* The tiled kernel on tokens [t0, t0 + n) of the case's x; y downloaded into yg. */
+static void q8_run(const q8_case *c, int fuse_max, int t0, int n, uint16_t *yg) {
+  dsv4i_gpu_ops ov = O;
+  ov.cpu_order = 0;
+  ov.fp8_tiled = 1;
+  ov.q8_fuse_max = fuse_max;
+  dsv4i_cuptr dy = gt_up(&G, NULL, 2 * (size_t)n * c->rows);
+  gt_check(dsv4i_gpu_linear_q8(&ov, G.stream, &c->gw, n, c->dx + (dsv4i_cuptr)t0 * c->cols * 2, c->cols,
+                               c->dq, c->ds, dy, c->rows));
+  gt_down(&G, yg, dy, 2 * (size_t)n * c->rows);
+}
+
+/* Every output within the bound (gpu_tol.h); token t's row o in the messages is index t·rows + o. */
+static size_t q8_check_bound(const q8_case *c, const uint16_t *yg, const char *what) {
+  const int K = c->cols, nkb = K / 32;
+  gt_tol tol;
+  gt_tol_init(&tol, what);
+  for (int t = 0; t < c->n; t++)
+    for (int o = 0; o < c->rows; o++) {
+      const double ycv = tu_bf16_to_f32(c->yc[(size_t)t * c->rows + o]);
+      const double ygv = tu_bf16_to_f32(yg[(size_t)t * c->rows + o]);
+      double mag = 0; /* sum |p_k|, p_k = xq·sx·w·sw */
+      for (int kb = 0; kb < nkb; kb++) {
+        const double s = (double)c->sx[(size_t)t * nkb + kb] *
+                         dsv4i_e8m0_to_f32(c->sc[(size_t)(o / 32) * nkb + kb]);
+        double m = 0;
+        for (int i = 0; i < 32; i++)
+          m += fabs((double)c->xq[(size_t)t * K + kb * 32 + i] *
+                    dsv4i_e4m3_to_f32(c->w[(size_t)o * K + kb * 32 + i]));
+        mag += m * s;
+      }
+      gt_tol_one(&tol, (size_t)t * c->rows + o, ygv, ycv, gt_bound_bf16(K, mag, ygv, ycv));
+    }
+  return gt_tol_done(&tol);
+}
+
+static void linear_q8_tiled_case(int rows, int cols, int n, uint64_t seed, int poison) {
+  reset_pool();
+  uint64_t s = seed;
+  q8_case c = {.rows = rows, .cols = cols, .n = n};
+  const size_t sld = (size_t)cols / 32, srows = (size_t)(rows + 31) / 32;
+  c.w = malloc((size_t)rows * cols), c.sc = malloc(srows * sld);
+  for (size_t i = 0; i < (size_t)rows * cols; i++) c.w[i] = rand_e4m3(&s);
+  for (size_t i = 0; i < srows * sld; i++) c.sc[i] = (uint8_t)(117 + gt_rand(&s) % 16);
+  uint16_t *x = malloc(2 * (size_t)n * cols);
+  gt_fill_bf16(&s, x, (size_t)n * cols, 10);
+  if (poison && n > 1) x[(size_t)(n / 2) * cols + 33] = 0x7F80; /* +inf: that token's outputs NaN */
+  c.xq = malloc(4 * (size_t)n * cols), c.sx = malloc(4 * (size_t)n * cols / 32);
+  gt_check(dsv4i_cpu_act_quant(n, cols, x, cols, c.xq, c.sx));
+  dsv4i_wview v;
+  gt_check(dsv4i_wview_init(&v, DSV4I_W_FP8, rows, cols, c.w, c.sc));
+  c.yc = malloc(2 * (size_t)n * rows);
+  gt_check(dsv4i_cpu_linear_q(&v, n, c.xq, c.sx, c.yc, rows));
+  c.gw = (dsv4i_gpu_weight){DSV4I_KFMT_E4M3_UE8M0, rows, cols, cols, (int64_t)sld,
+                            gt_up(&G, c.w, (size_t)rows * cols), gt_up(&G, c.sc, srows * sld)};
+  c.dx = gt_up(&G, x, 2 * (size_t)n * cols);
+  c.dq = gt_up(&G, NULL, 4 * (size_t)n * cols), c.ds = gt_up(&G, NULL, 4 * (size_t)n * cols / 32);
+  uint16_t *ya = malloc(2 * (size_t)n * rows), *yb = malloc(2 * (size_t)n * rows),
+           *y1 = malloc(2 * (size_t)rows);
+  char what[96];
+  /* prepass path, then the fused one where n allows (<= 8 tokens) */
+  q8_run(&c, 0, 0, n, ya);
+  snprintf(what, sizeof what, "tiled fp8 %dx%d n=%d prepass", rows, cols, n);
+  assert_int_equal(q8_check_bound(&c, ya, what), 0);
+  if (n <= 8) {
+    q8_run(&c, 8, 0, n, yb);
+    snprintf(what, sizeof what, "tiled fp8 %dx%d n=%d fused == prepass", rows, cols, n);
+    assert_int_equal(gt_diff_bits(yb, ya, (size_t)n * rows, 2, what), 0);
+  }
+  q8_run(&c, 0, 0, n, yb); /* determinism */
+  snprintf(what, sizeof what, "tiled fp8 %dx%d n=%d second run", rows, cols, n);
+  assert_int_equal(gt_diff_bits(yb, ya, (size_t)n * rows, 2, what), 0);
+  /* batch invariance: tokens alone (fused and prepass) equal themselves in the batch */
+  const int probe[3] = {0, n / 2, n - 1};
+  for (int i = 0; i < 3; i++) {
+    if (i && probe[i] == probe[i - 1]) continue;
+    for (int fm = 0; fm <= 8; fm += 8) {
+      q8_run(&c, fm, probe[i], 1, y1);
+      snprintf(what, sizeof what, "tiled fp8 %dx%d token %d alone (%s) == in a batch of %d", rows,
+               cols, probe[i], fm ? "fused" : "prepass", n);
+      assert_int_equal(gt_diff_bits(y1, ya + (size_t)probe[i] * rows, (size_t)rows, 2, what), 0);
+    }
+  }
+  free(c.w), free(c.sc), free(x), free(c.xq), free(c.sx), free(c.yc), free(ya), free(yb), free(y1);
+}
+
+static void linear_q8_tiled_within_bound_of_cpu(void **state) {
+  (void)state;
+  static const int ns[] = {1, 2, 4, 8, 16};
+  for (int i = 0; i < 5; i++) linear_q8_tiled_case(256, 2048, ns[i], 40 + (uint64_t)i, 0);
+  linear_q8_tiled_case(1000, 1056, 3, 50, 0);  /* rows not a multiple of 32, 33 K blocks */
+  linear_q8_tiled_case(77, 992, 12, 51, 1);     /* 31 K blocks (a partial stage), an inf token */
+  linear_q8_tiled_case(40, 96, 5, 52, 0);       /* K shorter than a stage */
+  linear_q8_tiled_case(64, 8192, 19, 53, 1);    /* wo_b's K, two token chunks of 16 */
+  linear_q8_tiled_case(513, 1280, 33, 54, 0);   /* wq_b's K, three chunks */
+  linear_q8_tiled_case(96, 15360, 7, 55, 0);    /* main_proj's K */
+}
+
 static void linear_float_case(int fmt, int out_f32, int rows, int cols, int n, uint64_t seed) {
   reset_pool();
   uint64_t s = seed;
@@ -1340,6 +1459,7 @@ int tu_run_suite(void) {
     cmocka_unit_test(hc_sinkhorn_lanes_equal_cpu),
     cmocka_unit_test(act_quant_equals_cpu),
     cmocka_unit_test(linear_fp8_fp4_equal_cpu),
+    cmocka_unit_test(linear_q8_tiled_within_bound_of_cpu),
     cmocka_unit_test(linear_bf16_f32_equal_cpu),
     cmocka_unit_test(linear_bf16_tiled_within_bound),
     cmocka_unit_test(wo_a_dequant_and_grouped_linear_equal_cpu),
