@@ -15,6 +15,7 @@ typedef struct proj_case {
   dsv4i_gpu_weight w[MAX_COPIES];
   dsv4i_cuptr wb[MAX_COPIES]; /* stock: bf16 [rows][cols] */
   int copies, copies_b, n;
+  int mode; /* fp8: 0 the default (tiled), 1 tiled through the other act_quant path, 2 CPU order */
   dsv4i_cuptr x, xq, sx, y, yf;
 } proj_case;
 
@@ -24,7 +25,8 @@ static dsv4_status rec_ours(rf *r, void *u, int i, dsv4i_custream s) {
   if (w->fmt != DSV4I_KFMT_E4M3_UE8M0)
     return dsv4i_gpu_linear(&r->o, s, w, c->n, c->x, w->cols, c->yf, w->rows, 1);
   dsv4i_gpu_ops o = r->o; /* the default numerics mode: the tiled kernel (the engine's cpu_order aside) */
-  o.cpu_order = 0, o.fp8_tiled = 1;
+  o.cpu_order = c->mode == 2, o.fp8_tiled = 1;
+  if (c->mode == 1) o.q8_fuse_max = c->n <= r->o.q8_fuse_max ? 0 : 8;
   return dsv4i_gpu_linear_q8(&o, s, w, c->n, c->x, w->cols, c->xq, c->sx, c->y, w->rows);
 }
 
@@ -65,7 +67,18 @@ static void one(rf *r, const char *name, int rows, int cols, int fp8) {
     const double us = rf_time(r, rec_ours, c, calls);
     const double st = stock ? rf_time(r, rec_stock, c, c->copies_b < 8 ? 8 : c->copies_b) : -1;
     /* bytes: the weight and its scales, x in, y out (bf16; the head's fp32) */
-    rf_row(r, name, n, us, (double)(wb + sb) + 2.0 * n * cols + (fp8 ? 2.0 : 4.0) * n * rows, st);
+    const double bytes = (double)(wb + sb) + 2.0 * n * cols + (fp8 ? 2.0 : 4.0) * n * rows;
+    rf_row(r, name, n, us, bytes, st);
+    /* fp8: the other act_quant path of the tiled kernel (fused / prepass, up to 8 tokens)
+     * and the CPU-order kernels, each its own row */
+    for (c->mode = 1; fp8 && c->mode <= 2; c->mode++) {
+      if (c->mode == 1 && n > 8) continue;
+      char alt[96];
+      snprintf(alt, sizeof alt, "%s %s", name,
+               c->mode == 2 ? "cpu-order" : n <= r->o.q8_fuse_max ? "prepass" : "fused");
+      rf_row(r, alt, n, rf_time(r, rec_ours, c, calls), bytes, -1);
+    }
+    c->mode = 0;
     dsv4i_gpu_pool_reset(&r->g.pool, m2);
   }
   free(c);
