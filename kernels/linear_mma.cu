@@ -52,6 +52,15 @@
 #define T_BROW (T_SK * 2 + 64) /* bytes per token row of a B stage (≡ 64 mod 128: no bank conflicts) */
 #define T_ASTAGE (T_RB * T_SK)
 #define T_XPF (2 * T_NS - 2) /* fused act_quant: x prefetched into L1 this many stages ahead */
+/* K split over blocks for matrices of few row blocks (the launcher's
+ * q8_splits: ks = min(stages / 4, T_SPREAD / row blocks), from the shape
+ * alone): each split's sums go to this module's scratch and the row block's
+ * last block to finish (a counter it resets itself) adds them in split order.
+ * At most T_MAXTY token chunks a launch with ks > 1 (the launcher slices). */
+#define T_SPREAD 256
+#define T_MAXTY 4
+__device__ float q8_scr[T_MAXTY][T_SPREAD][T_RB * 16];
+__device__ unsigned int q8_cnt[T_MAXTY][T_SPREAD];
 
 /* The fp16 of E4M3 code b (exact: every E4M3 value is an fp16 normal; NaN stays NaN), as bits. */
 __device__ __forceinline__ uint16_t t_e4m3_f16(uint8_t b) {
@@ -106,31 +115,32 @@ struct t_smem {
 
 /* Stage c's weights (and, from the prepass, activations and scales) by cp.async; one commit group. */
 template <int NTP, int FUSED>
-__device__ __forceinline__ void t_issue(int c, int nch, int tid, int o0, int rows, int nkb, int nt, int k,
-                                        const unsigned char *w, long long ld, const unsigned char *pre,
+__device__ __forceinline__ void t_issue(int c, int c0, int nch, int tid, int o0, int rows, int nkb, int nt,
+                                        int k, const unsigned char *w, long long ld, const unsigned char *pre,
                                         int ldsx, int n_all, int t0, const t_smem &sm) {
   if (c < nch) {
+    const int ca = c0 + c; /* the stage's place in K (c: its place in this block's range) */
     unsigned char *as = sm.a + (c % T_NS) * T_ASTAGE;
 #pragma unroll
     for (int h = 0; h < T_ASTAGE / 16 / 256; h++) {
       const int j = tid + 256 * h, r = j >> 4, pc = j & 15;
-      const bool ok = o0 + r < rows && c * T_NBS + (pc >> 1) < nkb;
-      const unsigned char *src = ok ? w + (long long)(o0 + r) * ld + (long long)c * T_SK + pc * 16 : w;
+      const bool ok = o0 + r < rows && ca * T_NBS + (pc >> 1) < nkb;
+      const unsigned char *src = ok ? w + (long long)(o0 + r) * ld + (long long)ca * T_SK + pc * 16 : w;
       cp_async16(as + r * T_SK + ((pc ^ (r & 7)) << 4), src, ok ? 16 : 0);
     }
     if (!FUSED) {
       unsigned char *bs = sm.b + (c % T_NS) * NTP * T_BROW;
       for (int j = tid; j < nt * 32; j += 256) { /* 32 pieces of 16 bytes per token row */
         const int t = j >> 5, pc = j & 31;
-        const bool ok = c * T_NBS + (pc >> 2) < nkb;
-        const unsigned char *src = ok ? pre + ((long long)(t0 + t) * k + (long long)c * T_SK) * 2 + pc * 16 : pre;
+        const bool ok = ca * T_NBS + (pc >> 2) < nkb;
+        const unsigned char *src = ok ? pre + ((long long)(t0 + t) * k + (long long)ca * T_SK) * 2 + pc * 16 : pre;
         cp_async16(bs + t * T_BROW + pc * 16, src, ok ? 16 : 0);
       }
       if (tid < 2 * nt) { /* 8 scales (32 bytes) per token */
         const int t = tid >> 1, h = tid & 1;
-        const bool ok = c * T_NBS + 4 * h < nkb;
+        const bool ok = ca * T_NBS + 4 * h < nkb;
         const unsigned char *sxg = pre + (long long)n_all * k * 2;
-        const unsigned char *src = ok ? sxg + ((long long)(t0 + t) * ldsx + c * T_NBS + 4 * h) * 4 : pre;
+        const unsigned char *src = ok ? sxg + ((long long)(t0 + t) * ldsx + ca * T_NBS + 4 * h) * 4 : pre;
         cp_async16(sm.sx + ((c % T_NS) * NTP + t) * T_NBS + 4 * h, src, ok ? 16 : 0);
       }
     }
@@ -140,9 +150,9 @@ __device__ __forceinline__ void t_issue(int c, int nch, int tid, int o0, int row
 
 /* Fused act_quant of stage c: warp wp quantises K block wp of the stage for every token. */
 template <int NTP>
-__device__ __forceinline__ void t_quant_stage(int c, int nch, int nkb, int nt, int wp, int lane,
+__device__ __forceinline__ void t_quant_stage(int c, int c0, int nch, int nkb, int nt, int wp, int lane,
                                               const uint16_t *xr, const t_smem &sm) {
-  if (c >= nch || c * T_NBS + wp >= nkb) return;
+  if (c >= nch || (c0 + c) * T_NBS + wp >= nkb) return;
   unsigned char *bs = sm.b + (c % T_NS) * NTP * T_BROW + wp * 64;
 #pragma unroll
   for (int t = 0; t < NTP; t++) {
@@ -153,34 +163,36 @@ __device__ __forceinline__ void t_quant_stage(int c, int nch, int nkb, int nt, i
 }
 
 template <int NTP>
-__device__ __forceinline__ void t_load_x(int c, int nch, int nkb, int nt, int wp, int lane, int t0,
+__device__ __forceinline__ void t_load_x(int c, int c0, int nch, int nkb, int nt, int wp, int lane, int t0,
                                          const uint16_t *x, long long ldx, uint16_t *xr) {
-  const bool ok = c < nch && c * T_NBS + wp < nkb;
+  const bool ok = c < nch && (c0 + c) * T_NBS + wp < nkb;
 #pragma unroll
   for (int t = 0; t < NTP; t++)
-    xr[t] = ok && t < nt ? x[(long long)(t0 + t) * ldx + (c * T_NBS + wp) * 32 + lane] : (uint16_t)0;
+    xr[t] = ok && t < nt ? x[(long long)(t0 + t) * ldx + ((c0 + c) * T_NBS + wp) * 32 + lane] : (uint16_t)0;
 }
 
 /* x rows of stage c into L1 (one 64-byte line per token for this warp's
  * K block), T_XPF stages ahead: the register loads of t_load_x then hit. */
 template <int NTP>
-__device__ __forceinline__ void t_prefetch_x(int c, int nch, int nkb, int nt, int wp, int lane, int t0,
+__device__ __forceinline__ void t_prefetch_x(int c, int c0, int nch, int nkb, int nt, int wp, int lane, int t0,
                                              const uint16_t *x, long long ldx) {
-  if (lane < nt && c < nch && c * T_NBS + wp < nkb)
-    asm volatile("prefetch.global.L1 [%0];\n" ::"l"(x + (long long)(t0 + lane) * ldx + (c * T_NBS + wp) * 32));
+  if (lane < nt && c < nch && (c0 + c) * T_NBS + wp < nkb)
+    asm volatile("prefetch.global.L1 [%0];\n" ::"l"(x + (long long)(t0 + lane) * ldx + ((c0 + c) * T_NBS + wp) * 32));
 }
 
 template <int NTP, int FUSED>
 __device__ __forceinline__ void t_tile(int n_tok, int rows, int k, const unsigned char *w, long long ld,
                                        const unsigned char *scale, long long scale_ld, const uint16_t *x,
                                        long long ldx, const unsigned char *pre, uint16_t *y, long long ldy,
-                                       unsigned char *smem) {
+                                       int ks, unsigned char *smem) {
   constexpr int NJ = NTP / 8; /* n8 tiles */
   const int tid = threadIdx.x, lane = tid & 31, wp = tid >> 5, gid = lane >> 2, tig = lane & 3;
   const int rt = wp & 1, kl = wp >> 1;
-  const int o0 = blockIdx.x * T_RB, t0 = blockIdx.y * NTP;
+  const int rb = blockIdx.x / ks, split = blockIdx.x % ks, o0 = rb * T_RB, t0 = blockIdx.y * NTP;
   const int nt = n_tok - t0 < NTP ? n_tok - t0 : NTP;
-  const int nkb = k >> 5, nch = (nkb + T_NBS - 1) / T_NBS, ldsx = (nkb + 7) & ~7;
+  const int nkb = k >> 5, nch_all = (nkb + T_NBS - 1) / T_NBS, ldsx = (nkb + 7) & ~7;
+  /* this block's stages of K: [c0, c0 + nch) (split of ks, by the shape alone) */
+  const int c0 = split * nch_all / ks, nch = (split + 1) * nch_all / ks - c0;
   t_smem sm;
   sm.a = smem;
   sm.b = sm.a + T_NS * T_ASTAGE;
@@ -196,18 +208,18 @@ __device__ __forceinline__ void t_tile(int n_tok, int rows, int k, const unsigne
   /* the first T_NS - 1 stages in flight before anything waits for memory */
 #pragma unroll
   for (int c = 0; c < T_NS - 1; c++)
-    t_issue<NTP, FUSED>(c, nch, tid, o0, rows, nkb, nt, k, w, ld, pre, ldsx, n_tok, t0, sm);
+    t_issue<NTP, FUSED>(c, c0, nch, tid, o0, rows, nkb, nt, k, w, ld, pre, ldsx, n_tok, t0, sm);
   uint16_t xr[FUSED ? NTP : 1];
   if (FUSED)
-    for (int c = 0; c < T_XPF; c++) t_prefetch_x<NTP>(c, nch, nkb, nt, wp, lane, t0, x, ldx);
+    for (int c = 0; c < T_XPF; c++) t_prefetch_x<NTP>(c, c0, nch, nkb, nt, wp, lane, t0, x, ldx);
   const unsigned char *srow = scale + (long long)(o0 >> 5) * scale_ld;
   for (int i = tid; i < nkb; i += 256) sm.sw[i] = srow[i]; /* visible after the first barrier */
   if (FUSED) {
     for (int c = 0; c < T_NS - 1; c++) {
-      t_load_x<NTP>(c, nch, nkb, nt, wp, lane, t0, x, ldx, xr);
-      t_quant_stage<NTP>(c, nch, nkb, nt, wp, lane, xr, sm);
+      t_load_x<NTP>(c, c0, nch, nkb, nt, wp, lane, t0, x, ldx, xr);
+      t_quant_stage<NTP>(c, c0, nch, nkb, nt, wp, lane, xr, sm);
     }
-    t_load_x<NTP>(T_NS - 1, nch, nkb, nt, wp, lane, t0, x, ldx, xr);
+    t_load_x<NTP>(T_NS - 1, c0, nch, nkb, nt, wp, lane, t0, x, ldx, xr);
   }
   float acc[NJ][4];
 #pragma unroll
@@ -218,17 +230,17 @@ __device__ __forceinline__ void t_tile(int n_tok, int rows, int k, const unsigne
     cp_async_wait<T_NS - 2>();
     __syncthreads(); /* stage c landed (and was quantised) for every thread; stage c-1 consumed */
     if (FUSED) {
-      t_quant_stage<NTP>(c + T_NS - 1, nch, nkb, nt, wp, lane, xr, sm);
-      t_prefetch_x<NTP>(c + T_XPF, nch, nkb, nt, wp, lane, t0, x, ldx);
-      t_load_x<NTP>(c + T_NS, nch, nkb, nt, wp, lane, t0, x, ldx, xr);
+      t_quant_stage<NTP>(c + T_NS - 1, c0, nch, nkb, nt, wp, lane, xr, sm);
+      t_prefetch_x<NTP>(c + T_XPF, c0, nch, nkb, nt, wp, lane, t0, x, ldx);
+      t_load_x<NTP>(c + T_NS, c0, nch, nkb, nt, wp, lane, t0, x, ldx, xr);
     }
-    t_issue<NTP, FUSED>(c + T_NS - 1, nch, tid, o0, rows, nkb, nt, k, w, ld, pre, ldsx, n_tok, t0, sm);
+    t_issue<NTP, FUSED>(c + T_NS - 1, c0, nch, tid, o0, rows, nkb, nt, k, w, ld, pre, ldsx, n_tok, t0, sm);
     const unsigned char *as = sm.a + (c % T_NS) * T_ASTAGE + lr * T_SK;
     const unsigned char *bs = sm.b + (c % T_NS) * NTP * T_BROW + gid * T_BROW + tig * 16;
     const float *sxs = sm.sx + (c % T_NS) * NTP * T_NBS;
 #pragma unroll
     for (int i = 0; i < 2; i++) {
-      const int kbl = kl * 2 + i, kb = c * T_NBS + kbl;
+      const int kbl = kl * 2 + i, kb = (c0 + c) * T_NBS + kbl;
       if (kb >= nkb) break; /* warp-uniform */
       uint32_t r[4];
       ldmatrix_x4(r, as + (((kbl * 2 + lhi) ^ (lr & 7)) << 4));
@@ -262,27 +274,57 @@ __device__ __forceinline__ void t_tile(int n_tok, int rows, int k, const unsigne
     red[(kl * NTP + tk + 1) * T_RB + row + 8] = acc[j][3];
   }
   __syncthreads();
-  for (int i = tid; i < nt * T_RB; i += 256) {
-    const int t = i / T_RB, row = i % T_RB;
-    if (o0 + row >= rows) continue;
-    float v = red[t * T_RB + row];
+  float v[2]; /* (row i % 32, token i / 32) for i = tid and tid + 256 */
 #pragma unroll
-    for (int l = 1; l < T_KL; l++) v = __fadd_rn(v, red[(l * NTP + t) * T_RB + row]);
-    y[(long long)(t0 + t) * ldy + o0 + row] = dsv4i_f32_to_bf16(v);
+  for (int h = 0; h < 2; h++) {
+    const int i = tid + 256 * h, t = i / T_RB, row = i % T_RB;
+    v[h] = 0.0f;
+    if (t < NTP) {
+      v[h] = red[t * T_RB + row];
+#pragma unroll
+      for (int l = 1; l < T_KL; l++) v[h] = __fadd_rn(v[h], red[(l * NTP + t) * T_RB + row]);
+    }
+  }
+  if (ks > 1) { /* block-uniform: the splits' sums meet in the row block's last block, in split order */
+    __shared__ int last_s;
+    float *scr = q8_scr[blockIdx.y][rb * ks];
+#pragma unroll
+    for (int h = 0; h < 2; h++) scr[split * (T_RB * 16) + tid + 256 * h] = v[h];
+    __threadfence();
+    __syncthreads();
+    if (tid == 0) {
+      const unsigned int done = atomicAdd(&q8_cnt[blockIdx.y][rb], 1u);
+      last_s = done == (unsigned int)ks - 1u;
+      if (last_s) q8_cnt[blockIdx.y][rb] = 0u; /* every split has counted: ready for the next launch */
+    }
+    __syncthreads();
+    if (!last_s) return;
+    __threadfence();
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+      v[h] = __ldcg(scr + tid + 256 * h);
+      for (int b = 1; b < ks; b++) v[h] = __fadd_rn(v[h], __ldcg(scr + b * (T_RB * 16) + tid + 256 * h));
+    }
+  }
+#pragma unroll
+  for (int h = 0; h < 2; h++) {
+    const int i = tid + 256 * h, t = i / T_RB, row = i % T_RB;
+    if (t < nt && o0 + row < rows) y[(long long)(t0 + t) * ldy + o0 + row] = dsv4i_f32_to_bf16(v[h]);
   }
 }
 
 /* y bf16 [n][ldy] = linear(w, act_quant(x)): x bf16 [n][ldx] when fused
  * (pre unused), else pre = the prepass output for all n tokens. ntp: 8 or
  * 16 tokens per block (the launch's dynamic shared memory is sized for it);
- * fused only with ntp 8. Grid (ceil(rows/32), ceil(n/ntp)), 256 threads. */
+ * fused only with ntp 8. ks: K splits (q8_splits). Grid (ceil(rows/32)·ks,
+ * ceil(n/ntp) <= T_MAXTY when ks > 1), 256 threads. */
 extern "C" __global__ void __launch_bounds__(256)
 dsv4_k_linear_e4m3_ue8m0_tiled(int n_tok, int rows, int k, const unsigned char *w, long long ld,
                                const unsigned char *scale, long long scale_ld, const uint16_t *x,
                                long long ldx, const unsigned char *pre, uint16_t *y, long long ldy,
-                               int ntp, int fused) {
+                               int ntp, int fused, int ks) {
   extern __shared__ __align__(16) unsigned char t_dyn[];
-  if (fused) t_tile<8, 1>(n_tok, rows, k, w, ld, scale, scale_ld, x, ldx, pre, y, ldy, t_dyn);
-  else if (ntp == 8) t_tile<8, 0>(n_tok, rows, k, w, ld, scale, scale_ld, x, ldx, pre, y, ldy, t_dyn);
-  else t_tile<16, 0>(n_tok, rows, k, w, ld, scale, scale_ld, x, ldx, pre, y, ldy, t_dyn);
+  if (fused) t_tile<8, 1>(n_tok, rows, k, w, ld, scale, scale_ld, x, ldx, pre, y, ldy, ks, t_dyn);
+  else if (ntp == 8) t_tile<8, 0>(n_tok, rows, k, w, ld, scale, scale_ld, x, ldx, pre, y, ldy, ks, t_dyn);
+  else t_tile<16, 0>(n_tok, rows, k, w, ld, scale, scale_ld, x, ldx, pre, y, ldy, ks, t_dyn);
 }

@@ -30,6 +30,16 @@ static uint32_t cdiv(int64_t a, int64_t b) { return (uint32_t)((a + b - 1) / b);
 #define Q8T_RB 32
 #define Q8T_NS 6
 #define Q8T_MAX_K 65536
+#define Q8T_SPREAD 256 /* kernels/linear_mma.cu T_SPREAD, T_MAXTY */
+#define Q8T_MAXTY 4
+/* K splits of the tiled fp8 kernel, from the shape alone (never the device or
+ * the token count): enough blocks for a matrix of few 32-row blocks, at least
+ * 4 stages of 256 columns each. */
+static int q8_splits(int32_t rows, int32_t cols) {
+  const int rbn = (rows + Q8T_RB - 1) / Q8T_RB, by_k = (cols / 32 + 7) / 8 / 4, by_r = Q8T_SPREAD / rbn;
+  const int ks = by_k < by_r ? by_k : by_r;
+  return ks > 1 ? ks : 1;
+}
 static uint32_t q8_tiled_smem(int ntp, int nkb) {
   return (uint32_t)(Q8T_NS * (Q8T_RB * 256 + ntp * (256 * 2 + 64) + ntp * 8 * 4) + (nkb + 15) / 16 * 16);
 }
@@ -323,21 +333,29 @@ dsv4_status dsv4i_gpu_linear_q8(const dsv4i_gpu_ops *o, dsv4i_custream s, const 
                        "gpu linear_q8: weight rows must be 16-byte aligned (data %#llx, ld %lld)",
                        (unsigned long long)w->data, (long long)w->ld);
   if (n_tok == 0) return DSV4_OK;
-  int n = n_tok, rows = w->rows, k = w->cols;
+  if (xq & 15) return bad("linear_q8", "xq must be 16-byte aligned");
+  int rows = w->rows, k = w->cols, ks = q8_splits(w->rows, w->cols);
   long long ld = w->ld, sld = w->scale_ld, lx = ldx, ly = ldy;
   dsv4i_cuptr data = w->data, scale = w->scale, pre = xq;
-  const int fused = n_tok <= o->q8_fuse_max && n_tok <= 8;
-  int ntp = n_tok <= 8 ? 8 : 16, fu = fused;
-  if (!fused) {
-    if (xq & 15) return bad("linear_q8", "xq must be 16-byte aligned");
-    int kk = k;
-    void *pq[] = {&n, &kk, &x, &lx, &pre};
-    dsv4_status st = launch(o, o->act_quant_f16, cdiv((int64_t)n_tok * (k / 32), 8), 1, s, pq);
-    if (st) return st;
+  /* with K splits, the module's scratch takes Q8T_MAXTY token chunks a launch */
+  const int32_t slice = ks > 1 ? Q8T_MAXTY * 16 : n_tok;
+  dsv4_status st = DSV4_OK;
+  for (int32_t t0 = 0; t0 < n_tok && st == DSV4_OK; t0 += slice) {
+    int n = n_tok - t0 < slice ? n_tok - t0 : slice;
+    dsv4i_cuptr xs = x + (dsv4i_cuptr)t0 * (dsv4i_cuptr)ldx * 2u, ys = y + (dsv4i_cuptr)t0 * (dsv4i_cuptr)ldy * 2u;
+    const int fused = n <= o->q8_fuse_max && n <= 8;
+    int ntp = n <= 8 ? 8 : 16, fu = fused;
+    if (!fused) {
+      int kk = k;
+      void *pq[] = {&n, &kk, &xs, &lx, &pre};
+      st = launch(o, o->act_quant_f16, cdiv((int64_t)n * (k / 32), 8), 1, s, pq);
+      if (st) break;
+    }
+    void *p[] = {&n, &rows, &k, &data, &ld, &scale, &sld, &xs, &lx, &pre, &ys, &ly, &ntp, &fu, &ks};
+    st = dsv4i_kreg_launch_grid(o->kr, o->linear_tiled, cdiv(w->rows, Q8T_RB) * (uint32_t)ks,
+                                cdiv(n, ntp), 1, q8_tiled_smem(ntp, k / 32), s, p);
   }
-  void *p[] = {&n, &rows, &k, &data, &ld, &scale, &sld, &x, &lx, &pre, &y, &ly, &ntp, &fu};
-  return dsv4i_kreg_launch_grid(o->kr, o->linear_tiled, cdiv(w->rows, Q8T_RB), cdiv(n_tok, ntp), 1,
-                                q8_tiled_smem(ntp, k / 32), s, p);
+  return st;
 }
 
 /* The default mode's bf16 kernel takes 16-byte loads of x rows (alignment is
