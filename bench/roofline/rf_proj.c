@@ -25,7 +25,7 @@ static dsv4_status rec_ours(rf *r, void *u, int i, dsv4i_custream s) {
   if (w->fmt != DSV4I_KFMT_E4M3_UE8M0)
     return dsv4i_gpu_linear(&r->o, s, w, c->n, c->x, w->cols, c->yf, w->rows, 1);
   dsv4i_gpu_ops o = r->o; /* the default numerics mode: the tiled kernel (the engine's cpu_order aside) */
-  o.cpu_order = c->mode == 2, o.fp8_tiled = 1;
+  o.cpu_order = r->o.cpu_order || c->mode == 2, o.fp8_tiled = 1;
   if (c->mode == 1) o.q8_fuse_max = c->n <= r->o.q8_fuse_max ? 0 : 8;
   return dsv4i_gpu_linear_q8(&o, s, w, c->n, c->x, w->cols, c->xq, c->sx, c->y, w->rows);
 }

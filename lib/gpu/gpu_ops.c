@@ -102,8 +102,8 @@ dsv4_status dsv4i_gpu_ops_init(const dsv4i_kreg *kr, dsv4i_gpu_ops *o) {
   PICK(act_quant_f16, ACT_QUANT, E4M3_UE8M0, TILED);
 #undef PICK
   if (st == DSV4_OK) st = dsv4i_gpu_moe_tiled_init(kr, o);
-  o->fp8_tiled = 0;
-  o->q8_fuse_max = 4;
+  o->fp8_tiled = 1;
+  o->q8_fuse_max = 0;
   /* the tiled fp8 kernel's ring is larger than the 48 KB a launch gets unasked */
   if (st == DSV4_OK) {
     const dsv4i_cures r = kr->dev->cu->FuncSetAttribute(

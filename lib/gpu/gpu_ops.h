@@ -60,13 +60,13 @@ typedef struct dsv4i_gpu_ops {
   int32_t cpu_order;
   /** fp8 linear on the tensor cores (kernels/linear_mma.cu) and its act_quant prepass. */
   dsv4i_kernel_id linear_tiled, act_quant_f16;
-  /** 1: dsv4i_gpu_linear_q8 runs the tiled fp8 kernel in the default mode;
-   * 0 (default until a device run has checked it): the CPU-order kernels in
-   * both modes. The tests and dsv4-roofline set 1. */
+  /** 1 (default): dsv4i_gpu_linear_q8 runs the tiled fp8 kernel in the
+   * default mode; 0: the CPU-order kernels in both modes. */
   int32_t fp8_tiled;
   /** Tiled fp8 linear: up to this many tokens (<= 8) each block quantises its
-   * activations itself (one launch); more use the prepass. Default 4. Same bits
-   * either way (tests run both). */
+   * activations itself (one launch); more use the prepass. Default 0: on an
+   * H200 the fused path measured 1.8-3.7x slower than prepass + kernel
+   * (bench/RESULTS.md). Same bits either way (tests run both). */
   int32_t q8_fuse_max;
 } dsv4i_gpu_ops;
 
