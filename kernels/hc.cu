@@ -230,17 +230,33 @@ dsv4_k_hc_mixes_f32_tiled(int n_tok, int hc, int dim, const uint16_t *h, const f
   __syncthreads();
   if (!last_s) return;
   __threadfence();
+  /* the partials in chunk order from +0; 16 loads in flight before their adds
+   * (each load otherwise waits the L2 latency alone) */
   if (threadIdx.x < nt) {
     const float *p = &hm_ss[t0 + threadIdx.x][0];
     float ss = 0.0f;
-    for (int c = 0; c < nch; c++) ss += __ldcg(p + c);
+    for (int c0 = 0; c0 < nch; c0 += 16) {
+      float v[16];
+#pragma unroll
+      for (int j = 0; j < 16; j++) v[j] = c0 + j < nch ? __ldcg(p + c0 + j) : 0.0f;
+#pragma unroll
+      for (int j = 0; j < 16; j++)
+        if (c0 + j < nch) ss += v[j];
+    }
     rs_s[threadIdx.x] = 1.0f / sqrtf(ss / (float)n + eps);
   }
   __syncthreads();
   for (int i = threadIdx.x; i < nt * nm; i += 256) {
     const int t = i / nm, m = i % nm;
     double d = 0.0;
-    for (int c = 0; c < nch; c++) d += __ldcg(&hm_part[t0 + t][c][m]);
+    for (int c0 = 0; c0 < nch; c0 += 16) {
+      double v[16];
+#pragma unroll
+      for (int j = 0; j < 16; j++) v[j] = c0 + j < nch ? __ldcg(&hm_part[t0 + t][c0 + j][m]) : 0.0;
+#pragma unroll
+      for (int j = 0; j < 16; j++)
+        if (c0 + j < nch) d += v[j];
+    }
     mixes[(long long)(t0 + t) * nm + m] = (float)d * rs_s[t];
   }
 }
@@ -253,10 +269,13 @@ dsv4_k_hc_mixes_f32_tiled(int n_tok, int hc, int dim, const uint16_t *h, const f
  * bit the CPU's (the per-token chain's latency spread over 16 lanes, no
  * order changed). Grid ceil(n_tok / 8), 128 threads.
  */
-extern "C" __global__ void __launch_bounds__(128)
-dsv4_k_hc_sinkhorn_f32_lanes(int n_tok, int hc, const float *mixes, const float *scale,
-                             const float *base, int iters, float hc_eps, float *pre, float *post,
-                             float *comb) {
+/* HC > 0: hc known at compile time (the release's 4: the gathers unrolled,
+ * their shuffles in flight together); HC == 0: hc_rt. Same operations. */
+template <int HC>
+__device__ __forceinline__ void hc_sinkhorn_lanes(int hc_rt, int n_tok, const float *mixes,
+                                                  const float *scale, const float *base, int iters,
+                                                  float hc_eps, float *pre, float *post, float *comb) {
+  const int hc = HC ? HC : hc_rt;
   const int q = threadIdx.x & 15;
   const int t = blockIdx.x * 8 + (threadIdx.x >> 4);
   const bool live = t < n_tok; /* every lane shuffles; only live tokens write */
@@ -271,25 +290,39 @@ dsv4_k_hc_sinkhorn_f32_lanes(int n_tok, int hc, const float *mixes, const float 
   float c = m[2 * hc + qq] * scale[2] + base[2 * hc + qq];
   /* softmax over j + eps */
   float mx = __shfl_sync(0xFFFFFFFFu, c, i * hc, 16);
+#pragma unroll
   for (int k = 1; k < hc; k++) {
     const float v = __shfl_sync(0xFFFFFFFFu, c, i * hc + k, 16);
     mx = v > mx ? v : mx;
   }
   c = dsv4i_expf_torch(c - mx);
   float s = 0.0f;
+#pragma unroll
   for (int k = 0; k < hc; k++) s += __shfl_sync(0xFFFFFFFFu, c, i * hc + k, 16);
   c = c / s + hc_eps;
   for (int it = 0; it < iters; it++) {
     if (it > 0) {
       s = 0.0f;
+#pragma unroll
       for (int k = 0; k < hc; k++) s += __shfl_sync(0xFFFFFFFFu, c, i * hc + k, 16);
       s += hc_eps;
       c /= s;
     }
     s = 0.0f;
+#pragma unroll
     for (int k = 0; k < hc; k++) s += __shfl_sync(0xFFFFFFFFu, c, k * hc + j, 16);
     s += hc_eps;
     c /= s;
   }
   if (live && q < hh) comb[(long long)t * hh + q] = c;
+}
+
+extern "C" __global__ void __launch_bounds__(128)
+dsv4_k_hc_sinkhorn_f32_lanes(int n_tok, int hc, const float *mixes, const float *scale,
+                             const float *base, int iters, float hc_eps, float *pre, float *post,
+                             float *comb) {
+  if (hc == 4)
+    hc_sinkhorn_lanes<4>(hc, n_tok, mixes, scale, base, iters, hc_eps, pre, post, comb);
+  else
+    hc_sinkhorn_lanes<0>(hc, n_tok, mixes, scale, base, iters, hc_eps, pre, post, comb);
 }

@@ -49,7 +49,9 @@
 
 #define LT_WARPS 8
 #define LT_TOK 16
-#define LT_U 4 /* chunks whose loads are issued before their mma */
+/* chunks whose loads are issued before their mma: 8 KB (one token chunk of 8)
+ * or 4 KB (16 tokens: twice the x registers) in flight per warp */
+#define LT_U(NT8) ((NT8) == 1 ? 8 : 4)
 
 /* K split over blocks for matrices of few row tiles (the indexer's wproj: 2
  * tiles; the compressor's wkv: 32), so that one token still spreads over
@@ -101,10 +103,11 @@ __device__ __forceinline__ void lt_tile(int n_tok, int rows, int k, const uint16
   float acc[NT8][4];
 #pragma unroll
   for (int j = 0; j < NT8; j++) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
-  for (int cb = ch0; cb < ch1; cb += LT_U) {
-    uint4 a0[LT_U], a1[LT_U], b[LT_U][NT8];
+  constexpr int U = LT_U(NT8);
+  for (int cb = ch0; cb < ch1; cb += U) {
+    uint4 a0[U], a1[U], b[U][NT8];
 #pragma unroll
-    for (int u = 0; u < LT_U; u++) {
+    for (int u = 0; u < U; u++) {
       const int ch = cb + u < ch1 ? cb + u : ch1 - 1; /* past the end: reloads, not used */
       a0[u] = lt_ld_stream(w0 + 32 * ch);
       a1[u] = lt_ld_stream(w1 + 32 * ch);
@@ -115,7 +118,7 @@ __device__ __forceinline__ void lt_tile(int n_tok, int rows, int k, const uint16
       }
     }
 #pragma unroll
-    for (int u = 0; u < LT_U; u++) {
+    for (int u = 0; u < U; u++) {
       if (cb + u >= ch1) break;
 #pragma unroll
       for (int j = 0; j < NT8; j++) {

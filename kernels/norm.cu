@@ -69,7 +69,31 @@ dsv4_k_rmsnorm_bf16_tiled(int n_tok, int dim, const uint16_t *x, long long ldx, 
   }
   const float ss = dsv4_block_sum_tree<8>(acc, sh);
   const float r = 1.0f / sqrtf(ss / (float)dim + eps);
-  for (int d = threadIdx.x; d < dim; d += 256) {
+  /* y by the same 8-element vectors (16-byte loads and stores when x, w and
+   * y allow: one round trip per vector instead of one per element); the
+   * arithmetic is the exact kernel's, element by element. y may be x: each
+   * thread reads its vector before writing it. */
+  const bool vec_out = vec && ((reinterpret_cast<uintptr_t>(yr) | reinterpret_cast<uintptr_t>(w)) & 15) == 0;
+  int d0 = 0;
+  if (vec_out) {
+    for (int v = threadIdx.x; v < nv; v += 256) {
+      const uint4 u = reinterpret_cast<const uint4 *>(xr)[v];
+      const uint4 g = reinterpret_cast<const uint4 *>(w)[v];
+      const uint32_t xd[4] = {u.x, u.y, u.z, u.w}, wd[4] = {g.x, g.y, g.z, g.w};
+      uint32_t od[4];
+#pragma unroll
+      for (int i = 0; i < 4; i++) {
+        const float x0 = dsv4i_bf16_to_f32((uint16_t)(xd[i] & 0xFFFFu)) * r;
+        const float x1 = dsv4i_bf16_to_f32((uint16_t)(xd[i] >> 16)) * r;
+        const uint16_t y0 = dsv4i_f32_to_bf16(dsv4i_bf16_to_f32((uint16_t)(wd[i] & 0xFFFFu)) * x0);
+        const uint16_t y1 = dsv4i_f32_to_bf16(dsv4i_bf16_to_f32((uint16_t)(wd[i] >> 16)) * x1);
+        od[i] = (uint32_t)y0 | ((uint32_t)y1 << 16);
+      }
+      reinterpret_cast<uint4 *>(yr)[v] = make_uint4(od[0], od[1], od[2], od[3]);
+    }
+    d0 = 8 * nv; /* the tail below */
+  }
+  for (int d = d0 + threadIdx.x; d < dim; d += 256) {
     const float v = dsv4i_bf16_to_f32(xr[d]) * r;
     yr[d] = dsv4i_f32_to_bf16(dsv4i_bf16_to_f32(w[d]) * v);
   }
