@@ -239,7 +239,7 @@ __device__ __forceinline__ unsigned int order_key(float f) {
  * TK_U keys, not per key). The whole block calls it; blockDim.x a multiple
  * of 32, at most 1024.
  */
-#define TK_U 8
+#define TK_U 16
 __device__ __forceinline__ void block_topk(const float *key, long long n, int k, int *out) {
   __shared__ unsigned int hist[256];
   __shared__ unsigned int s_prefix, s_or, s_and;

@@ -783,8 +783,8 @@ static dsv4_status cuda_create(const dsv4i_backend_desc *d, dsv4i_backend **out)
   if (!s) s = dsv4i_gpu_ops_init(&b->g.kr, &b->ops);
   if (!s) b->ops.cpu_order = d->cpu_order ? 1 : 0;
   if (!s) s = dsv4i_gpu_attn_select(&b->g.kr, &b->ak);
-  /* the engine keeps the split pass until a device run has checked the tiled kernel (the
-   * gpu tests and the roofline's kernel table run the tiled one) */
+  /* attention: the split pass in both modes while the tiled kernel is slower at 4 tokens
+   * and more (docs/gpu-attention.md "Speed"; the gpu tests and the roofline run both) */
   b->ak.cpu_order = 1;
   if (!s && b->dspark) s = dsv4i_gpu_dspark_select(&b->g.kr, &b->dspark->k);
   if (!s && d->n_buckets > 0 && d->bucket_tokens)
