@@ -80,8 +80,24 @@ dsv4_k_engram_update(int n_tok, int hc, int dim, const uint16_t *kv, long long l
   const float e = vec ? dsv4i_expf_torch(0.0f - z) : expf(-z);
   const float gate = 1.0f / (1.0f + e);
   __syncwarp();
-  for (int d = lane; d < dim; d += 32) {
-    const float gv = gate * dsv4i_bf16_to_f32(value[d]);
-    x[d] = dsv4i_f32_to_bf16(dsv4i_bf16_to_f32(x[d]) + gv);
+  /* 8 elements' loads in flight before their stores (the stores to x kept
+   * each iteration's loads waiting for the previous one: one L2 round trip
+   * per 32 elements, ~90 us at dim 5120); the same operations per element */
+  for (int d0 = lane; d0 < dim; d0 += 32 * 8) {
+    float xv[8], vv[8];
+#pragma unroll
+    for (int j = 0; j < 8; j++) {
+      const int d = d0 + 32 * j;
+      xv[j] = d < dim ? dsv4i_bf16_to_f32(x[d]) : 0.0f;
+      vv[j] = d < dim ? dsv4i_bf16_to_f32(value[d]) : 0.0f;
+    }
+#pragma unroll
+    for (int j = 0; j < 8; j++) {
+      const int d = d0 + 32 * j;
+      if (d < dim) {
+        const float gv = gate * vv[j];
+        x[d] = dsv4i_f32_to_bf16(xv[j] + gv);
+      }
+    }
   }
 }
