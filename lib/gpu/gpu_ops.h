@@ -5,8 +5,9 @@
  * synchronisation, so every launcher may run inside a captured graph.
  *
  * Numerics: each launcher names its CPU oracle (lib/cpu/cpu_ops.h) and
- * whether the result equals it bit for bit; tests/gpu/test_cuda_ops.c
- * checks every one against the oracle.
+ * whether the result equals it bit for bit in CPU order (cpu_order = 1) and
+ * in the default mode (its tiled kernel, docs/gpu-dense.md "Numerics
+ * modes"); tests/gpu/test_cuda_ops.c checks every one against the oracle.
  *
  * Conventions: bf16 as uint16_t bits; row-major [rows][ld]; "ld" strides in
  * elements. All pointers are device addresses (dsv4i_cuptr).
