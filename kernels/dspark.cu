@@ -2,119 +2,161 @@
  * DSpark draft head on the device (spec §6.1 step 4): the Markov step, fused.
  * For draft position k of every sequence, ONE launch:
  *   logits_k += e_k · markov.headᵀ, e_k = markov.embed[tok_k] (fp32, each
- *   row's dot sequential over the rank: the CPU oracle's order, so the
- *   logits are bit-identical);
+ *   row's dot sequential over the rank with separate multiplies and adds:
+ *   the CPU oracle's order, so the logits are bit-identical);
  *   tok_{k+1} = dsv4i_cpu_sample(logits_k[0..n_valid), T, seed, counter + k):
  *   the not-drawable rule (a NaN or +inf, or no finite value: the token is
  *   -1 - (its first index, or n_valid), the host raises the CPU's error),
  *   argmax for T <= 0 (lower index on ties; exact), else the exponential race
  *   p_v / q_v with the same stateless noise (model/ref_math.h);
  *   e_{k+1} = markov.embed[tok_{k+1}] gathered for the next launch.
- *
- * The step reads the whole 66 MB head (129,280 x 256 bf16), so it is
- * bandwidth-bound at few sequences and bound by the fp32 pipes at 16
- * (sequences x rows x rank multiply-adds). Layout:
- *  - a block takes MK_ROWS = 256 vocabulary rows (4 warps x 2 tiles of 32)
- *    for up to MK_GMAX sequences per pass (the head is read once per pass, not
- *    once per sequence); each warp streams its rows through a 3-stage cp.async
- *    ring in 64-byte pieces (two pieces in flight while one is used; no
- *    registers held by loads), lane l runs row l's dot in rank order;
- *  - the multiply-add: the CPU's separate multiply and add, or one fmaf where
- *    that is provably the same: a product of two bf16 values is exact in fp32
- *    unless it underflows or overflows, and then fadd(acc, fmul(e, h)) ==
- *    fmaf(e, h, acc) bit for bit. A pass of 4 or more sequences takes the fmaf
- *    path when every staged |e| is 0 or in [2^-40, 2^40) and, per piece and
- *    row, every |h| is 0 or in [2^-93, 2^87) (|e h| in [2^-133, 2^127): the
- *    16-bit product lands on the fp32 grid); anything else runs the separate
- *    operations;
- *  - block epilogue, all sequences of the pass at once: the block's logits go
- *    through shared memory (the ring's space), 8 threads per sequence, 32 rows
- *    each in index order, then a 3-step shuffle tree (fixed: deterministic).
- *    Each (sequence, block) leaves one 32-byte partial: the best logit and
- *    index (argmax, and the CPU's fallback), the first not-drawable index or
- *    whether any value is finite, and for T > 0 the block's max m_b of l/T,
- *    Σ exp(l/T − m_b) and its race candidate (the largest exp(l/T − m_b) / q_v,
- *    with l/T and q_v);
- *  - the last block to arrive (atomic ticket after a fence) reduces the
- *    partials, one warp per sequence: for T > 0 the global max and Σ
- *    (online over the partials, fixed order) and every block candidate's race
- *    value in the CPU's formula (expf(l/T − max)·(1/Σ)) / q; it writes the
- *    token, gathers e_{k+1} and resets the ticket, so a captured graph replays.
- * Σ runs in another order than the CPU's index-order loop and a block's
- * candidate is chosen on exp(l/T − m_b) / q: a sampled token differs from the
- * CPU's only where two race values agree to a few ulps. Host side:
- * lib/gpu/dspark_markov.c.
+ * Each block takes MK_ROWS vocabulary rows for every sequence (the head is
+ * read once per step, not once per sequence), stages them through shared
+ * memory in coalesced pieces, and leaves one partial per (sequence, block):
+ * its best (greedy) or, for T > 0, its max of l/T, Σ exp(l/T − max) and its
+ * race candidate. The last block to arrive (atomic ticket after a fence)
+ * reduces the partials: for T > 0 the global max, Σ = Σ_b s_b·exp(m_b − max)
+ * and the race value of every block's candidate in the CPU's formula
+ * (expf(l/T − max)·(1/Σ)) / q; it writes the token, gathers e_{k+1} and
+ * resets the ticket, so a captured graph replays. Σ runs in another order
+ * than the CPU's index-order loop and a block's candidate is chosen on
+ * exp(l/T − m_b) / q: a sampled token differs from the CPU's only where two
+ * race values agree to a few ulps. Host side: lib/gpu/dspark_markov.c.
  */
 #include <limits.h>
 
 #include "best.cuh"
-#include "gemv.cuh"
+#include "kvrec.cuh"
 #include "model/ref_math.h"
 
-#define MK_THREADS 128
-#define MK_WARPS (MK_THREADS / 32)
-#define MK_TILES 2                          /* 32-row tiles per warp */
-#define MK_ROWS (MK_WARPS * MK_TILES * 32)  /* vocabulary rows per block: 256 */
-#define MK_PIECE 32                         /* rank elements per ring stage (64 B of a row) */
-#define MK_STAGES 3
-#define MK_STAGE_BYTES (32 * MK_PIECE * 2)  /* one stage: 32 rows x 64 B */
-#define MK_GMAX 16                          /* sequences per pass (at most) */
-#define MK_ES 4096                          /* staged embedding floats: G <= 4096 / R */
+#define MK_THREADS 256
+#define MK_ROWS MK_THREADS /* vocabulary rows per block: one per thread */
+#define MK_GROUP 8         /* sequences per pass over the block's head rows */
+#define MK_PIECE 32        /* rank elements staged per piece (64 B of a row) */
+#define MK_LD 40           /* staged row stride in bf16 (80 B: conflict-free uint4 reads) */
 #define MK_MAX_RANK 512
-#define MK_FMA_MIN 4                        /* sequences from which the fmaf path pays its check */
-#define MK_LLD MK_ROWS                       /* staged logits stride */
-#define MK_SPW 4                            /* last block: sequences per warp at once */
+#define MK_WARPS (MK_THREADS / 32)
 
-/* one (sequence, block) partial, 32 B (lib/gpu/dspark_markov.c sizes the scratch):
- * a = {m_b, Σ, candidate l/T, candidate q}, b = {candidate id, argmax id, flag, argmax logit};
- * flag: the first NaN / +inf index below n_valid, else INT_MAX - 1 if a value below
- * n_valid is not -inf, else INT_MAX (the minimum over blocks is the row's verdict) */
+/* one (sequence, block) partial; 32 B (lib/gpu/dspark_markov.c sizes the scratch) */
 struct __align__(16) mk_part {
-  float4 a;
-  int4 b;
+  float m;  /* T <= 0: the best logit; T > 0: max of l/T */
+  float s;  /* T > 0: Σ exp(l/T − m) */
+  float lc; /* T > 0: the candidate's logit */
+  int idx;  /* T <= 0: the argmax; T > 0: the race candidate; -1: none */
+  int amax; /* T > 0: argmax of l/T (the CPU's fallback when no race value is a number) */
+  int bad;  /* first NaN / +inf index below n_valid, INT_MAX: none */
+  int fin;  /* a value below n_valid other than -inf */
+  int pad;
 };
 
 namespace {
 
-__device__ __forceinline__ float temp_of(float T) { return T > 1e-5f ? T : 1e-5f; }
-
-/* bits 15 / 31 set where a bf16 half of x is outside the fmaf-safe range: |h| in
- * (0, 2^-93) (exponent field 1..33) or >= 2^87 (field >= 214, inf and NaN included) */
-__device__ __forceinline__ unsigned int unsafe_bf16x2(unsigned int x) {
-  const unsigned int a = x & 0x7FFF7FFFu;
-  const unsigned int big = a + 0x15001500u; /* half >= 0x6B00 */
-  const unsigned int nz = a + 0x7FFF7FFFu;  /* half >= 1 */
-  const unsigned int ge = a + 0x6F006F00u;  /* half >= 0x1100 */
-  return (big | (nz & ~ge)) & 0x80008000u;
+__device__ __forceinline__ float warp_sum(float x) {
+  for (int o = 16; o > 0; o >>= 1) x = __fadd_rn(x, __shfl_xor_sync(0xFFFFFFFFu, x, o));
+  return x;
+}
+__device__ __forceinline__ int warp_min(int x) {
+  for (int o = 16; o > 0; o >>= 1) x = min(x, __shfl_xor_sync(0xFFFFFFFFu, x, o));
+  return x;
 }
 
-/* acc[g] over the 8 ranks of w starting at r, g < G */
-template <bool FMA>
-__device__ __forceinline__ void dot8(float *acc, uint4 w, const float *es, int R, int r, int G) {
-  const unsigned int u[4] = {w.x, w.y, w.z, w.w};
-  float h[8];
-#pragma unroll
+__device__ __forceinline__ float temp_of(float T) { return T > 1e-5f ? T : 1e-5f; }
+
+/* lane l's share of the piece [r0, r0 + MK_PIECE) of the warp's 32 head rows from row0:
+ * 16 B of row row0 + l / 4 + 8 j at rank r0 + 8 (l % 4); zeros past V or R */
+__device__ __forceinline__ void load_piece(uint4 *nx, const unsigned short *__restrict__ head,
+                                           int row0, int V, int R, int r0, int lane) {
+  const int q = lane & 3, pw = R - r0 < MK_PIECE ? R - r0 : MK_PIECE;
+  #pragma unroll
   for (int j = 0; j < 4; j++) {
-    h[2 * j] = __uint_as_float(u[j] << 16);
-    h[2 * j + 1] = __uint_as_float(u[j] & 0xFFFF0000u);
-  }
-#pragma unroll
-  for (int g = 0; g < MK_GMAX; g++) {
-    if (g >= G) break;
-    const float4 a = *(const float4 *)&es[g * R + r], b = *(const float4 *)&es[g * R + r + 4];
-    const float ev[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
-#pragma unroll
-    for (int j = 0; j < 8; j++)
-      acc[g] = FMA ? fmaf(ev[j], h[j], acc[g]) : __fadd_rn(acc[g], __fmul_rn(ev[j], h[j]));
+    const int row = row0 + (lane >> 2) + 8 * j;
+    nx[j] = make_uint4(0u, 0u, 0u, 0u);
+    if (row < V && 8 * q < pw) nx[j] = *(const uint4 *)(head + (long long)row * R + r0 + 8 * q);
   }
 }
 
 /* a partial written by another block of this launch (L2, not a stale L1 line) */
 __device__ __forceinline__ mk_part load_part(const mk_part *p) {
+  const int4 a = __ldcg((const int4 *)p), b = __ldcg((const int4 *)p + 1);
   mk_part q;
-  q.a = __ldcg(&p->a);
-  q.b = __ldcg(&p->b);
+  q.m = __int_as_float(a.x);
+  q.s = __int_as_float(a.y);
+  q.lc = __int_as_float(a.z);
+  q.idx = a.w;
+  q.amax = b.x;
+  q.bad = b.y;
+  q.fin = b.z;
+  q.pad = b.w;
   return q;
+}
+
+struct op_min {
+  __device__ int operator()(int a, int b) const { return min(a, b); }
+};
+struct op_max {
+  __device__ float operator()(float a, float b) const { return fmaxf(a, b); }
+};
+struct op_add {
+  __device__ float operator()(float a, float b) const { return __fadd_rn(a, b); }
+};
+
+/* op over the block (a fixed tree: deterministic), in every thread; every thread calls it */
+template <typename T, typename Op>
+__device__ T block_all(T x, Op op) {
+  __shared__ T s[MK_WARPS];
+  for (int o = 16; o > 0; o >>= 1) x = op(x, __shfl_xor_sync(0xFFFFFFFFu, x, o));
+  __syncthreads(); /* a previous call's readers are done */
+  if ((threadIdx.x & 31) == 0) s[threadIdx.x >> 5] = x;
+  __syncthreads();
+  T t = s[0];
+  for (int w = 1; w < MK_WARPS; w++) t = op(t, s[w]);
+  return t;
+}
+
+/* the last block: sequence i's token from its n_chunks partials, the whole block (every
+ * thread calls it; the early returns are the same in every thread) */
+__device__ int final_token(const mk_part *p, int n_chunks, int nv, float T, unsigned long long seed,
+                           unsigned long long ctr) {
+  int bad = INT_MAX, fin = 0, bi = -1;
+  float bv = 0.0f, mx = -INFINITY;
+  for (int c = threadIdx.x; c < n_chunks; c += MK_THREADS) {
+    const mk_part q = load_part(p + c);
+    bad = min(bad, q.bad);
+    fin |= q.fin;
+    if (T > 0.0f) {
+      if (q.idx >= 0) mx = fmaxf(mx, q.m);
+    } else {
+      dsv4_best_merge(bv, bi, q.m, q.idx);
+    }
+  }
+  bad = block_all(bad, op_min());
+  fin = __syncthreads_or(fin);
+  if (bad < nv) return -1 - bad;
+  if (!fin) return -1 - nv;
+  if (!(T > 0.0f)) {
+    dsv4_block_best<MK_THREADS>(bv, bi);
+    return bi < 0 ? 0 : bi;
+  }
+  const float t = temp_of(T);
+  mx = block_all(mx, op_max());
+  float s = 0.0f;
+  for (int c = threadIdx.x; c < n_chunks; c += MK_THREADS) {
+    const mk_part q = load_part(p + c);
+    if (q.idx >= 0) s = __fadd_rn(s, __fmul_rn(q.s, expf(__fsub_rn(q.m, mx))));
+  }
+  const float inv = __fdiv_rn(1.0f, block_all(s, op_add()));
+  float av = 0.0f;
+  int ai = -1;
+  for (int c = threadIdx.x; c < n_chunks; c += MK_THREADS) {
+    const mk_part q = load_part(p + c);
+    if (q.idx < 0) continue;
+    const float pr = __fmul_rn(expf(__fsub_rn(__fdiv_rn(q.lc, t), mx)), inv);
+    dsv4_best_merge(bv, bi, __fdiv_rn(pr, dsv4i_sample_noise_at(seed, ctr, q.idx)), q.idx);
+    dsv4_best_merge(av, ai, q.m, q.amax);
+  }
+  dsv4_block_best<MK_THREADS>(bv, bi);
+  dsv4_block_best<MK_THREADS>(av, ai);
+  return bi >= 0 ? bi : (ai < 0 ? 0 : ai);
 }
 
 }  // namespace
@@ -135,291 +177,162 @@ extern "C" __global__ void __launch_bounds__(MK_THREADS, 4) dsv4_k_dspark_markov
     const float *__restrict__ temp, const unsigned long long *__restrict__ seed,
     const unsigned long long *__restrict__ counter, const int *__restrict__ n_valid,
     mk_part *part, unsigned short *e, unsigned int *ticket) {
-  /* the warps' rings; after the streaming, the block's logits [MK_GMAX][MK_LLD] */
-  __shared__ __align__(16) unsigned char ring[MK_WARPS * MK_STAGES * MK_STAGE_BYTES];
-  __shared__ __align__(16) float es[MK_ES];
-  __shared__ float wbl[MK_WARPS][MK_GMAX], wm[MK_WARPS][MK_GMAX], wsum[MK_WARPS][MK_GMAX];
-  __shared__ float wcv[MK_WARPS][MK_GMAX];
-  __shared__ int wbad[MK_WARPS][MK_GMAX], wfin[MK_WARPS][MK_GMAX], wbi[MK_WARPS][MK_GMAX];
-  __shared__ int wci[MK_WARPS][MK_GMAX];
+  __shared__ __align__(16) float es[MK_GROUP][MK_MAX_RANK];
+  __shared__ __align__(16) unsigned short hs[MK_WARPS][32 * MK_LD];
+  __shared__ float wv[MK_GROUP][MK_WARPS], wm[MK_GROUP][MK_WARPS];
+  __shared__ int wi[MK_GROUP][MK_WARPS], wb[MK_GROUP][MK_WARPS], wf[MK_GROUP][MK_WARPS];
+  __shared__ float bm[MK_GROUP];
   __shared__ int s_last;
-  static_assert(MK_WARPS == 4, "the epilogue sums the 4 warps as (w0 + w1) + (w2 + w3)");
-  static_assert(MK_GMAX * MK_LLD * 4 <= (int)sizeof(ring), "logits staging fits the rings");
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int v0 = blockIdx.x * MK_ROWS;
-  const int gcap = MK_ES / R < MK_GMAX ? MK_ES / R : MK_GMAX; /* >= 8 */
-  const int ppr = (R + MK_PIECE - 1) / MK_PIECE;             /* pieces per row */
-  const int np = MK_TILES * ppr;                             /* pieces per warp per pass */
-  unsigned char *wring = ring + warp * (MK_STAGES * MK_STAGE_BYTES);
-  float *ls = reinterpret_cast<float *>(ring);
-  const int swz = (lane >> 1) & 3; /* lane l's row: chunk c sits at c ^ swz */
-
-  for (int g0 = 0; g0 < n; g0 += gcap) {
-    const int G = n - g0 < gcap ? n - g0 : gcap;
-    __syncthreads(); /* the previous pass's readers of es and the staged logits are done */
-    int safe = 1;
+  const int v0 = blockIdx.x * MK_ROWS, v = v0 + threadIdx.x;
+  const int wrow0 = v0 + warp * 32; /* the warp's first row */
+  for (int g0 = 0; g0 < n; g0 += MK_GROUP) {
+    const int G = n - g0 < MK_GROUP ? n - g0 : MK_GROUP;
+    __syncthreads(); /* the previous group's readers of es are done */
     for (int x = threadIdx.x; x < G * R; x += MK_THREADS) {
-      const int g = x / R, r = x - g * R, i = g0 + g;
+      const int g = x / R, r = x % R, i = g0 + g;
       int tk = toks[(long long)i * (B + 1) + k];
       tk = tk < 0 ? 0 : tk;
-      const float f =
-          dsv4i_bf16_to_f32(k == 0 ? embed[(long long)tk * R + r] : e[(long long)i * R + r]);
-      es[x] = f;
-      const float a = fabsf(f);
-      safe &= f == 0.0f || (a >= 0x1p-40f && a < 0x1p40f);
-    }
-    const bool fma_ok = __syncthreads_and(safe) && G >= MK_FMA_MIN;
-
-    /* piece p of this warp (tile p / ppr, ranks [32 (p % ppr), +32)) into stage p % S:
-     * lane l copies 16 B of rows l / 4 + 8 j, chunk l % 4 (swizzled by the row) */
-    auto issue = [&](int p) {
-      const int t = p / ppr, r0 = (p - t * ppr) * MK_PIECE, c = lane & 3;
-      unsigned char *st = wring + (p % MK_STAGES) * MK_STAGE_BYTES;
-#pragma unroll
-      for (int j = 0; j < 4; j++) {
-        const int rr = (lane >> 2) + 8 * j, row = v0 + (warp * MK_TILES + t) * 32 + rr;
-        const int r = r0 + 8 * c;
-        const bool ok = row < V && r < R;
-        cp_async16(st + rr * 64 + ((c ^ ((rr >> 1) & 3)) << 4),
-                   ok ? (const void *)(head + (long long)row * R + r) : (const void *)head,
-                   ok ? 16 : 0);
-      }
-    };
-#pragma unroll
-    for (int s = 0; s < MK_STAGES - 1; s++) {
-      if (s < np) issue(s);
-      cp_async_commit();
-    }
-    float lg[MK_TILES][MK_GMAX];
-#pragma unroll
-    for (int t = 0; t < MK_TILES; t++) {
-      const int v = v0 + (warp * MK_TILES + t) * 32 + lane;
-#pragma unroll
-      for (int g = 0; g < MK_GMAX; g++) /* the base logits, used after the tile */
-        lg[t][g] = g < G && v < V ? logits[((long long)(g0 + g) * B + k) * V + v] : 0.0f;
-      float acc[MK_GMAX];
-#pragma unroll
-      for (int g = 0; g < MK_GMAX; g++) acc[g] = 0.0f;
-      for (int q = 0; q < ppr; q++) {
-        const int p = t * ppr + q;
-        if (p + MK_STAGES - 1 < np) issue(p + MK_STAGES - 1); /* the stage piece p - 1 left */
-        cp_async_commit();
-        cp_async_wait<MK_STAGES - 1>(); /* this lane's copies of piece p are in */
-        __syncwarp();                   /* and every lane's */
-        const uint4 *row = reinterpret_cast<const uint4 *>(wring + (p % MK_STAGES) * MK_STAGE_BYTES +
-                                                           lane * 64);
-        const int r0 = q * MK_PIECE, nc = (R - r0 < MK_PIECE ? R - r0 : MK_PIECE) / 8;
-        uint4 w[4];
-        unsigned int bad = 0u;
-#pragma unroll
-        for (int c = 0; c < 4; c++) {
-          w[c] = row[c ^ swz];
-          if (fma_ok && c < nc) bad |= unsafe_bf16x2(w[c].x) | unsafe_bf16x2(w[c].y) |
-                                       unsafe_bf16x2(w[c].z) | unsafe_bf16x2(w[c].w);
-        }
-        if (fma_ok && !bad) {
-#pragma unroll
-          for (int c = 0; c < 4; c++)
-            if (c < nc) dot8<true>(acc, w[c], es, R, r0 + 8 * c, G);
-        } else {
-#pragma unroll
-          for (int c = 0; c < 4; c++)
-            if (c < nc) dot8<false>(acc, w[c], es, R, r0 + 8 * c, G);
-        }
-        __syncwarp(); /* every lane has read the stage before it is refilled */
-      }
-#pragma unroll
-      for (int g = 0; g < MK_GMAX; g++) {
-        if (g >= G) break;
-        lg[t][g] = __fadd_rn(lg[t][g], acc[g]);
-        if (v < V) logits[((long long)(g0 + g) * B + k) * V + v] = lg[t][g];
-      }
-    }
-    cp_async_wait<0>();
-    __syncthreads(); /* every warp is done with its ring: it takes the logits now */
-#pragma unroll
-    for (int t = 0; t < MK_TILES; t++)
-#pragma unroll
-      for (int g = 0; g < MK_GMAX; g++)
-        if (g < G) ls[g * MK_LLD + (warp * MK_TILES + t) * 32 + lane] = lg[t][g];
-    __syncthreads();
-
-    /* epilogue, sequence by sequence: thread j takes rows j and j + MK_THREADS (every
-     * thread busy however few sequences), warp trees by shuffles, then the 4 warps in
-     * order; the same shapes whatever G is, so Σ (the one sum) is batch-invariant */
-    const int xa = threadIdx.x, xb = threadIdx.x + MK_THREADS;
-    for (int g = 0; g < G; g++) {
-      const int i = g0 + g, nv = n_valid[i];
-      const float T = temp[i], tt = temp_of(T);
-      const float *lrow = ls + g * MK_LLD;
-      int first_bad = INT_MAX, fin = 0, bi = -1;
-      float bl = 0.0f, m = -INFINITY;
-#pragma unroll
-      for (int h = 0; h < 2; h++) {
-        const int x = h ? xb : xa, v = v0 + x;
-        if (v >= nv) continue;
-        const float l = lrow[x];
-        if (l != l || l == INFINITY) first_bad = min(first_bad, v);
-        fin |= l != -INFINITY;
-        dsv4_best_merge(bl, bi, l, v);
-        if (T > 0.0f) m = fmaxf(m, __fdiv_rn(l, tt));
-      }
-#pragma unroll
-      for (int o = 16; o > 0; o >>= 1) {
-        first_bad = min(first_bad, __shfl_xor_sync(0xFFFFFFFFu, first_bad, o));
-        fin |= __shfl_xor_sync(0xFFFFFFFFu, fin, o);
-        m = fmaxf(m, __shfl_xor_sync(0xFFFFFFFFu, m, o));
-        const float bl2 = __shfl_xor_sync(0xFFFFFFFFu, bl, o);
-        const int bi2 = __shfl_xor_sync(0xFFFFFFFFu, bi, o);
-        dsv4_best_merge(bl, bi, bl2, bi2);
-      }
-      if (lane == 0) wbad[warp][g] = first_bad, wfin[warp][g] = fin, wbl[warp][g] = bl,
-                     wbi[warp][g] = bi, wm[warp][g] = m;
+      es[g][r] = dsv4i_bf16_to_f32(k == 0 ? embed[(long long)tk * R + r] : e[(long long)i * R + r]);
     }
     __syncthreads();
-    /* T > 0: Σ exp(l/T − m_b) (leaves: row j + row j + MK_THREADS; then the fixed trees)
-     * and the race candidate (a total order: any tree) */
-    for (int g = 0; g < G; g++) {
+    /* bias: the warp stages its 32 rows a piece at a time (lane l loads 16 B of row
+     * l / 4 + 8 j; the next piece is in flight while this one is used), then lane l runs
+     * row l's dot in rank order */
+    float acc[MK_GROUP];
+    #pragma unroll
+    for (int g = 0; g < MK_GROUP; g++) acc[g] = 0.0f;
+    uint4 nx[4];
+    load_piece(nx, head, wrow0, V, R, 0, lane);
+    for (int r0 = 0; r0 < R; r0 += MK_PIECE) {
+      const int pw = R - r0 < MK_PIECE ? R - r0 : MK_PIECE; /* a multiple of 8 */
+      #pragma unroll
+      for (int j = 0; j < 4; j++)
+        *(uint4 *)(&hs[warp][((lane >> 2) + 8 * j) * MK_LD + 8 * (lane & 3)]) = nx[j];
+      __syncwarp();
+      if (r0 + MK_PIECE < R) load_piece(nx, head, wrow0, V, R, r0 + MK_PIECE, lane);
+      const unsigned short *hr = &hs[warp][lane * MK_LD];
+      for (int q = 0; q < pw / 8; q++) {
+        const uint4 w4 = *(const uint4 *)(hr + 8 * q);
+        const unsigned int w[4] = {w4.x, w4.y, w4.z, w4.w};
+        float h[8];
+        #pragma unroll
+        for (int j = 0; j < 8; j++)
+          h[j] = dsv4i_bf16_to_f32((unsigned short)(w[j >> 1] >> (16 * (j & 1))));
+        const int r = r0 + 8 * q;
+        #pragma unroll
+        for (int g = 0; g < MK_GROUP; g++) {
+          if (g >= G) continue;
+          const float4 a = *(const float4 *)&es[g][r], b = *(const float4 *)&es[g][r + 4];
+          const float ev[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+          #pragma unroll
+          for (int j = 0; j < 8; j++) acc[g] = __fadd_rn(acc[g], __fmul_rn(ev[j], h[j]));
+        }
+      }
+      __syncwarp();
+    }
+    /* logits, then per sequence the block's partial: phase 1 best / max, flags */
+    float lg[MK_GROUP];
+    #pragma unroll
+    for (int g = 0; g < MK_GROUP; g++) {
+      lg[g] = 0.0f;
+      if (g >= G) continue;
       const int i = g0 + g;
-      const float T = temp[i], tt = temp_of(T);
-      const float m = fmaxf(fmaxf(wm[0][g], wm[1][g]), fmaxf(wm[2][g], wm[3][g]));
-      if (!(T > 0.0f) || m == -INFINITY) continue; /* uniform over the block */
       const int nv = n_valid[i];
-      const unsigned long long sd = seed[i], ctr = counter[i] + (unsigned long long)k;
-      const float *lrow = ls + g * MK_LLD;
-      float ex[2] = {0.0f, 0.0f}, cv = 0.0f;
-      int ci = -1;
-#pragma unroll
-      for (int h = 0; h < 2; h++) {
-        const int x = h ? xb : xa, v = v0 + x;
-        if (v >= nv) continue;
-        ex[h] = expf(__fsub_rn(__fdiv_rn(lrow[x], tt), m));
-        dsv4_best_merge(cv, ci, __fdiv_rn(ex[h], dsv4i_sample_noise_at(sd, ctr, v)), v);
-      }
-      float s = __fadd_rn(ex[0], ex[1]);
-#pragma unroll
-      for (int o = 16; o > 0; o >>= 1) s = __fadd_rn(s, __shfl_xor_sync(0xFFFFFFFFu, s, o));
-      dsv4_warp_best(cv, ci);
-      if (lane == 0) wsum[warp][g] = s, wcv[warp][g] = cv, wci[warp][g] = ci;
-    }
-    __syncthreads();
-    if ((int)threadIdx.x < G) { /* thread g: sequence g0 + g's partial */
-      const int g = threadIdx.x, i = g0 + g;
-      const float T = temp[i], tt = temp_of(T);
-      int first_bad = wbad[0][g], fin = wfin[0][g], bi = wbi[0][g];
-      float bl = wbl[0][g], m = wm[0][g];
-      for (int w = 1; w < MK_WARPS; w++) {
-        first_bad = min(first_bad, wbad[w][g]);
-        fin |= wfin[w][g];
-        dsv4_best_merge(bl, bi, wbl[w][g], wbi[w][g]);
-        m = fmaxf(m, wm[w][g]);
-      }
-      float s = 0.0f, cy = 0.0f, cq = 0.0f;
-      int ci = -1;
-      if (T > 0.0f && m != -INFINITY) {
-        float cv = wcv[0][g];
-        ci = wci[0][g];
-        for (int w = 1; w < MK_WARPS; w++) dsv4_best_merge(cv, ci, wcv[w][g], wci[w][g]);
-        s = __fadd_rn(__fadd_rn(wsum[0][g], wsum[1][g]), __fadd_rn(wsum[2][g], wsum[3][g]));
-        if (ci >= 0) {
-          cy = __fdiv_rn(ls[g * MK_LLD + (ci - v0)], tt);
-          cq = dsv4i_sample_noise_at(seed[i], counter[i] + (unsigned long long)k, ci);
+      const float T = temp[i];
+      int bi = -1, bad = INT_MAX, fin = 0;
+      float bv = 0.0f;
+      if (v < V) {
+        float *row = logits + ((long long)i * B + k) * V;
+        lg[g] = __fadd_rn(row[v], acc[g]);
+        row[v] = lg[g];
+        if (v < nv) {
+          if (lg[g] != lg[g] || lg[g] == INFINITY) bad = v;
+          fin = lg[g] != -INFINITY;
+          bv = T > 0.0f ? __fdiv_rn(lg[g], temp_of(T)) : lg[g];
+          bi = v;
         }
       }
-      mk_part *pp = part + (long long)i * n_chunks + blockIdx.x;
-      pp->a = make_float4(ci >= 0 ? m : -INFINITY, s, cy, cq);
-      pp->b = make_int4(ci, bi, first_bad != INT_MAX ? first_bad : fin ? INT_MAX - 1 : INT_MAX,
-                        __float_as_int(bl));
+      dsv4_warp_best(bv, bi);
+      bad = warp_min(bad);
+      fin = __any_sync(0xFFFFFFFFu, fin);
+      if (lane == 0) wv[g][warp] = bv, wi[g][warp] = bi, wb[g][warp] = bad, wf[g][warp] = fin;
     }
+    __syncthreads();
+    if ((int)threadIdx.x < G) { /* thread g: sequence g0 + g's phase-1 result */
+      const int g = threadIdx.x;
+      float bv = wv[g][0];
+      int bi = wi[g][0], bad = wb[g][0], fin = wf[g][0];
+      for (int w = 1; w < MK_WARPS; w++) {
+        dsv4_best_merge(bv, bi, wv[g][w], wi[g][w]);
+        bad = min(bad, wb[g][w]);
+        fin |= wf[g][w];
+      }
+      mk_part *p = part + (long long)(g0 + g) * n_chunks + blockIdx.x;
+      p->m = bv;
+      p->s = 0.0f;
+      p->idx = bi;
+      p->amax = bi;
+      p->bad = bad;
+      p->fin = fin;
+      bm[g] = bi >= 0 ? bv : -INFINITY;
+    }
+    __syncthreads();
+    /* phase 2, T > 0: Σ exp(l/T − m_b) and the block's race candidate */
+    #pragma unroll
+    for (int g = 0; g < MK_GROUP; g++) {
+      if (g >= G) continue;
+      const int i = g0 + g;
+      const float T = temp[i];
+      if (!(T > 0.0f)) continue; /* uniform over the block */
+      const float m = bm[g], t = temp_of(T);
+      float s = 0.0f, kv = 0.0f;
+      int ki = -1;
+      if (v < V && v < n_valid[i] && m != -INFINITY) {
+        const float x = expf(__fsub_rn(__fdiv_rn(lg[g], t), m));
+        s = x;
+        kv = __fdiv_rn(x, dsv4i_sample_noise_at(seed[i], counter[i] + (unsigned long long)k, v));
+        ki = v;
+      }
+      s = warp_sum(s);
+      dsv4_warp_best(kv, ki);
+      if (lane == 0) wm[g][warp] = s, wv[g][warp] = kv, wi[g][warp] = ki;
+    }
+    __syncthreads();
+    if ((int)threadIdx.x < G && temp[g0 + threadIdx.x] > 0.0f) {
+      const int g = threadIdx.x;
+      float s = wm[g][0], kv = wv[g][0];
+      int ki = wi[g][0];
+      for (int w = 1; w < MK_WARPS; w++) {
+        s = __fadd_rn(s, wm[g][w]);
+        dsv4_best_merge(kv, ki, wv[g][w], wi[g][w]);
+      }
+      mk_part *p = part + (long long)(g0 + g) * n_chunks + blockIdx.x;
+      p->s = s;
+      p->idx = ki;
+      wi[g][0] = ki; /* for the candidate's owner below */
+    }
+    __syncthreads();
+    #pragma unroll
+    for (int g = 0; g < MK_GROUP; g++)
+      if (g < G && temp[g0 + g] > 0.0f && wi[g][0] == v)
+        part[(long long)(g0 + g) * n_chunks + blockIdx.x].lc = lg[g];
   }
-
-  __threadfence(); /* this block's partials and logits before its ticket */
+  __threadfence(); /* this block's partials before its ticket */
   __syncthreads();
   if (threadIdx.x == 0) s_last = atomicAdd(ticket, 1u) == (unsigned int)(n_chunks - 1);
   __syncthreads();
   if (!s_last) return;
-  /* the last block: every other block's partials are visible. A warp takes MK_SPW
-   * sequences at once (their loads in flight together); lane l reads chunks l, l + 32, ..
-   * in order, then a shuffle tree: the same shapes for every n */
+  /* the last block: every other block's partials are visible; the block takes the
+   * sequences one by one (the partials of one are read by all its threads at once) */
   __threadfence();
-  for (int i0 = 0; i0 < n; i0 += MK_WARPS * MK_SPW) {
-    int ii[MK_SPW], flag[MK_SPW], bi[MK_SPW];
-    float bl[MK_SPW], M[MK_SPW], S[MK_SPW];
-#pragma unroll
-    for (int u = 0; u < MK_SPW; u++) {
-      ii[u] = i0 + warp + MK_WARPS * u;
-      flag[u] = INT_MAX, bi[u] = -1, bl[u] = 0.0f, M[u] = -INFINITY, S[u] = 0.0f;
-    }
-#pragma unroll 2
-    for (int c = lane; c < n_chunks; c += 32) { /* online (max, Σ) in chunk order per lane */
-#pragma unroll
-      for (int u = 0; u < MK_SPW; u++) {
-        if (ii[u] >= n) continue; /* uniform over the warp */
-        const mk_part q = load_part(part + (long long)ii[u] * n_chunks + c);
-        flag[u] = min(flag[u], q.b.z);
-        dsv4_best_merge(bl[u], bi[u], __int_as_float(q.b.w), q.b.y);
-        if (q.b.x >= 0 && q.a.x != -INFINITY) {
-          if (q.a.x > M[u]) {
-            S[u] = __fadd_rn(__fmul_rn(S[u], expf(__fsub_rn(M[u], q.a.x))), q.a.y);
-            M[u] = q.a.x;
-          } else {
-            S[u] = __fadd_rn(S[u], __fmul_rn(q.a.y, expf(__fsub_rn(q.a.x, M[u]))));
-          }
-        }
-      }
-    }
-    float inv[MK_SPW], rv[MK_SPW];
-    int race[MK_SPW], ri[MK_SPW];
-#pragma unroll
-    for (int u = 0; u < MK_SPW; u++) {
-#pragma unroll
-      for (int o = 16; o > 0; o >>= 1) {
-        flag[u] = min(flag[u], __shfl_xor_sync(0xFFFFFFFFu, flag[u], o));
-        const float bl2 = __shfl_xor_sync(0xFFFFFFFFu, bl[u], o);
-        const int bi2 = __shfl_xor_sync(0xFFFFFFFFu, bi[u], o);
-        dsv4_best_merge(bl[u], bi[u], bl2, bi2);
-        const float M2 = __shfl_xor_sync(0xFFFFFFFFu, M[u], o);
-        const float S2 = __shfl_xor_sync(0xFFFFFFFFu, S[u], o);
-        if (M2 != -INFINITY) { /* the same operands in both lanes of a pair: the same result */
-          const float Mx = fmaxf(M[u], M2);
-          S[u] = M[u] == -INFINITY ? S2
-                                   : __fadd_rn(__fmul_rn(S[u], expf(__fsub_rn(M[u], Mx))),
-                                               __fmul_rn(S2, expf(__fsub_rn(M2, Mx))));
-          M[u] = Mx;
-        }
-      }
-      /* the race runs where the row is drawable at T > 0 (uniform over the warp) */
-      race[u] = ii[u] < n && flag[u] == INT_MAX - 1 && temp[ii[u]] > 0.0f;
-      inv[u] = race[u] ? __fdiv_rn(1.0f, S[u]) : 0.0f;
-      rv[u] = 0.0f, ri[u] = -1;
-    }
-#pragma unroll 2
-    for (int c = lane; c < n_chunks; c += 32) {
-#pragma unroll
-      for (int u = 0; u < MK_SPW; u++) {
-        if (!race[u]) continue;
-        const mk_part q = load_part(part + (long long)ii[u] * n_chunks + c);
-        if (q.b.x < 0) continue;
-        const float pr = __fmul_rn(expf(__fsub_rn(q.a.z, M[u])), inv[u]);
-        dsv4_best_merge(rv[u], ri[u], __fdiv_rn(pr, q.a.w), q.b.x);
-      }
-    }
-#pragma unroll
-    for (int u = 0; u < MK_SPW; u++) {
-      if (ii[u] >= n) continue;
-      const int i = ii[u], nv = n_valid[i];
-      if (race[u]) dsv4_warp_best(rv[u], ri[u]);
-      int tok;
-      if (flag[u] < nv) tok = -1 - flag[u];          /* a NaN or +inf below n_valid */
-      else if (flag[u] == INT_MAX) tok = -1 - nv;    /* nothing finite */
-      else if (!race[u]) tok = bi[u] < 0 ? 0 : bi[u]; /* argmax */
-      else tok = ri[u] >= 0 ? ri[u] : (bi[u] < 0 ? 0 : bi[u]);
-      if (lane == 0) toks[(long long)i * (B + 1) + k + 1] = tok;
-      const int src = tok < 0 ? 0 : tok;
-      for (int c = lane; c < R / 8; c += 32)
-        reinterpret_cast<uint4 *>(e + (long long)i * R)[c] =
-            reinterpret_cast<const uint4 *>(embed + (long long)src * R)[c];
-    }
+  for (int i = 0; i < n; i++) {
+    const int tok = final_token(part + (long long)i * n_chunks, n_chunks, n_valid[i], temp[i],
+                                seed[i], counter[i] + (unsigned long long)k);
+    if (threadIdx.x == 0) toks[(long long)i * (B + 1) + k + 1] = tok;
+    const int src = tok < 0 ? 0 : tok;
+    for (int r = threadIdx.x; r < R; r += MK_THREADS)
+      e[(long long)i * R + r] = embed[(long long)src * R + r];
   }
   if (threadIdx.x == 0) *ticket = 0u;
 }

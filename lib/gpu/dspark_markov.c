@@ -1,8 +1,7 @@
 /* Launcher of the fused DSpark Markov step (kernels/dspark.cu). */
 #include "gpu/dspark.h"
 
-#define MK_ROWS 256     /* the kernel's vocabulary rows per block */
-#define MK_THREADS 128  /* its block size */
+#define MK_ROWS 256     /* the kernel's vocabulary rows per block (= its block size) */
 #define MK_PART 32      /* bytes of one (sequence, block) partial */
 #define MK_MAX_RANK 512 /* the kernel's shared embedding rows */
 
@@ -31,8 +30,8 @@ dsv4_status dsv4i_gpu_dspark_markov(const dsv4i_gpu_dspark_kernels *k, dsv4i_cus
     return dsv4i_error(DSV4_ERR_INVALID_ARG, "dspark markov: n %d, block %d, step %d, vocab %d, "
                        "rank %d (a multiple of 8 up to %d)", (int)a->n, (int)a->block,
                        (int)step, (int)a->vocab, (int)a->rank, MK_MAX_RANK);
-  if (dsv4i_kernel_desc_get(k->markov)->block != MK_THREADS)
-    return dsv4i_error(DSV4_ERR_INTERNAL, "dspark markov: table block size is not %d", MK_THREADS);
+  if (dsv4i_kernel_desc_get(k->markov)->block != MK_ROWS)
+    return dsv4i_error(DSV4_ERR_INTERNAL, "dspark markov: table block size is not %d", MK_ROWS);
   if (a->n == 0) return DSV4_OK;
   int n = a->n, chunks = chunks_of(a->vocab);
   int B = a->block, kk = step, V = a->vocab, R = a->rank;

@@ -109,6 +109,6 @@
   X(ATTN_SPARSE_SPLIT_E4M3, ATTN_SPARSE_SPLIT, E4M3_UE8M0, ANY, 80, attn_sparse, dsv4_k_attn_sparse_split_e4m3, 128) \
   X(ATTN_SPARSE_COMBINE_F32, ATTN_SPARSE_COMBINE, F32, ANY, 80, attn_sparse, dsv4_k_attn_sparse_combine_f32, 128) \
   X(ATTN_SPARSE_TILED_E4M3, ATTN_SPARSE_TILED, E4M3_UE8M0, ANY, 80, attn_sparse_tiled, dsv4_k_attn_sparse_tiled_e4m3, 256) \
-  X(DSPARK_MARKOV_BF16, DSPARK_MARKOV, BF16, ANY, 80, dspark, dsv4_k_dspark_markov_bf16, 128)
+  X(DSPARK_MARKOV_BF16, DSPARK_MARKOV, BF16, ANY, 80, dspark, dsv4_k_dspark_markov_bf16, 256)
 
 #endif /* DSV4I_KERNEL_LIST_H */

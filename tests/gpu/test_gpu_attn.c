@@ -903,13 +903,12 @@ static void sparse_attention_matches_cpu(void **state) {
  * sequence n-1 gets a NaN at v = 7 and row 1 of sequence n-2 is all -inf (no draft:
  * the kernel's negative token, the CPU's dsv4i_cpu_not_drawable); shape 1 (ties): every
  * sequence's row k has its best logit twice, so the lower index must win; shapes 2 and 3
- * (the kernel's fmaf path, taken from 4 sequences on where every product is provably
- * exact): every embedding row starts with two values of 2^60 (shape 2: outside the staged
- * embedding's range) or 2^30 with head rows 3, 104, .. holding -1.9 * 2^97 and 3 * 2^97
- * (shape 3: outside the head's range), so that the second product overflows after a huge
- * negative first one: the CPU's separate multiply and add give +inf (no draft), an fmaf
- * would stay finite. The logits must be bit-equal to the CPU backend's loop, the drafts
- * equal dsv4i_cpu_sample's. */
+ * (for a kernel that fuses the multiply-add where the products are provably exact, as
+ * 42f51bb's did): every embedding row starts with two values of 2^60 (shape 2) or 2^30 with
+ * head rows 3, 104, .. holding -1.9 * 2^97 and 3 * 2^97 (shape 3), so that the second
+ * product overflows after a huge negative first one: the CPU's separate multiply and add
+ * give +inf (no draft), an fmaf would stay finite. The logits must be bit-equal to the CPU
+ * backend's loop, the drafts equal dsv4i_cpu_sample's. */
 static void markov_case(int32_t n, int32_t V, int32_t R, const float *temp, const int32_t *n_valid,
                         int poison, int shape) {
   const int ties = shape == 1;
