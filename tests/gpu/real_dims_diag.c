@@ -117,6 +117,7 @@ static struct {
   rd_op op[RD_MAX_OPS];
   dsv4i_backend *cpu_be; /* for the MoE-alone check */
   int32_t moe_checked, topk_ld;
+  const dsv4i_config *cfg;
 } rd;
 
 static int side(const dsv4i_backend *be) { return be != rd.cpu_be; }
@@ -241,7 +242,10 @@ static void compare(dsv4i_backend *be, const rd_op *c, const rd_op *g, const uin
     put_stat("ffn x", sx);
     put_stat("moe y", sy);
     rd_stat st = {0};
-    if (c->topk && g->topk) put_stat("top-k", st = cmp_i32(c->topk, g->topk, T * (size_t)rd.topk_ld));
+    const dsv4i_layer_role *lc = &rd.cfg->layers[c->layer]; /* top-k: index sources only (the
+                                                            * buffer is stale elsewhere) */
+    if (c->topk && g->topk && lc->compress_ratio > 0 && lc->index_source == c->layer)
+      put_stat("top-k", st = cmp_i32(c->topk, g->topk, T * (size_t)rd.topk_ld));
     printf("\n");
     put_where("top-k [token][i]", st, (size_t)rd.topk_ld);
     if (ap.nd + a.nd + ac.nd) printf("    the attention sublayer's mixes of the same h differ\n");
@@ -374,7 +378,7 @@ static void diag_pair(dsv4_model *m, const dsv4_engine_params *ep, int32_t kind,
                       int32_t n) {
   const dsv4i_config *c = dsv4i_model_config(m);
   memset(&rd, 0, sizeof rd);
-  rd.hc = c->hc_mult, rd.dim = c->dim, rd.topk_ld = c->index_topk;
+  rd.hc = c->hc_mult, rd.dim = c->dim, rd.topk_ld = c->index_topk, rd.cfg = c;
   dsv4_model_info mi;
   ok(dsv4_model_get_info(m, &mi, sizeof mi), "model info");
   rd.vocab = mi.vocab_size;
