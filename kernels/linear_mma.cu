@@ -47,7 +47,7 @@
 #define T_NBS 8   /* K blocks per stage */
 #define T_KL 4    /* K lanes: warps per row tile */
 #ifndef T_NS
-#define T_NS 6 /* stages in the ring */
+#define T_NS 4 /* stages in the ring */
 #endif
 #define T_BROW (T_SK * 2 + 64) /* bytes per token row of a B stage (≡ 64 mod 128: no bank conflicts) */
 #define T_ASTAGE (T_RB * T_SK)
@@ -57,7 +57,7 @@
  * alone): each split's sums go to this module's scratch and the row block's
  * last block to finish (a counter it resets itself) adds them in split order.
  * At most T_MAXTY token chunks a launch with ks > 1 (the launcher slices). */
-#define T_SPREAD 256
+#define T_SPREAD 512
 #define T_MAXTY 4
 __device__ float q8_scr[T_MAXTY][T_SPREAD][T_RB * 16];
 __device__ unsigned int q8_cnt[T_MAXTY][T_SPREAD];

@@ -28,9 +28,9 @@ static uint32_t cdiv(int64_t a, int64_t b) { return (uint32_t)((a + b - 1) / b);
 /* kernels/linear_mma.cu: T_NS stages of T_RB x T_SK weight bytes, ntp token
  * rows of T_BROW bytes and ntp x 8 scales, then the block's scale row. */
 #define Q8T_RB 32
-#define Q8T_NS 6
+#define Q8T_NS 4
 #define Q8T_MAX_K 65536
-#define Q8T_SPREAD 256 /* kernels/linear_mma.cu T_SPREAD, T_MAXTY */
+#define Q8T_SPREAD 512 /* kernels/linear_mma.cu T_SPREAD, T_MAXTY */
 #define Q8T_MAXTY 4
 /* K splits of the tiled fp8 kernel, from the shape alone (never the device or
  * the token count): enough blocks for a matrix of few 32-row blocks, at least
