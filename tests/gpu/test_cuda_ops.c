@@ -510,8 +510,9 @@ static void linear_q8_tiled_within_bound_of_cpu(void **state) {
   linear_q8_tiled_case(64, 8192, 19, 53, 1);    /* wo_b's K, two token chunks of 16 */
   linear_q8_tiled_case(513, 1280, 33, 54, 0);   /* wq_b's K, three chunks */
   linear_q8_tiled_case(96, 15360, 7, 55, 0);    /* main_proj's K (15 K splits over blocks) */
-  linear_q8_tiled_case(2304, 5120, 4, 56, 0);   /* shared w1: 3 uneven K splits (6, 7, 7 stages) */
-  linear_q8_tiled_case(64, 2048, 70, 57, 1);    /* K splits with 70 tokens: two launches (64 + 6) */
+  linear_q8_tiled_case(2304, 5120, 4, 56, 0);   /* shared w1: 5 K splits */
+  linear_q8_tiled_case(64, 5376, 70, 57, 1);    /* 5 uneven K splits (4, 4, 4, 4, 5 stages) with
+                                                   70 tokens: two launches (64 + 6) */
 }
 
 static void linear_float_case(int fmt, int out_f32, int rows, int cols, int n, uint64_t seed) {
