@@ -49,9 +49,9 @@
 
 #define LT_WARPS 8
 #define LT_TOK 16
-/* chunks whose loads are issued before their mma: 8 KB (one token chunk of 8)
- * or 4 KB (16 tokens: twice the x registers) in flight per warp */
-#define LT_U(NT8) ((NT8) == 1 ? 8 : 4)
+/* chunks whose loads are issued before their mma; 8 for one token chunk was
+ * slower on the H200 (run3: the head 1.34x -> 1.51x its floor), so 4 always */
+#define LT_U(NT8) 4
 
 /* K split over blocks for matrices of few row tiles (the indexer's wproj: 2
  * tiles; the compressor's wkv: 32), so that one token still spreads over
