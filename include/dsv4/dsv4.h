@@ -868,18 +868,20 @@ enum {
   /** Time every backend op (embed, Engram, block per layer, head, sample, read)
    *  into dsv4_engine_timings; a device backend synchronises after each op. */
   DSV4_ENGINE_F_OP_TIMINGS = 1u << 0,
-  /** CUDA backend: run every kernel in the CPU engine's summation order, so each
-   *  GPU op equals the CPU backend's bit for bit (tokens and logits then differ
-   *  from the CPU engine only where the device's math library does: RoPE's
-   *  cos/sin, expf; docs/gpu-backend.md). Without it (the default, "tiled"
+  /** CUDA backend: run every dense and MoE kernel in the CPU engine's summation
+   *  order, so those ops equal the CPU backend's bit for bit; the sparse
+   *  attention (tensor-core dot products) and the ops that call the device's
+   *  math library (RoPE's cos/sin, expf in the softmax and the router weights)
+   *  may still differ in the last bit, so logits can differ slightly at real
+   *  dimensions (measured: docs/gpu-backend.md). Without it (the default, "tiled"
    *  mode) the dense, MoE and attention kernels may sum fp32 terms in another
    *  fixed order (split-K trees, bf16 mma with fp32 accumulate) to reach the
    *  memory-bandwidth floor: results are deterministic and batch invariant
    *  (a sequence's tokens and logits do not depend on the batch, graph replay
    *  equals eager, speculative equals greedy, all bit for bit), every rounding
-   *  point of the reference stays, and each op is within the derived bound
-   *  2 gamma(n) sum |p_k| (+ 1 output ulp) of the CPU's (docs/gpu-dense.md
-   *  "Numerics modes"). This mode is slower: several times at 1-16 tokens for
+   *  point of the reference stays, and each op is within a bound derived from
+   *  its summation length, e.g. 2 gamma(n) sum |p_k| (+ 1 output ulp), wider
+   *  for tensor-core sums (docs/gpu-dense.md "Numerics modes"). This mode is slower: several times at 1-16 tokens for
    *  the projections and the MoE (bench/RESULTS.md). Ignored by the CPU
    *  backend. Every rank of a distributed engine must give the same flags.
    *  Appended after 0.1 */
