@@ -438,19 +438,9 @@ dsv4_k_moe_down(int n_tok, int top_k, int has_shared, int n_experts, int dim, in
   for (int q = threadIdx.x; q < n_tok * nrow; q += DOWN_NT) {
     const int t = q / nrow, d = row0 + q % nrow;
     const int32_t *it = idx + (long long)t * top_k;
-    float y = 0.0f;
-    int prev = -1;
-    for (int k = 0; k < top_k; k++) { /* the token's experts in ascending id */
-      int best = n_experts, bj = -1;
-      for (int j = 0; j < top_k; j++) {
-        const int ej = it[j];
-        if (ej > prev && ej < best) best = ej, bj = j;
-      }
-      if (bj < 0) break;
-      y += dsv4i_bf16_to_f32(__ldcg(o + ((long long)t * n_slots + bj) * dim + d));
-      prev = best;
-    }
-    if (has_shared) y += dsv4i_bf16_to_f32(__ldcg(o + ((long long)t * n_slots + top_k) * dim + d));
+    const float y = combine_token(it, top_k, n_experts, has_shared, [&](int slot) {
+      return dsv4i_bf16_to_f32(__ldcg(o + ((long long)t * n_slots + slot) * dim + d));
+    });
     out[(long long)t * ldo + d] = dsv4i_f32_to_bf16(y);
   }
 }
@@ -495,19 +485,8 @@ dsv4_k_moe_combine(int n_tok, int top_k, int has_shared, int n_experts, int dim,
   if (q >= (long long)n_tok * dim) return;
   const int t = (int)(q / dim), d = (int)(q % dim), n_slots = top_k + 1;
   const int32_t *it = idx + (long long)t * top_k;
-  float y = 0.0f;
-  int prev = -1;
-  for (int k = 0; k < top_k; k++) { /* the token's experts in ascending id */
-    int best = n_experts, bj = -1;
-    for (int j = 0; j < top_k; j++) {
-      const int ej = it[j];
-      if (ej > prev && ej < best) best = ej, bj = j;
-    }
-    if (bj < 0) break;
-    y += dsv4i_bf16_to_f32(dsv4i_f32_to_bf16(o[((long long)t * n_slots + bj) * dim + d]));
-    prev = best;
-  }
-  if (has_shared)
-    y += dsv4i_bf16_to_f32(dsv4i_f32_to_bf16(o[((long long)t * n_slots + top_k) * dim + d]));
+  const float y = combine_token(it, top_k, n_experts, has_shared, [&](int slot) {
+    return dsv4i_bf16_to_f32(dsv4i_f32_to_bf16(o[((long long)t * n_slots + slot) * dim + d]));
+  });
   out[(long long)t * ldo + d] = dsv4i_f32_to_bf16(y);
 }

@@ -79,4 +79,26 @@ __device__ __forceinline__ int route_pair(const int *pairs, int p0, int c, int n
   return p0 >= 0 ? pairs[p0 + c] : c * n_slots + top_k;
 }
 
+/* One token's combine: the sum, in fp32, of term(slot) over its routed experts
+ * in ascending expert id (slots of ids outside [0, n_experts) skipped), then
+ * the shared expert's slot top_k when has_shared. it: the token's top_k ids. */
+template <class Term>
+__device__ __forceinline__ float combine_token(const int32_t *it, int top_k, int n_experts,
+                                               int has_shared, Term term) {
+  float y = 0.0f;
+  int prev = -1;
+  for (int k = 0; k < top_k; k++) {
+    int best = n_experts, bj = -1;
+    for (int j = 0; j < top_k; j++) {
+      const int ej = it[j];
+      if (ej > prev && ej < best) best = ej, bj = j;
+    }
+    if (bj < 0) break;
+    y += term(bj);
+    prev = best;
+  }
+  if (has_shared) y += term(top_k);
+  return y;
+}
+
 #endif /* DSV4_KERNELS_MOE_ROUTE_CUH */
