@@ -412,14 +412,9 @@ dsv4_k_moe_down(int n_tok, int top_k, int has_shared, int n_experts, int dim, in
                 const int *route, const unsigned char *const *w2, const unsigned char *const *s2,
                 uint16_t *o, unsigned *counters, uint16_t *out, long long ldo) {
   __shared__ moe_smem sm;
-  const int n_slots = top_k + 1, sh = has_shared ? 1 : 0, y = (int)blockIdx.y;
-  int e = -1, p0 = -1, np = 0;
-  if (y < sh) {
-    e = n_experts, np = n_tok;
-  } else if (y - sh < route[0]) {
-    const int *off = route + 1 + n_experts;
-    e = route[1 + y - sh], p0 = off[y - sh], np = off[y - sh + 1] - p0;
-  }
+  const int n_slots = top_k + 1;
+  int p0 = -1, np = 0;
+  const int e = block_expert(route, n_tok, has_shared, n_experts, &p0, &np);
   const int *pairs = route + 2 + 2 * n_experts;
   if (e >= 0) {
     if ((e == n_experts ? fmt_s : fmt_r) == W_E2M1)
@@ -459,14 +454,9 @@ dsv4_k_moe_down_part(int n_tok, int top_k, int has_shared, int n_experts, int di
                      const unsigned char *const *s2, float *o) {
   __shared__ moe_smem sm;
   (void)n_tok, (void)idx;
-  const int n_slots = top_k + 1, sh = has_shared ? 1 : 0, y = (int)blockIdx.y;
-  int e = -1, p0 = -1, np = 0;
-  if (y < sh) {
-    e = n_experts, np = n_tok;
-  } else if (y - sh < route[0]) {
-    const int *off = route + 1 + n_experts;
-    e = route[1 + y - sh], p0 = off[y - sh], np = off[y - sh + 1] - p0;
-  }
+  const int n_slots = top_k + 1;
+  int p0 = -1, np = 0;
+  const int e = block_expert(route, n_tok, has_shared, n_experts, &p0, &np);
   const int *pairs = route + 2 + 2 * n_experts;
   if (e < 0) return; /* uniform over the block */
   if ((e == n_experts ? fmt_s : fmt_r) == W_E2M1)

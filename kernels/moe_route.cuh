@@ -79,6 +79,21 @@ __device__ __forceinline__ int route_pair(const int *pairs, int p0, int c, int n
   return p0 >= 0 ? pairs[p0 + c] : c * n_slots + top_k;
 }
 
+/* Block y's expert (the route table's order; -1 when the step has fewer) and
+ * its pairs [p0, p0 + np) (p0 < 0: the shared expert, every token). */
+__device__ __forceinline__ int block_expert(const int *route, int n_tok, int has_shared,
+                                            int n_experts, int *p0, int *np) {
+  const int sh = has_shared ? 1 : 0, y = (int)blockIdx.y;
+  if (y < sh) {
+    *p0 = -1, *np = n_tok;
+    return n_experts;
+  }
+  if (y - sh >= route[0]) return -1;
+  const int *off = route + 1 + n_experts;
+  *p0 = off[y - sh], *np = off[y - sh + 1] - off[y - sh];
+  return route[1 + y - sh];
+}
+
 /* One token's combine: the sum, in fp32, of term(slot) over its routed experts
  * in ascending expert id (slots of ids outside [0, n_experts) skipped), then
  * the shared expert's slot top_k when has_shared. it: the token's top_k ids. */

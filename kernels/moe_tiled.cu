@@ -306,21 +306,6 @@ __device__ __forceinline__ float sum_warps(const tiled_smem &sm, int rg, int r, 
   return sm.nanrow[16 * rg + r] ? __int_as_float(0x7FFFFFFF) : s;
 }
 
-/* Block y's expert (the route table's order; -1 when the step has fewer) and
- * its pairs [p0, p0 + np) (p0 < 0: the shared expert, every token). */
-__device__ __forceinline__ int block_expert(const int *route, int n_tok, int has_shared,
-                                            int n_experts, int *p0, int *np) {
-  const int sh = has_shared ? 1 : 0, y = (int)blockIdx.y;
-  if (y < sh) {
-    *p0 = -1, *np = n_tok;
-    return n_experts;
-  }
-  if (y - sh >= route[0]) return -1;
-  const int *off = route + 1 + n_experts;
-  *p0 = off[y - sh], *np = off[y - sh + 1] - off[y - sh];
-  return route[1 + y - sh];
-}
-
 /* Sets sm.pc for the pass at c0 and clears the NaN flags. */
 __device__ __forceinline__ void pass_tokens(tiled_smem &sm, const int *pairs, int p0, int c0, int np,
                                             int n_slots, int top_k) {
