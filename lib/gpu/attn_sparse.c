@@ -18,6 +18,19 @@ size_t dsv4i_gpu_attn_sparse_ws(int32_t n_heads, int32_t head_dim, int32_t windo
   return ws_per_tok(n_heads, head_dim, window, sel_ld) * (size_t)(n_tok > 0 ? n_tok : 0);
 }
 
+/* Tokens per launch: as many as the workspace (per bytes a token) and the
+ * kernels' flag table (one flag per token, head group and entry block) take. */
+static dsv4_status token_slice(const dsv4i_gpu_sparse_args *a, size_t per, int nblk, int n_hg,
+                               const char *kernel, int64_t *slice) {
+  const int64_t flag_max = DSV4I_GPU_ATTN_SPLIT_FLAGS / ((int64_t)nblk * n_hg);
+  if (flag_max < 1)
+    return dsv4i_error(DSV4_ERR_UNSUPPORTED, "sparse attention: %d entry blocks x %d head groups "
+                       "exceed the %s's %d flags", nblk, n_hg, kernel, DSV4I_GPU_ATTN_SPLIT_FLAGS);
+  const int64_t ws_max = (int64_t)(a->ws_bytes / per);
+  *slice = ws_max < flag_max ? ws_max : flag_max;
+  return DSV4_OK;
+}
+
 /* The tiled kernel (kernels/attn_sparse_tiled.cu): one launch per slice of tokens, score
  * blocks (64 entries x 16 heads) then output blocks (16 heads x 32 dims); workspace per
  * token: P bf16 [H][nent], block maxima, running maxima, f and sum p f32 [H][nblk] each. */
@@ -28,12 +41,9 @@ static dsv4_status sparse_tiled(const dsv4i_gpu_attn_kernels *k, dsv4i_custream 
   int nent = nblk * DSV4I_GPU_ATTN_BLOCK;
   int n_hg = (H + DSV4I_GPU_ATTN_SPLIT_HEADS - 1) / DSV4I_GPU_ATTN_SPLIT_HEADS;
   const size_t per = (size_t)H * (size_t)nent * 2u + (size_t)H * (size_t)nblk * 16u;
-  int64_t slice_max = (int64_t)(a->ws_bytes / per);
-  const int64_t flag_max = DSV4I_GPU_ATTN_SPLIT_FLAGS / ((int64_t)n_hg * nblk);
-  if (flag_max < 1)
-    return dsv4i_error(DSV4_ERR_UNSUPPORTED, "sparse attention: %d entry blocks x %d head groups "
-                       "exceed the kernel's %d flags", nblk, n_hg, DSV4I_GPU_ATTN_SPLIT_FLAGS);
-  if (slice_max > flag_max) slice_max = flag_max;
+  int64_t slice_max;
+  const dsv4_status sst = token_slice(a, per, nblk, n_hg, "tiled kernel", &slice_max);
+  if (sst != DSV4_OK) return sst;
   int Hh = H, hdd = hd, win_arg = a->window, sld = sel_ld;
   float scale = a->scale;
   dsv4i_gpu_kvtab win = a->win, comp = a->comp;
@@ -71,14 +81,11 @@ dsv4_status dsv4i_gpu_attn_sparse(const dsv4i_gpu_attn_kernels *k, dsv4i_custrea
     return dsv4i_error(DSV4_ERR_INVALID_ARG, "sparse attention: workspace of %zu bytes, one token "
                        "needs %zu", a->ws_bytes, per);
   if (!k->cpu_order) return sparse_tiled(k, stream, a, sel_ld, width);
-  int64_t slice_max = (int64_t)(a->ws_bytes / per);
   int nblk = n_blocks(a->window, width);
   int n_hg = (H + DSV4I_GPU_ATTN_SPLIT_HEADS - 1) / DSV4I_GPU_ATTN_SPLIT_HEADS;
-  const int64_t flag_max = DSV4I_GPU_ATTN_SPLIT_FLAGS / ((int64_t)nblk * n_hg);
-  if (flag_max < 1)
-    return dsv4i_error(DSV4_ERR_UNSUPPORTED, "sparse attention: %d entry blocks x %d head groups "
-                       "exceed the split pass's %d flags", nblk, n_hg, DSV4I_GPU_ATTN_SPLIT_FLAGS);
-  if (slice_max > flag_max) slice_max = flag_max;
+  int64_t slice_max;
+  const dsv4_status sst = token_slice(a, per, nblk, n_hg, "split pass", &slice_max);
+  if (sst != DSV4_OK) return sst;
   int Hh = H, hdd = hd, win_arg = a->window, sld = sel_ld;
   float scale = a->scale;
   dsv4i_gpu_kvtab win = a->win, comp = a->comp;
