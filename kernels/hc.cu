@@ -158,12 +158,18 @@ dsv4_k_hc_post_bf16(int n_tok, int hc, int dim, const uint16_t *x, const uint16_
  *     warp adds the elements ch·256 + l + 32i, i = 0..7, in increasing i from
  *     +0 (double for the mixes, fp32 for ΣX²), then the warp's butterfly
  *     (reduce.cuh) gives the chunk's partial;
- *   - the partials of a token are added in chunk order, from the first.
+ *   - the partials of a (token, mix) or a token's ΣX² are added by 8 threads:
+ *     thread l adds the chunks l, l + 8, l + 16, ... in increasing order from
+ *     +0, then a xor butterfly over the 8 (offsets 4, 2, 1).
  * Grid (chunks, ceil(n_tok / HM_TT)): a block takes one chunk of every mix
  * for HM_TT tokens (warp w: mixes w, w + 8, w + 16; ΣX² of token w), so a
  * single token spreads over n/256 blocks (80 at the release's 4 x 5120). The
  * partials go to the module's scratch; the last block of a token group to
- * finish (a counter it resets, so a replayed graph starts from 0) adds them.
+ * finish (a counter it resets, so a replayed graph starts from 0) adds them,
+ * every (token, mix) at once (one L2 round trip up to 32 sums). With SK it
+ * then runs the group's Sinkhorn (hc_sinkhorn_tok: 16 lanes per
+ * token, from the mixes it just wrote): the pair hc_mixes_tiled + the lanes
+ * kernel in one launch, the same bits.
  * No float atomics; a token's bits do not depend on the other tokens, the
  * grid or the schedule. One launch at a time per module (the engine's
  * stream): the scratch is the module's. At most HM_MAXTOK tokens per launch
@@ -174,117 +180,29 @@ dsv4_k_hc_post_bf16(int n_tok, int hc, int dim, const uint16_t *x, const uint16_
 #define HM_MAXTOK 64
 #define HM_MAXCH 128
 #define HM_MAXM 24
-__device__ double hm_part[HM_MAXTOK][HM_MAXCH][HM_MAXM];
+#define HM_GL 8 /* threads per sum of the last block */
+__device__ double hm_part[HM_MAXTOK][HM_MAXM][HM_MAXCH];
 __device__ float hm_ss[HM_MAXTOK][HM_MAXCH];
 __device__ unsigned int hm_count[HM_MAXTOK / HM_TT];
 
-extern "C" __global__ void __launch_bounds__(256)
-dsv4_k_hc_mixes_f32_tiled(int n_tok, int hc, int dim, const uint16_t *h, const float *fn, float eps,
-                          float *mixes) {
-  __shared__ float rs_s[HM_TT];
-  __shared__ int last_s;
-  const int n = hc * dim, nm = (2 + hc) * hc, nch = (n + HM_KC - 1) / HM_KC;
-  const int ch = blockIdx.x, g = blockIdx.y, t0 = g * HM_TT;
-  const int nt = n_tok - t0 < HM_TT ? n_tok - t0 : HM_TT;
-  const int lane = threadIdx.x & 31, wp = threadIdx.x >> 5;
-  const int c0 = ch * HM_KC + lane;
-  /* this warp's mixes' weights for the chunk, loaded once for all tokens */
-  float fv[3][8];
-#pragma unroll
-  for (int q = 0; q < 3; q++) {
-    const int m = wp + 8 * q;
-#pragma unroll
-    for (int i = 0; i < 8; i++)
-      fv[q][i] = m < nm && c0 + 32 * i < n ? fn[(long long)m * n + c0 + 32 * i] : 0.0f;
-  }
-  for (int t = 0; t < nt; t++) {
-    const uint16_t *x = h + (long long)(t0 + t) * n;
-    float xv[8];
-#pragma unroll
-    for (int i = 0; i < 8; i++) xv[i] = c0 + 32 * i < n ? dsv4i_bf16_to_f32(x[c0 + 32 * i]) : 0.0f;
-#pragma unroll
-    for (int q = 0; q < 3; q++) {
-      const int m = wp + 8 * q;
-      if (m >= nm) break; /* warp-uniform */
-      double s = 0.0;
-#pragma unroll
-      for (int i = 0; i < 8; i++) s += (double)xv[i] * (double)fv[q][i];
-      s = dsv4_warp_sum_tree(s);
-      if (lane == 0) hm_part[t0 + t][ch][m] = s;
-    }
-    if (wp == t) {
-      float s = 0.0f;
-#pragma unroll
-      for (int i = 0; i < 8; i++) s += xv[i] * xv[i];
-      s = dsv4_warp_sum_tree(s);
-      if (lane == 0) hm_ss[t0 + t][ch] = s;
-    }
-  }
-  __threadfence(); /* partials visible device-wide before the count */
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    const unsigned int done = atomicAdd(&hm_count[g], 1u);
-    last_s = done == (unsigned int)nch - 1u;
-    if (last_s) hm_count[g] = 0u; /* every block of the group has counted */
-  }
-  __syncthreads();
-  if (!last_s) return;
-  __threadfence();
-  /* the partials in chunk order from +0; 16 loads in flight before their adds
-   * (each load otherwise waits the L2 latency alone) */
-  if (threadIdx.x < nt) {
-    const float *p = &hm_ss[t0 + threadIdx.x][0];
-    float ss = 0.0f;
-    for (int c0 = 0; c0 < nch; c0 += 16) {
-      float v[16];
-#pragma unroll
-      for (int j = 0; j < 16; j++) v[j] = c0 + j < nch ? __ldcg(p + c0 + j) : 0.0f;
-#pragma unroll
-      for (int j = 0; j < 16; j++)
-        if (c0 + j < nch) ss += v[j];
-    }
-    rs_s[threadIdx.x] = 1.0f / sqrtf(ss / (float)n + eps);
-  }
-  __syncthreads();
-  for (int i = threadIdx.x; i < nt * nm; i += 256) {
-    const int t = i / nm, m = i % nm;
-    double d = 0.0;
-    for (int c0 = 0; c0 < nch; c0 += 16) {
-      double v[16];
-#pragma unroll
-      for (int j = 0; j < 16; j++) v[j] = c0 + j < nch ? __ldcg(&hm_part[t0 + t][c0 + j][m]) : 0.0;
-#pragma unroll
-      for (int j = 0; j < 16; j++)
-        if (c0 + j < nch) d += v[j];
-    }
-    mixes[(long long)(t0 + t) * nm + m] = (float)d * rs_s[t];
-  }
-}
-
-/*
- * hc_split_sinkhorn with hc·hc lanes per token (hc <= 4: 16 lanes, two
- * tokens a warp): lane q = hc·i + j holds C[i][j]; the row and column sums
- * gather the hc values by shuffles and add them in index order from +0, and
- * every other operation is dsv4i_hc_sinkhorn_token's, in its order: bit for
- * bit the CPU's (the per-token chain's latency spread over 16 lanes, no
- * order changed). Grid ceil(n_tok / 8), 128 threads.
- */
-/* HC > 0: hc known at compile time (the release's 4: the gathers unrolled,
- * their shuffles in flight together); HC == 0: hc_rt. Same operations. */
+/* Sinkhorn of one token on 16 lanes (lane q = hc·i + j holds C[i][j]; hc <= 4):
+ * m its (2 + hc)·hc mixes; pre/post its hc values, comb its hc·hc (written
+ * when live). Every lane of the 16 calls it (shuffles); the row and column
+ * sums gather the hc values by shuffles and add them in index order from +0,
+ * and every other operation is dsv4i_hc_sinkhorn_token's, in its order: bit
+ * for bit the CPU's (the per-token chain's latency spread over 16 lanes, no
+ * order changed). HC > 0: hc known at compile time (the release's 4: the
+ * gathers unrolled, their shuffles in flight together); HC == 0: hc_rt. */
 template <int HC>
-__device__ __forceinline__ void hc_sinkhorn_lanes(int hc_rt, int n_tok, const float *mixes,
-                                                  const float *scale, const float *base, int iters,
-                                                  float hc_eps, float *pre, float *post, float *comb) {
+__device__ __forceinline__ void hc_sinkhorn_tok(int hc_rt, int q, bool live, const float *m,
+                                                const float *scale, const float *base, int iters,
+                                                float hc_eps, float *pre, float *post, float *comb) {
   const int hc = HC ? HC : hc_rt;
-  const int q = threadIdx.x & 15;
-  const int t = blockIdx.x * 8 + (threadIdx.x >> 4);
-  const bool live = t < n_tok; /* every lane shuffles; only live tokens write */
-  const int tt = live ? t : n_tok - 1, nm = (2 + hc) * hc, hh = hc * hc;
-  const float *m = mixes + (long long)tt * nm;
+  const int hh = hc * hc;
   if (q < hc) {
     const float p = dsv4i_sigmoid_torch(m[q] * scale[0] + base[q]) + hc_eps;
     const float o = 2.0f * dsv4i_sigmoid_torch(m[hc + q] * scale[1] + base[hc + q]);
-    if (live) pre[(long long)t * hc + q] = p, post[(long long)t * hc + q] = o;
+    if (live) pre[q] = p, post[q] = o;
   }
   const int qq = q < hh ? q : 0, i = qq / hc, j = qq % hc;
   float c = m[2 * hc + qq] * scale[2] + base[2 * hc + qq];
@@ -314,15 +232,173 @@ __device__ __forceinline__ void hc_sinkhorn_lanes(int hc_rt, int n_tok, const fl
     s += hc_eps;
     c /= s;
   }
-  if (live && q < hh) comb[(long long)t * hh + q] = c;
+  if (live && q < hh) comb[q] = c;
 }
 
+__device__ __forceinline__ void hc_sinkhorn_tok_any(int hc, int q, bool live, const float *m,
+                                                    const float *scale, const float *base, int iters,
+                                                    float hc_eps, float *pre, float *post, float *comb) {
+  if (hc == 4)
+    hc_sinkhorn_tok<4>(hc, q, live, m, scale, base, iters, hc_eps, pre, post, comb);
+  else
+    hc_sinkhorn_tok<0>(hc, q, live, m, scale, base, iters, hc_eps, pre, post, comb);
+}
+
+template <bool SK>
+__device__ __forceinline__ void hc_mixes_tiled(int n_tok, int hc, int dim, const uint16_t *h,
+                                               const float *fn, float eps, float *mixes,
+                                               const float *scale, const float *base, int iters,
+                                               float hc_eps, float *pre, float *post, float *comb) {
+  __shared__ float rs_s[HM_TT], ss_s[HM_TT];
+  __shared__ float dot_s[HM_TT][HM_MAXM], mix_s[HM_TT][HM_MAXM];
+  __shared__ int last_s;
+  const int n = hc * dim, nm = (2 + hc) * hc, nch = (n + HM_KC - 1) / HM_KC;
+  const int ch = blockIdx.x, g = blockIdx.y, t0 = g * HM_TT;
+  const int nt = n_tok - t0 < HM_TT ? n_tok - t0 : HM_TT;
+  const int lane = threadIdx.x & 31, wp = threadIdx.x >> 5;
+  const int c0 = ch * HM_KC + lane;
+  /* this warp's mixes' weights for the chunk, loaded once for all tokens, and
+   * every token's elements: all loads in flight together */
+  float fv[3][8], xv[HM_TT][8];
+#pragma unroll
+  for (int q = 0; q < 3; q++) {
+    const int m = wp + 8 * q;
+#pragma unroll
+    for (int i = 0; i < 8; i++)
+      fv[q][i] = m < nm && c0 + 32 * i < n ? fn[(long long)m * n + c0 + 32 * i] : 0.0f;
+  }
+#pragma unroll
+  for (int t = 0; t < HM_TT; t++) {
+    const uint16_t *x = h + (long long)(t0 + t) * n;
+#pragma unroll
+    for (int i = 0; i < 8; i++)
+      xv[t][i] = t < nt && c0 + 32 * i < n ? dsv4i_bf16_to_f32(x[c0 + 32 * i]) : 0.0f;
+  }
+#pragma unroll
+  for (int t = 0; t < HM_TT; t++) {
+    if (t >= nt) break; /* block-uniform */
+#pragma unroll
+    for (int q = 0; q < 3; q++) {
+      const int m = wp + 8 * q;
+      if (m >= nm) break; /* warp-uniform */
+      double s = 0.0;
+#pragma unroll
+      for (int i = 0; i < 8; i++) s += (double)xv[t][i] * (double)fv[q][i];
+      s = dsv4_warp_sum_tree(s);
+      if (lane == 0) hm_part[t0 + t][m][ch] = s;
+    }
+    if (wp == t) {
+      float s = 0.0f;
+#pragma unroll
+      for (int i = 0; i < 8; i++) s += xv[t][i] * xv[t][i];
+      s = dsv4_warp_sum_tree(s);
+      if (lane == 0) hm_ss[t0 + t][ch] = s;
+    }
+  }
+  __threadfence(); /* partials visible device-wide before the count */
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    const unsigned int done = atomicAdd(&hm_count[g], 1u);
+    last_s = done == (unsigned int)nch - 1u;
+    if (last_s) hm_count[g] = 0u; /* every block of the group has counted */
+  }
+  __syncthreads();
+  if (!last_s) return;
+  __threadfence();
+  /* the sums over chunks: sum o < nt·nm is mix o % nm of token o / nm (double),
+   * then the nt ΣX² (fp32); HM_GL threads each, 256 / HM_GL sums a pass, the
+   * chunk loads of a pass all in flight. The butterfly moves the 64 bits of
+   * either type (every lane shuffles; the add is the sum's type). */
+  const int ndot = nt * nm, nsum = ndot + nt, gl = threadIdx.x % HM_GL;
+  for (int o0 = 0; o0 < nsum; o0 += 256 / HM_GL) {
+    const int o = o0 + threadIdx.x / HM_GL;
+    const bool dot = o < ndot, live = o < nsum;
+    unsigned long long bits = 0ull;
+    if (dot) {
+      const double *p = &hm_part[t0 + o / nm][o % nm][0];
+      double v[HM_MAXCH / HM_GL];
+#pragma unroll
+      for (int j = 0; j < HM_MAXCH / HM_GL; j++) v[j] = gl + HM_GL * j < nch ? __ldcg(p + gl + HM_GL * j) : 0.0;
+      double s = 0.0;
+#pragma unroll
+      for (int j = 0; j < HM_MAXCH / HM_GL; j++)
+        if (gl + HM_GL * j < nch) s += v[j];
+      bits = (unsigned long long)__double_as_longlong(s);
+    } else if (live) {
+      const float *p = &hm_ss[t0 + o - ndot][0];
+      float v[HM_MAXCH / HM_GL];
+#pragma unroll
+      for (int j = 0; j < HM_MAXCH / HM_GL; j++) v[j] = gl + HM_GL * j < nch ? __ldcg(p + gl + HM_GL * j) : 0.0f;
+      float s = 0.0f;
+#pragma unroll
+      for (int j = 0; j < HM_MAXCH / HM_GL; j++)
+        if (gl + HM_GL * j < nch) s += v[j];
+      bits = (unsigned long long)(unsigned int)__float_as_int(s);
+    }
+#pragma unroll
+    for (int k = HM_GL / 2; k > 0; k >>= 1) {
+      const unsigned long long ob = __shfl_xor_sync(0xFFFFFFFFu, bits, k);
+      if (dot)
+        bits = (unsigned long long)__double_as_longlong(__longlong_as_double((long long)bits) +
+                                                        __longlong_as_double((long long)ob));
+      else
+        bits = (unsigned long long)(unsigned int)__float_as_int(__int_as_float((int)(unsigned int)bits) +
+                                                                __int_as_float((int)(unsigned int)ob));
+    }
+    if (gl == 0 && dot) dot_s[o / nm][o % nm] = (float)__longlong_as_double((long long)bits);
+    if (gl == 0 && live && !dot) ss_s[o - ndot] = __int_as_float((int)(unsigned int)bits);
+  }
+  __syncthreads();
+  if (threadIdx.x < nt) rs_s[threadIdx.x] = 1.0f / sqrtf(ss_s[threadIdx.x] / (float)n + eps);
+  __syncthreads();
+  for (int i = threadIdx.x; i < ndot; i += 256) {
+    const int t = i / nm, m = i % nm;
+    const float v = dot_s[t][m] * rs_s[t];
+    mixes[(long long)(t0 + t) * nm + m] = v;
+    mix_s[t][m] = v;
+  }
+  if (!SK) return;
+  __syncthreads();
+  if (threadIdx.x < 16 * HM_TT) { /* warps 0-1: two tokens each */
+    const int tl = threadIdx.x >> 4, q = threadIdx.x & 15, t = t0 + tl;
+    const bool live = tl < nt;
+    const long long tt = live ? t : t0;
+    hc_sinkhorn_tok_any(hc, q, live, mix_s[live ? tl : 0], scale, base, iters, hc_eps,
+                        pre + tt * hc, post + tt * hc, comb + tt * hc * hc);
+  }
+}
+
+extern "C" __global__ void __launch_bounds__(256)
+dsv4_k_hc_mixes_f32_tiled(int n_tok, int hc, int dim, const uint16_t *h, const float *fn, float eps,
+                          float *mixes) {
+  hc_mixes_tiled<false>(n_tok, hc, dim, h, fn, eps, mixes, nullptr, nullptr, 0, 0.0f, nullptr,
+                        nullptr, nullptr);
+}
+
+/* hc_mixes_tiled + Sinkhorn (hc <= 4) in one launch: mixes as
+ * dsv4_k_hc_mixes_f32_tiled, pre/post/comb as dsv4_k_hc_sinkhorn_f32_lanes
+ * from those mixes, bit for bit. */
+extern "C" __global__ void __launch_bounds__(256)
+dsv4_k_hc_mixes_sinkhorn_f32_tiled(int n_tok, int hc, int dim, const uint16_t *h, const float *fn,
+                                   float eps, float *mixes, const float *scale, const float *base,
+                                   int iters, float hc_eps, float *pre, float *post, float *comb) {
+  hc_mixes_tiled<true>(n_tok, hc, dim, h, fn, eps, mixes, scale, base, iters, hc_eps, pre, post,
+                       comb);
+}
+
+/*
+ * hc_split_sinkhorn with hc·hc lanes per token (hc <= 4: 16 lanes, two
+ * tokens a warp; hc_sinkhorn_tok above): bit for bit the CPU's. Grid
+ * ceil(n_tok / 8), 128 threads.
+ */
 extern "C" __global__ void __launch_bounds__(128)
 dsv4_k_hc_sinkhorn_f32_lanes(int n_tok, int hc, const float *mixes, const float *scale,
                              const float *base, int iters, float hc_eps, float *pre, float *post,
                              float *comb) {
-  if (hc == 4)
-    hc_sinkhorn_lanes<4>(hc, n_tok, mixes, scale, base, iters, hc_eps, pre, post, comb);
-  else
-    hc_sinkhorn_lanes<0>(hc, n_tok, mixes, scale, base, iters, hc_eps, pre, post, comb);
+  const int q = threadIdx.x & 15;
+  const int t = blockIdx.x * 8 + (threadIdx.x >> 4);
+  const bool live = t < n_tok; /* every lane shuffles; only live tokens write */
+  const long long tt = live ? t : n_tok - 1;
+  hc_sinkhorn_tok_any(hc, q, live, mixes + tt * (2 + hc) * hc, scale, base, iters, hc_eps,
+                      pre + tt * hc, post + tt * hc, comb + tt * hc * hc);
 }

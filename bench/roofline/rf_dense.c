@@ -1,7 +1,9 @@
 /*
  * dsv4-roofline: the small dense ops and the bf16 projections of a decode
  * step at 1, 4, 8, 16 tokens, release dims: RMSNorm (dim, q_lora_rank,
- * head_dim), hc_mixes and Sinkhorn (hc_mult x dim), the grouped wo_a, the
+ * head_dim), hc_mixes and Sinkhorn (hc_mult x dim), hc_pre, the fused pairs
+ * hc_mixes + Sinkhorn and hc_pre + RMSNorm (one launch each in the default
+ * mode, the two launches in CPU order), the grouped wo_a, the
  * compressor's wkv, the indexer's wk and wproj (bf16 -> bf16), and the head
  * (bf16 -> fp32). Each in the default mode (the kernels the engine runs
  * without DSV4_ENGINE_F_GPU_CPU_ORDER) and again in CPU order (rows marked
@@ -11,13 +13,13 @@
 
 #include "rf.h"
 
-enum { MAX_COPIES = 32, K_RMS = 0, K_MIX, K_SINK, K_LIN };
+enum { MAX_COPIES = 32, K_RMS = 0, K_MIX, K_SINK, K_PRE, K_MIXSK, K_PRENORM, K_LIN };
 
 typedef struct dense_case {
   int kind, n, dim, hc, groups, out_f32, copies;
   dsv4i_gpu_ops o;
   dsv4i_gpu_weight w[MAX_COPIES]; /* K_LIN: the weight; K_RMS, K_MIX: data = the norm / fn weight */
-  dsv4i_cuptr x, y, scale, base, pre, post, comb;
+  dsv4i_cuptr x, y, scale, base, pre, post, comb, mix;
 } dense_case;
 
 static dsv4_status rec(rf *r, void *u, int i, dsv4i_custream s) {
@@ -32,6 +34,13 @@ static dsv4_status rec(rf *r, void *u, int i, dsv4i_custream s) {
   case K_SINK:
     return dsv4i_gpu_hc_sinkhorn(&c->o, s, c->n, c->hc, c->x, c->scale, c->base, 20, 1e-6f, c->pre,
                                  c->post, c->comb);
+  case K_PRE:
+    return dsv4i_gpu_hc_pre(&c->o, s, c->n, c->hc, c->dim, c->x, c->pre, c->y);
+  case K_MIXSK:
+    return dsv4i_gpu_hc_mixes_sinkhorn(&c->o, s, c->n, c->hc, c->dim, c->x, w->data, 1e-6f, c->scale,
+                                       c->base, 20, 1e-6f, c->mix, c->pre, c->post, c->comb);
+  case K_PRENORM:
+    return dsv4i_gpu_hc_pre_rmsnorm(&c->o, s, c->n, c->hc, c->dim, c->x, c->pre, w->data, 1e-6f, c->y);
   default:
     if (c->groups > 1)
       return dsv4i_gpu_linear_grouped(&c->o, s, w, c->groups, c->n, c->x, (int64_t)c->groups * w->cols,
@@ -46,18 +55,20 @@ static void one(rf *r, const char *name, int kind, int rows, int cols, int group
   const size_t mark = dsv4i_gpu_pool_mark(&r->g.pool);
   dense_case *c = calloc(1, sizeof *c);
   c->kind = kind, c->groups = groups, c->out_f32 = out_f32;
-  const int hc = kind == K_MIX || kind == K_SINK ? rows : 1, nm = (2 + hc) * hc;
+  const int hc = kind == K_RMS || kind == K_LIN ? 1 : rows, nm = (2 + hc) * hc;
   c->dim = cols, c->hc = hc;
   double wbytes = 0;
   if (kind == K_LIN) wbytes = 2.0 * rows * cols;
-  else if (kind == K_RMS) wbytes = 2.0 * cols;
-  else if (kind == K_MIX) wbytes = 4.0 * nm * hc * cols;
-  c->copies = kind == K_SINK ? 1 : rf_copies(r, wbytes, MAX_COPIES);
+  else if (kind == K_RMS || kind == K_PRENORM) wbytes = 2.0 * cols;
+  else if (kind == K_MIX || kind == K_MIXSK) wbytes = 4.0 * nm * hc * cols;
+  const int no_w = kind == K_SINK || kind == K_PRE;
+  c->copies = no_w ? 1 : rf_copies(r, wbytes, MAX_COPIES);
   for (int k = 0; k < c->copies; k++)
     c->w[k] = (dsv4i_gpu_weight){.fmt = DSV4I_KFMT_BF16, .rows = rows, .cols = cols, .ld = cols,
-                                 .data = kind == K_SINK ? 0
+                                 .data = no_w ? 0
                                          : rf_rand(r, (size_t)wbytes,
-                                                   kind == K_MIX ? 0x3F7FFFFFu : 0x3F7F3F7Fu, 0)};
+                                                   kind == K_MIX || kind == K_MIXSK ? 0x3F7FFFFFu
+                                                                                    : 0x3F7F3F7Fu, 0)};
   const int ns[] = {1, 4, 8, 16};
   for (int mode = 0; mode < 2; mode++) {
     c->o = r->o;
@@ -79,6 +90,18 @@ static void one(rf *r, const char *name, int kind, int rows, int cols, int group
         c->x = rf_rand(r, (size_t)n * hc * cols * 2, 0x3F7F3F7Fu, 0);
         c->y = rf_take(r, (size_t)n * nm * 4);
         bytes += 2.0 * n * hc * cols + 4.0 * n * nm;
+      } else if (kind == K_PRE || kind == K_PRENORM) {
+        c->x = rf_rand(r, (size_t)n * hc * cols * 2, 0x3F7F3F7Fu, 0);
+        c->pre = rf_rand(r, (size_t)n * hc * 4, 0x3F7FFFFFu, 0);
+        c->y = rf_take(r, (size_t)n * cols * 2);
+        bytes += 2.0 * n * hc * cols + 4.0 * n * hc + 2.0 * n * cols;
+      } else if (kind == K_MIXSK) {
+        c->x = rf_rand(r, (size_t)n * hc * cols * 2, 0x3F7F3F7Fu, 0);
+        c->mix = rf_take(r, (size_t)n * nm * 4);
+        c->scale = rf_rand(r, 16, 0x3F7FFFFFu, 0), c->base = rf_rand(r, (size_t)nm * 4, 0x3F7FFFFFu, 0);
+        c->pre = rf_take(r, (size_t)n * hc * 4), c->post = rf_take(r, (size_t)n * hc * 4);
+        c->comb = rf_take(r, (size_t)n * hc * hc * 4);
+        bytes += 2.0 * n * hc * cols + 4.0 * n * (nm + 2 * hc + hc * hc);
       } else {
         c->x = rf_rand(r, (size_t)n * nm * 4, 0x3F7FFFFFu, 0);
         c->scale = rf_rand(r, 16, 0x3F7FFFFFu, 0), c->base = rf_rand(r, (size_t)nm * 4, 0x3F7FFFFFu, 0);
@@ -110,6 +133,9 @@ void rf_dense(rf *r) {
   D(K_RMS, "rmsnorm %.0d%d", 0, c->head_dim, 1, 0);
   D(K_MIX, "hc_mixes %dx%d", c->hc_mult, c->dim, 1, 0);
   D(K_SINK, "hc_sinkhorn %d%.0d", c->hc_mult, 0, 1, 0);
+  D(K_MIXSK, "hc_mixes+sinkhorn %dx%d", c->hc_mult, c->dim, 1, 0);
+  D(K_PRE, "hc_pre %dx%d", c->hc_mult, c->dim, 1, 0);
+  D(K_PRENORM, "hc_pre+rmsnorm %dx%d", c->hc_mult, c->dim, 1, 0);
   D(K_LIN, "bf16 wo_a %dx%d grouped", c->o_groups * c->o_lora_rank,
     c->n_heads * c->head_dim / c->o_groups, c->o_groups, 0);
   D(K_LIN, "bf16 compressor wkv %dx%d", c->head_dim, c->dim, 1, 0);

@@ -193,13 +193,9 @@ static dsv4_status attention(gpu_backend *b, int32_t L, const gpu_rows *rw, dsv4
 static dsv4_status mixes(gpu_backend *b, const gpu_block *k, int32_t n, int which, dsv4i_cuptr h,
                          dsv4i_cuptr pre, dsv4i_cuptr post, dsv4i_cuptr comb) {
   const dsv4i_config *c = b->cfg;
-  dsv4_status st = dsv4i_gpu_hc_mixes(&b->ops, b->g.stream, n, b->hc, b->dim, h,
-                                      k->hc_fn[which], c->norm_eps, b->ws.mixes);
-  if (!st)
-    st = dsv4i_gpu_hc_sinkhorn(&b->ops, b->g.stream, n, b->hc, b->ws.mixes,
-                               k->hc_scale[which], k->hc_base[which], c->hc_sinkhorn_iters,
-                               c->hc_eps, pre, post, comb);
-  return st;
+  return dsv4i_gpu_hc_mixes_sinkhorn(&b->ops, b->g.stream, n, b->hc, b->dim, h, k->hc_fn[which],
+                                     c->norm_eps, k->hc_scale[which], k->hc_base[which],
+                                     c->hc_sinkhorn_iters, c->hc_eps, b->ws.mixes, pre, post, comb);
 }
 
 static dsv4_status moe(gpu_backend *b, int32_t layer, const gpu_block *k, int32_t n, dsv4i_cuptr x,
@@ -242,15 +238,13 @@ dsv4_status dsv4i_gpu_block_rows(gpu_backend *b, int32_t layer, const gpu_rows *
   const int32_t n = rw->n, hc = b->hc, d = b->dim;
   /* attention sublayer: collapse with the previous sublayer's pre (lagged) */
   dsv4_status st = mixes(b, k, n, 0, h, w->a_pre, w->a_post, w->a_comb);
-  if (!st) st = dsv4i_gpu_hc_pre(o, s, n, hc, d, h, pre, w->x);
-  if (!st) st = dsv4i_gpu_rmsnorm(o, s, n, d, w->x, d, k->attn_norm, c->norm_eps, w->x, d);
+  if (!st) st = dsv4i_gpu_hc_pre_rmsnorm(o, s, n, hc, d, h, pre, k->attn_norm, c->norm_eps, w->x);
   if (!st) st = attention(b, layer, rw, w->x, w->y);
   if (!st) st = tp_sum(b, layer, n, w->y);
   if (!st) st = dsv4i_gpu_hc_post(o, s, n, hc, d, w->y, h, w->a_post, w->a_comb, h);
   /* FFN sublayer: collapse with the attention sublayer's pre; its own pre goes out */
   if (!st) st = mixes(b, k, n, 1, h, pre, w->f_post, w->f_comb);
-  if (!st) st = dsv4i_gpu_hc_pre(o, s, n, hc, d, h, w->a_pre, w->x);
-  if (!st) st = dsv4i_gpu_rmsnorm(o, s, n, d, w->x, d, k->ffn_norm, c->norm_eps, w->x, d);
+  if (!st) st = dsv4i_gpu_hc_pre_rmsnorm(o, s, n, hc, d, h, w->a_pre, k->ffn_norm, c->norm_eps, w->x);
   if (!st) st = moe(b, layer, k, n, w->x, w->y);
   if (!st) st = tp_sum(b, layer, n, w->y);
   if (!st) st = dsv4i_gpu_hc_post(o, s, n, hc, d, w->y, h, w->f_post, w->f_comb, h);
@@ -312,9 +306,8 @@ dsv4_status dsv4i_gpu_be_head(dsv4i_backend *be, dsv4i_bbuf hb, dsv4i_bbuf preb,
   const int32_t r = b->step_out, hc = b->hc, d = b->dim;
   dsv4_status st = gather(b, r, w->out_tok, D(hb.impl), (int64_t)hc * d * 2, w->hsel);
   if (!st) st = gather(b, r, w->out_tok, D(preb.impl), (int64_t)hc * 4, w->presel);
-  if (!st) st = dsv4i_gpu_hc_pre(&b->ops, b->g.stream, r, hc, d, w->hsel, w->presel, w->hx);
-  if (!st) st = dsv4i_gpu_rmsnorm(&b->ops, b->g.stream, r, d, w->hx, d, b->norm, b->cfg->norm_eps,
-                                  w->hx, d);
+  if (!st) st = dsv4i_gpu_hc_pre_rmsnorm(&b->ops, b->g.stream, r, hc, d, w->hsel, w->presel, b->norm,
+                                       b->cfg->norm_eps, w->hx);
   if (!st) st = dsv4i_gpu_linear(&b->ops, b->g.stream, &b->head, r, w->hx, d, D(logits.impl),
                                  b->vocab, 1);
   return note(b, st);

@@ -34,6 +34,9 @@ typedef struct dsv4i_gpu_ops {
   int32_t moe_tiled;
   /** The default mode's kernels (KSHAPE_TILED rows), launched unless cpu_order. */
   dsv4i_kernel_id rmsnorm_tiled, hc_mixes_tiled, hc_sinkhorn_lanes;
+  /** fused pairs of the default mode, bit for bit the unfused tiled pair:
+   * hc_mixes_tiled + Sinkhorn, hc_pre + rmsnorm_tiled */
+  dsv4i_kernel_id hc_mixes_sinkhorn_tiled, hc_pre_rmsnorm_tiled;
   /** bf16 weights (kernels/linear_tiled.cu, mma.sync): bf16 out, fp32 out */
   dsv4i_kernel_id linear_bf16_tiled, linear_bf16_f32out_tiled;
   dsv4i_kernel_id linear[DSV4I_KFMT_COUNT_];        /**< by weight format, bf16 out */
@@ -118,6 +121,26 @@ dsv4_status dsv4i_gpu_hc_sinkhorn(const dsv4i_gpu_ops *o, dsv4i_custream s, int3
                                   int32_t hc, dsv4i_cuptr mixes, dsv4i_cuptr scale,
                                   dsv4i_cuptr base, int32_t iters, float hc_eps, dsv4i_cuptr pre,
                                   dsv4i_cuptr post, dsv4i_cuptr comb);
+
+/** hc_mixes then hc_split_sinkhorn (mixes, pre, post, comb as the two launchers
+ * above give them, bit for bit, in both modes). In the default mode with hc <= 4
+ * and hc·dim <= 32768 one launch (dsv4_k_hc_mixes_sinkhorn_f32_tiled: the
+ * Sinkhorn in the mixes' last block); otherwise the two launchers. */
+dsv4_status dsv4i_gpu_hc_mixes_sinkhorn(const dsv4i_gpu_ops *o, dsv4i_custream s, int32_t n_tok,
+                                        int32_t hc, int32_t dim, dsv4i_cuptr h, dsv4i_cuptr fn,
+                                        float eps, dsv4i_cuptr scale, dsv4i_cuptr base,
+                                        int32_t iters, float hc_eps, dsv4i_cuptr mixes,
+                                        dsv4i_cuptr pre, dsv4i_cuptr post, dsv4i_cuptr comb);
+
+/** hc_pre then RMSNorm of its row (dsv4i_cpu_hc_pre, dsv4i_cpu_rmsnorm): y bf16
+ * [n][dim] = rmsnorm(hc_pre(h, pre), w), the two launchers' bits in both modes
+ * (hc_pre's bf16 x is the norm's input). In the default mode one launch
+ * (dsv4_k_hc_pre_rmsnorm_bf16_tiled; x is never written); in CPU order
+ * hc_pre into y, then the exact RMSNorm in place. h bf16 [n][hc][dim], pre f32
+ * [n][hc], w bf16 [dim]; hc <= 16. */
+dsv4_status dsv4i_gpu_hc_pre_rmsnorm(const dsv4i_gpu_ops *o, dsv4i_custream s, int32_t n_tok,
+                                     int32_t hc, int32_t dim, dsv4i_cuptr h, dsv4i_cuptr pre,
+                                     dsv4i_cuptr w, float eps, dsv4i_cuptr y);
 
 /** hc_pre, dsv4i_cpu_hc_pre bit for bit: y bf16 [n][dim]. */
 dsv4_status dsv4i_gpu_hc_pre(const dsv4i_gpu_ops *o, dsv4i_custream s, int32_t n_tok,

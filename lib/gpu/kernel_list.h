@@ -28,6 +28,8 @@
   X(HC_PRE, "hc_pre")                                                                            \
   X(HC_POST, "hc_post")                                                                          \
   X(HC_TAP, "hc_tap")                                                                            \
+  X(HC_MIXES_SINKHORN, "hc_mixes+sinkhorn")                                                      \
+  X(HC_PRE_RMSNORM, "hc_pre+rmsnorm")                                                            \
   X(ACT_QUANT, "act_quant")                                                                      \
   X(LINEAR, "linear")                                                                            \
   X(LINEAR_F32OUT, "linear_f32out")                                                              \
@@ -67,6 +69,8 @@
   X(HC_SINKHORN_F32, HC_SINKHORN, F32, ANY, 80, hc, dsv4_k_hc_sinkhorn_f32, 128)                  \
   X(HC_MIXES_F32_TILED, HC_MIXES, F32, TILED, 80, hc, dsv4_k_hc_mixes_f32_tiled, 256)             \
   X(HC_SINKHORN_F32_LANES, HC_SINKHORN, F32, TILED, 80, hc, dsv4_k_hc_sinkhorn_f32_lanes, 128)     \
+  X(HC_MIXES_SINKHORN_F32_TILED, HC_MIXES_SINKHORN, F32, TILED, 80, hc, dsv4_k_hc_mixes_sinkhorn_f32_tiled, 256) \
+  X(HC_PRE_RMSNORM_BF16_TILED, HC_PRE_RMSNORM, BF16, TILED, 80, norm, dsv4_k_hc_pre_rmsnorm_bf16_tiled, 256) \
   X(HC_PRE_BF16, HC_PRE, BF16, ANY, 80, hc, dsv4_k_hc_pre_bf16, 256)                              \
   X(HC_POST_BF16, HC_POST, BF16, ANY, 80, hc, dsv4_k_hc_post_bf16, 256)                           \
   X(HC_TAP_BF16, HC_TAP, BF16, ANY, 80, hc, dsv4_k_hc_tap_bf16, 256)                              \

@@ -305,6 +305,160 @@ static void hc_sinkhorn_lanes_equal_cpu(void **state) {
   }
 }
 
+/* The fused hc_mixes + Sinkhorn launch: in the default mode the same bits as
+ * the two tiled launches (mixes, pre, post, comb), its Sinkhorn bit-equal to
+ * the CPU's on the GPU's mixes, every token alone == in the batch; in CPU
+ * order bit-equal to the CPU's mixes and Sinkhorn. */
+static void hc_mixes_sinkhorn_case(int n, int hc, int dim, uint64_t seed) {
+  reset_pool();
+  uint64_t s = seed;
+  const int nm = (2 + hc) * hc, K = hc * dim, iters = 20;
+  const float eps = 1e-6f, hc_eps = 1e-6f;
+  const size_t nh = (size_t)n * K, nmb = sizeof(float) * (size_t)n * nm;
+  const size_t npb = sizeof(float) * (size_t)n * hc, ncb = sizeof(float) * (size_t)n * hc * hc;
+  uint16_t *h = malloc(2 * nh);
+  float *fn = malloc(sizeof(float) * (size_t)nm * K), scale[3], base[24];
+  /* [0]: pair (tiled), [1]: fused (tiled), [2]: CPU oracle, [3]: fused, CPU order */
+  float *m[4], *pr[4], *po[4], *cb[4];
+  for (int i = 0; i < 4; i++)
+    m[i] = malloc(nmb), pr[i] = malloc(npb), po[i] = malloc(npb), cb[i] = malloc(ncb);
+  gt_fill_bf16(&s, h, nh, 6);
+  gt_fill_f32(&s, fn, (size_t)nm * K, 3);
+  gt_fill_f32(&s, scale, 3, 1);
+  gt_fill_f32(&s, base, 24, 1);
+  dsv4i_cuptr dh = gt_up(&G, h, 2 * nh), dfn = gt_up(&G, fn, sizeof(float) * (size_t)nm * K),
+              dsc = gt_up(&G, scale, sizeof scale), db = gt_up(&G, base, sizeof base);
+  dsv4i_cuptr dm = gt_up(&G, NULL, nmb), dp = gt_up(&G, NULL, npb), dq = gt_up(&G, NULL, npb),
+              dc = gt_up(&G, NULL, ncb);
+  char what[128];
+  gt_check(dsv4i_gpu_hc_mixes(&OT, G.stream, n, hc, dim, dh, dfn, eps, dm));
+  gt_check(dsv4i_gpu_hc_sinkhorn(&OT, G.stream, n, hc, dm, dsc, db, iters, hc_eps, dp, dq, dc));
+  gt_down(&G, m[0], dm, nmb), gt_down(&G, pr[0], dp, npb), gt_down(&G, po[0], dq, npb), gt_down(&G, cb[0], dc, ncb);
+  dm = gt_up(&G, NULL, nmb), dp = gt_up(&G, NULL, npb), dq = gt_up(&G, NULL, npb), dc = gt_up(&G, NULL, ncb);
+  gt_check(dsv4i_gpu_hc_mixes_sinkhorn(&OT, G.stream, n, hc, dim, dh, dfn, eps, dsc, db, iters,
+                                       hc_eps, dm, dp, dq, dc));
+  gt_down(&G, m[1], dm, nmb), gt_down(&G, pr[1], dp, npb), gt_down(&G, po[1], dq, npb), gt_down(&G, cb[1], dc, ncb);
+  printf("# hc_mixes+sinkhorn fused n=%d hc=%d dim=%d\n", n, hc, dim);
+  snprintf(what, sizeof what, "fused vs pair n=%d hc=%d dim=%d: mixes", n, hc, dim);
+  assert_int_equal(gt_diff_bits(m[1], m[0], (size_t)n * nm, 4, what), 0);
+  snprintf(what, sizeof what, "fused vs pair n=%d hc=%d dim=%d: pre", n, hc, dim);
+  assert_int_equal(gt_diff_bits(pr[1], pr[0], (size_t)n * hc, 4, what), 0);
+  snprintf(what, sizeof what, "fused vs pair n=%d hc=%d dim=%d: post", n, hc, dim);
+  assert_int_equal(gt_diff_bits(po[1], po[0], (size_t)n * hc, 4, what), 0);
+  snprintf(what, sizeof what, "fused vs pair n=%d hc=%d dim=%d: comb", n, hc, dim);
+  assert_int_equal(gt_diff_bits(cb[1], cb[0], (size_t)n * hc * hc, 4, what), 0);
+  /* the CPU's Sinkhorn on the fused kernel's mixes */
+  gt_check(dsv4i_cpu_hc_split_sinkhorn(n, hc, m[1], scale, base, iters, hc_eps, pr[2], po[2], cb[2]));
+  snprintf(what, sizeof what, "fused sinkhorn vs cpu on its mixes n=%d hc=%d: pre", n, hc);
+  assert_int_equal(gt_diff_bits(pr[1], pr[2], (size_t)n * hc, 4, what), 0);
+  snprintf(what, sizeof what, "fused sinkhorn vs cpu on its mixes n=%d hc=%d: post", n, hc);
+  assert_int_equal(gt_diff_bits(po[1], po[2], (size_t)n * hc, 4, what), 0);
+  snprintf(what, sizeof what, "fused sinkhorn vs cpu on its mixes n=%d hc=%d: comb", n, hc);
+  assert_int_equal(gt_diff_bits(cb[1], cb[2], (size_t)n * hc * hc, 4, what), 0);
+  /* each token alone (at most the first and last 8) */
+  for (int t = 0; t < n; t++) {
+    if (t >= 8 && t < n - 8) continue;
+    const dsv4i_cuptr T = (dsv4i_cuptr)t;
+    gt_check(dsv4i_gpu_hc_mixes_sinkhorn(&OT, G.stream, 1, hc, dim, dh + T * (dsv4i_cuptr)K * 2u, dfn,
+                                         eps, dsc, db, iters, hc_eps, dm, dp, dq, dc));
+    gt_down(&G, m[3], dm, sizeof(float) * (size_t)nm), gt_down(&G, pr[3], dp, sizeof(float) * (size_t)hc);
+    gt_down(&G, cb[3], dc, sizeof(float) * (size_t)hc * hc);
+    snprintf(what, sizeof what, "fused n=%d hc=%d dim=%d: token %d alone vs in the batch (mixes)", n, hc, dim, t);
+    assert_int_equal(gt_diff_bits(m[3], m[1] + (size_t)t * nm, (size_t)nm, 4, what), 0);
+    snprintf(what, sizeof what, "fused n=%d hc=%d dim=%d: token %d alone vs in the batch (pre)", n, hc, dim, t);
+    assert_int_equal(gt_diff_bits(pr[3], pr[1] + (size_t)t * hc, (size_t)hc, 4, what), 0);
+    snprintf(what, sizeof what, "fused n=%d hc=%d dim=%d: token %d alone vs in the batch (comb)", n, hc, dim, t);
+    assert_int_equal(gt_diff_bits(cb[3], cb[1] + (size_t)t * hc * hc, (size_t)hc * hc, 4, what), 0);
+  }
+  /* CPU order: the exact pair, the CPU's bits */
+  gt_check(dsv4i_cpu_hc_mixes(n, hc, dim, h, fn, eps, m[2]));
+  gt_check(dsv4i_cpu_hc_split_sinkhorn(n, hc, m[2], scale, base, iters, hc_eps, pr[2], po[2], cb[2]));
+  gt_check(dsv4i_gpu_hc_mixes_sinkhorn(&O, G.stream, n, hc, dim, dh, dfn, eps, dsc, db, iters,
+                                       hc_eps, dm, dp, dq, dc));
+  gt_down(&G, m[3], dm, nmb), gt_down(&G, pr[3], dp, npb), gt_down(&G, po[3], dq, npb), gt_down(&G, cb[3], dc, ncb);
+  snprintf(what, sizeof what, "cpu-order hc_mixes+sinkhorn n=%d hc=%d dim=%d: mixes", n, hc, dim);
+  assert_int_equal(gt_diff_bits(m[3], m[2], (size_t)n * nm, 4, what), 0);
+  snprintf(what, sizeof what, "cpu-order hc_mixes+sinkhorn n=%d hc=%d: pre, post, comb", n, hc);
+  assert_int_equal(gt_diff_bits(pr[3], pr[2], (size_t)n * hc, 4, what) +
+                       gt_diff_bits(po[3], po[2], (size_t)n * hc, 4, what) +
+                       gt_diff_bits(cb[3], cb[2], (size_t)n * hc * hc, 4, what), 0);
+  for (int i = 0; i < 4; i++) free(m[i]), free(pr[i]), free(po[i]), free(cb[i]);
+  free(h), free(fn);
+}
+
+static void hc_mixes_sinkhorn_fused_equals_pair(void **state) {
+  (void)state;
+  const int toks[] = {1, 2, 4, 5, 8, 16};
+  for (int i = 0; i < 6; i++) hc_mixes_sinkhorn_case(toks[i], 4, 5120, 400 + (uint64_t)i);
+  hc_mixes_sinkhorn_case(70, 4, 4096, 410); /* two launches (64 tokens each at most) */
+  hc_mixes_sinkhorn_case(3, 4, 1000, 411);  /* a partial last chunk */
+  hc_mixes_sinkhorn_case(2, 2, 333, 412);   /* nm = 8: the runtime-hc Sinkhorn */
+  hc_mixes_sinkhorn_case(3, 3, 700, 413);
+  hc_mixes_sinkhorn_case(1, 1, 40, 414);    /* one chunk */
+  hc_mixes_sinkhorn_case(2, 4, 8192, 415);  /* 128 chunks: the scratch's most */
+}
+
+/* The fused hc_pre + RMSNorm launch: in the default mode the bits of hc_pre +
+ * rmsnorm_tiled, every row alone == in the batch; in CPU order the CPU's
+ * hc_pre + RMSNorm bit for bit. */
+static void hc_pre_rmsnorm_case(int n, int hc, int dim, uint64_t seed) {
+  reset_pool();
+  uint64_t s = seed;
+  const float eps = 1e-6f;
+  const size_t nh = (size_t)n * hc * dim, ny = (size_t)n * dim;
+  uint16_t *h = malloc(2 * nh), *w = malloc(2 * (size_t)dim);
+  float *pre = malloc(sizeof(float) * (size_t)n * hc);
+  uint16_t *y[4];
+  for (int i = 0; i < 4; i++) y[i] = calloc(ny, 2);
+  gt_fill_bf16(&s, h, nh, 6);
+  gt_fill_bf16(&s, w, (size_t)dim, 2);
+  gt_fill_f32(&s, pre, (size_t)n * hc, 1);
+  dsv4i_cuptr dh = gt_up(&G, h, 2 * nh), dw = gt_up(&G, w, 2 * (size_t)dim),
+              dp = gt_up(&G, pre, sizeof(float) * (size_t)n * hc);
+  dsv4i_cuptr dx = gt_up(&G, NULL, 2 * ny), dy = gt_up(&G, NULL, 2 * ny);
+  char what[128];
+  /* [0]: hc_pre + rmsnorm_tiled, [1]: fused */
+  gt_check(dsv4i_gpu_hc_pre(&OT, G.stream, n, hc, dim, dh, dp, dx));
+  gt_check(dsv4i_gpu_rmsnorm(&OT, G.stream, n, dim, dx, dim, dw, eps, dy, dim));
+  gt_down(&G, y[0], dy, 2 * ny);
+  dy = gt_up(&G, NULL, 2 * ny);
+  gt_check(dsv4i_gpu_hc_pre_rmsnorm(&OT, G.stream, n, hc, dim, dh, dp, dw, eps, dy));
+  gt_down(&G, y[1], dy, 2 * ny);
+  printf("# hc_pre+rmsnorm fused n=%d hc=%d dim=%d\n", n, hc, dim);
+  snprintf(what, sizeof what, "hc_pre+rmsnorm fused vs pair n=%d hc=%d dim=%d", n, hc, dim);
+  assert_int_equal(gt_diff_bits(y[1], y[0], ny, 2, what), 0);
+  for (int t = 0; t < n; t++) {
+    if (t >= 8 && t < n - 8) continue;
+    const dsv4i_cuptr T = (dsv4i_cuptr)t;
+    gt_check(dsv4i_gpu_hc_pre_rmsnorm(&OT, G.stream, 1, hc, dim, dh + T * (dsv4i_cuptr)hc * dim * 2u,
+                                      dp + T * (dsv4i_cuptr)hc * 4u, dw, eps, dy));
+    gt_down(&G, y[2], dy, 2 * (size_t)dim);
+    snprintf(what, sizeof what, "hc_pre+rmsnorm fused n=%d dim=%d: row %d alone vs in the batch", n, dim, t);
+    assert_int_equal(gt_diff_bits(y[2], y[1] + (size_t)t * dim, (size_t)dim, 2, what), 0);
+  }
+  /* CPU order: the CPU's bits */
+  uint16_t *xc = malloc(2 * ny);
+  gt_check(dsv4i_cpu_hc_pre(n, hc, dim, h, pre, xc));
+  gt_check(dsv4i_cpu_rmsnorm(n, dim, xc, dim, w, eps, y[2], dim));
+  gt_check(dsv4i_gpu_hc_pre_rmsnorm(&O, G.stream, n, hc, dim, dh, dp, dw, eps, dy));
+  gt_down(&G, y[3], dy, 2 * ny);
+  snprintf(what, sizeof what, "cpu-order hc_pre+rmsnorm n=%d hc=%d dim=%d vs cpu", n, hc, dim);
+  assert_int_equal(gt_diff_bits(y[3], y[2], ny, 2, what), 0);
+  for (int i = 0; i < 4; i++) free(y[i]);
+  free(xc), free(h), free(w), free(pre);
+}
+
+static void hc_pre_rmsnorm_fused_equals_pair(void **state) {
+  (void)state;
+  const int toks[] = {1, 2, 4, 8, 16, 13};
+  for (int i = 0; i < 6; i++) hc_pre_rmsnorm_case(toks[i], 4, 5120, 500 + (uint64_t)i);
+  hc_pre_rmsnorm_case(3, 4, 1000, 510);  /* nv = 125: threads with no vector */
+  hc_pre_rmsnorm_case(2, 4, 1003, 511);  /* rows not 16-byte aligned: scalar loads, a tail of 3 */
+  hc_pre_rmsnorm_case(5, 1, 512, 512);
+  hc_pre_rmsnorm_case(3, 2, 5, 513);     /* only the tail */
+  hc_pre_rmsnorm_case(1, 4, 70000, 514); /* 35 vectors a thread */
+}
+
 /* ---- act_quant and the linears --------------------------------------------- */
 
 static void act_quant_equals_cpu(void **state) {
@@ -1460,6 +1614,8 @@ int tu_run_suite(void) {
     cmocka_unit_test(rmsnorm_tiled_within_bound),
     cmocka_unit_test(hc_mixes_tiled_within_bound),
     cmocka_unit_test(hc_sinkhorn_lanes_equal_cpu),
+    cmocka_unit_test(hc_mixes_sinkhorn_fused_equals_pair),
+    cmocka_unit_test(hc_pre_rmsnorm_fused_equals_pair),
     cmocka_unit_test(act_quant_equals_cpu),
     cmocka_unit_test(linear_fp8_fp4_equal_cpu),
     cmocka_unit_test(linear_q8_tiled_within_bound_of_cpu),
