@@ -5,7 +5,9 @@
  * result equals the CPU's bit for bit. One warp per row; 4 rows per block.
  */
 #include "model/format_codes.h"
+#include "model/ref_math.h" /* DSV4I_HC_MAX */
 #include "reduce.cuh"
+#include "rope.cuh"
 
 /* x: bf16 [n_tok][ldx]; w: bf16 [dim]; y: bf16 [n_tok][ldy] (may be x when ldy == ldx). */
 extern "C" __global__ void __launch_bounds__(128)
@@ -35,21 +37,23 @@ dsv4_k_rmsnorm_bf16(int n_tok, int dim, const uint16_t *x, long long ldx, const 
  * the other rows of the launch. r and y exactly as above.
  *
  * rms_row_tiled does one row whose element values come from x8 (the 8 bf16 of
- * vector v) and x1 (element d): the plain kernel reads them, the fused
- * hc_pre + RMSNorm kernel computes them, with the same sums in the same order.
- * y by 8-element vectors (16-byte stores) when vec_out, else element-wise;
- * the arithmetic is the exact kernel's, element by element. Every thread of
- * the block calls it (block tree).
+ * vector v) and x1 (element d): the plain kernel reads them, the fused kernels
+ * compute them, with the same sums in the same order. x8a / x1a serve the Σx²
+ * pass (each element once: the vectors v < dim/8 through x8a, the tail through
+ * x1a), x8b / x1b the y pass (after the block tree's barrier, so they may read
+ * what the first pass wrote). y by 8-element vectors (16-byte stores) when
+ * vec_out, else element-wise; the arithmetic is the exact kernel's, element
+ * by element. Every thread of the block calls it (block tree).
  */
-template <class X8, class X1>
-__device__ __forceinline__ void rms_row_tiled(int dim, X8 x8, X1 x1, const uint16_t *w, float eps,
-                                              uint16_t *yr, bool vec_out) {
+template <class X8A, class X1A, class X8, class X1>
+__device__ __forceinline__ void rms_row_tiled(int dim, X8A x8a, X1A x1a, X8 x8, X1 x1,
+                                              const uint16_t *w, float eps, uint16_t *yr, bool vec_out) {
   __shared__ float sh[8];
   const int nv = dim >> 3;
   float acc = 0.0f;
   for (int v = threadIdx.x; v < nv; v += 256) {
     uint16_t e[8];
-    x8(v, e);
+    x8a(v, e);
 #pragma unroll
     for (int i = 0; i < 8; i++) {
       const float f = dsv4i_bf16_to_f32(e[i]);
@@ -58,7 +62,7 @@ __device__ __forceinline__ void rms_row_tiled(int dim, X8 x8, X1 x1, const uint1
   }
   /* dim % 8 tail: element 8·nv + i to thread i */
   if (threadIdx.x < (dim & 7)) {
-    const float f = dsv4i_bf16_to_f32(x1(8 * nv + threadIdx.x));
+    const float f = dsv4i_bf16_to_f32(x1a(8 * nv + threadIdx.x));
     acc += f * f;
   }
   const float ss = dsv4_block_sum_tree<8>(acc, sh);
@@ -95,6 +99,23 @@ __device__ __forceinline__ void unpack8(const uint4 u, uint16_t *e) {
   for (int i = 0; i < 4; i++) e[2 * i] = (uint16_t)(wd[i] & 0xFFFFu), e[2 * i + 1] = (uint16_t)(wd[i] >> 16);
 }
 
+/* A bf16 row read as it is (16-byte loads when aligned). */
+struct plain_row {
+  const uint16_t *x;
+  bool vec;
+  __device__ __forceinline__ void x8(int v, uint16_t *e) const {
+    if (vec) {
+      unpack8(reinterpret_cast<const uint4 *>(x)[v], e);
+    } else {
+#pragma unroll
+      for (int i = 0; i < 8; i++) e[i] = x[8 * v + i];
+    }
+  }
+  __device__ __forceinline__ uint16_t x1(int d) const { return x[d]; }
+};
+
+__device__ __forceinline__ bool aligned16(const void *p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
+
 /* Grid (n_tok). y may be x: each thread reads its vector (element) before writing it. */
 extern "C" __global__ void __launch_bounds__(256)
 dsv4_k_rmsnorm_bf16_tiled(int n_tok, int dim, const uint16_t *x, long long ldx, const uint16_t *w,
@@ -103,66 +124,164 @@ dsv4_k_rmsnorm_bf16_tiled(int n_tok, int dim, const uint16_t *x, long long ldx, 
   if (row >= n_tok) return; /* block-uniform */
   const uint16_t *xr = x + row * ldx;
   uint16_t *yr = y + row * ldy;
-  const bool vec = ((reinterpret_cast<uintptr_t>(xr) & 15) == 0);
-  const bool vec_out = vec && ((reinterpret_cast<uintptr_t>(yr) | reinterpret_cast<uintptr_t>(w)) & 15) == 0;
-  rms_row_tiled(
-      dim,
-      [&](int v, uint16_t *e) {
-        if (vec) {
-          unpack8(reinterpret_cast<const uint4 *>(xr)[v], e);
-        } else {
-#pragma unroll
-          for (int i = 0; i < 8; i++) e[i] = xr[8 * v + i];
-        }
-      },
-      [&](int d) { return xr[d]; }, w, eps, yr, vec_out);
+  const plain_row r = {xr, aligned16(xr)};
+  const auto x8 = [&](int v, uint16_t *e) { r.x8(v, e); };
+  const auto x1 = [&](int d) { return r.x1(d); };
+  rms_row_tiled(dim, x8, x1, x8, x1, w, eps, yr, r.vec && aligned16(yr) && aligned16(w));
 }
 
+/* hc_pre's bf16 element(s) of a token row: x[d] = bf16(Σ_c pre[c] · h[c][d])
+ * (products fp32, c in order from +0), as dsv4_k_hc_pre_bf16. */
+struct hc_pre_row {
+  const uint16_t *h; /* the token's [hc][dim] */
+  const float *pre;  /* its [hc] */
+  int hc, dim;
+  bool vec; /* 16-byte loads of h */
+  __device__ __forceinline__ void x8(int v, uint16_t *e) const {
+    float s[8];
+#pragma unroll
+    for (int i = 0; i < 8; i++) s[i] = 0.0f;
+    for (int c = 0; c < hc; c++) {
+      uint16_t hv[8];
+      const uint16_t *hc_row = h + (long long)c * dim;
+      if (vec) {
+        unpack8(reinterpret_cast<const uint4 *>(hc_row)[v], hv);
+      } else {
+#pragma unroll
+        for (int i = 0; i < 8; i++) hv[i] = hc_row[8 * v + i];
+      }
+      const float p = pre[c];
+#pragma unroll
+      for (int i = 0; i < 8; i++) s[i] += p * dsv4i_bf16_to_f32(hv[i]);
+    }
+#pragma unroll
+    for (int i = 0; i < 8; i++) e[i] = dsv4i_f32_to_bf16(s[i]);
+  }
+  __device__ __forceinline__ uint16_t x1(int d) const {
+    float s = 0.0f;
+    for (int c = 0; c < hc; c++) s += pre[c] * dsv4i_bf16_to_f32(h[(long long)c * dim + d]);
+    return dsv4i_f32_to_bf16(s);
+  }
+};
+
 /*
- * hc_pre + RMSNorm in one launch (the default mode): x[d] = bf16(Σ_c pre[c] ·
- * h[c][d]) exactly as dsv4_k_hc_pre_bf16 (products fp32, c in order from +0),
- * then dsv4_k_rmsnorm_bf16_tiled on that row: y equals the pair hc_pre +
- * rmsnorm_tiled bit for bit (the x row is never written; the second pass
- * computes it again from h, an L1/L2 hit). h bf16 [n_tok][hc][dim], pre f32
- * [n_tok][hc] (hc <= DSV4I_HC_MAX), w bf16 [dim], y bf16 [n_tok][ldy].
- * Grid (n_tok), 256 threads.
+ * hc_pre + RMSNorm in one launch (the default mode): x = hc_pre's row, then
+ * dsv4_k_rmsnorm_bf16_tiled on it: y equals the pair hc_pre + rmsnorm_tiled
+ * bit for bit (the x row is never written; the second pass computes it again
+ * from h, an L1/L2 hit). h bf16 [n_tok][hc][dim], pre f32 [n_tok][hc]
+ * (hc <= DSV4I_HC_MAX), w bf16 [dim], y bf16 [n_tok][ldy]. Grid (n_tok), 256
+ * threads.
  */
 extern "C" __global__ void __launch_bounds__(256)
 dsv4_k_hc_pre_rmsnorm_bf16_tiled(int n_tok, int hc, int dim, const uint16_t *h, const float *pre,
                                  const uint16_t *w, float eps, uint16_t *y, long long ldy) {
   const int row = blockIdx.x;
   if (row >= n_tok) return; /* block-uniform */
-  const uint16_t *hr = h + (long long)row * hc * dim;
-  const float *pr = pre + (long long)row * hc;
+  const hc_pre_row r = {h + (long long)row * hc * dim, pre + (long long)row * hc, hc, dim,
+                        (dim & 7) == 0 && aligned16(h + (long long)row * hc * dim)};
   uint16_t *yr = y + row * ldy;
-  const bool vec = (dim & 7) == 0 && (reinterpret_cast<uintptr_t>(hr) & 15) == 0;
-  const bool vec_out = ((reinterpret_cast<uintptr_t>(yr) | reinterpret_cast<uintptr_t>(w)) & 15) == 0;
-  rms_row_tiled(
-      dim,
-      [&](int v, uint16_t *e) {
-        float s[8];
+  const auto x8 = [&](int v, uint16_t *e) { r.x8(v, e); };
+  const auto x1 = [&](int d) { return r.x1(d); };
+  rms_row_tiled(dim, x8, x1, x8, x1, w, eps, yr, aligned16(yr) && aligned16(w));
+}
+
+/*
+ * hc_post + hc_pre + RMSNorm in one launch (the default mode; the FFN
+ * sublayer's entry): h'[j][d] = dsv4_k_hc_post_bf16's bf16(post[j]·xa[d] +
+ * Σ_i comb[i][j]·res[i][d]) written to hout (may be res: the first pass
+ * reads a column of res before writing it, and only the thread that owns
+ * the column touches it), then y = RMSNorm(hc_pre(h', pre)) as
+ * dsv4_k_hc_pre_rmsnorm_bf16_tiled (the second pass reads h' back). Bit for
+ * bit the three launches hc_post, hc_pre, rmsnorm_tiled. xa bf16 [n][dim];
+ * res, hout bf16 [n][hc][dim]; post f32 [n][hc]; comb f32 [n][hc][hc]; pre
+ * f32 [n][hc]; y bf16 [n][dim]. hc <= DSV4I_HC_MAX. Grid (n_tok), 256 threads.
+ */
+extern "C" __global__ void __launch_bounds__(256)
+dsv4_k_hc_post_pre_rmsnorm_bf16_tiled(int n_tok, int hc, int dim, const uint16_t *xa,
+                                      const uint16_t *res, const float *post, const float *comb,
+                                      uint16_t *hout, const float *pre, const uint16_t *w, float eps,
+                                      uint16_t *y) {
+  const int row = blockIdx.x;
+  if (row >= n_tok) return; /* block-uniform */
+  const long long ho = (long long)row * hc * dim;
+  const uint16_t *rr = res + ho, *xr = xa + (long long)row * dim;
+  uint16_t *hr = hout + ho;
+  const float *po = post + (long long)row * hc, *cb = comb + (long long)row * hc * hc;
+  const hc_pre_row r = {hr, pre + (long long)row * hc, hc, dim,
+                        (dim & 7) == 0 && aligned16(hr) && aligned16(rr) && aligned16(xr)};
+  /* hc_post of element d: every copy's column read, then every copy written */
+  const auto post1 = [&](int d) {
+    float rv[DSV4I_HC_MAX];
+    for (int i = 0; i < hc; i++) rv[i] = dsv4i_bf16_to_f32(rr[(long long)i * dim + d]);
+    const float xv = dsv4i_bf16_to_f32(xr[d]);
+    for (int j = 0; j < hc; j++) {
+      float s = 0.0f;
+      for (int i = 0; i < hc; i++) s += cb[i * hc + j] * rv[i];
+      hr[(long long)j * dim + d] = dsv4i_f32_to_bf16(po[j] * xv + s);
+    }
+  };
+  const auto x8a = [&](int v, uint16_t *e) {
+    if (r.vec && hc <= 4) { /* the 8 columns of vector v, 16-byte loads and stores */
+      uint16_t re[4][8], xe[8];
 #pragma unroll
-        for (int i = 0; i < 8; i++) s[i] = 0.0f;
-        for (int c = 0; c < hc; c++) {
-          uint16_t hv[8];
-          const uint16_t *hc_row = hr + (long long)c * dim;
-          if (vec) {
-            unpack8(reinterpret_cast<const uint4 *>(hc_row)[v], hv);
-          } else {
+      for (int i = 0; i < 4; i++)
+        if (i < hc) unpack8(reinterpret_cast<const uint4 *>(rr + (long long)i * dim)[v], re[i]);
+      unpack8(reinterpret_cast<const uint4 *>(xr)[v], xe);
 #pragma unroll
-            for (int i = 0; i < 8; i++) hv[i] = hc_row[8 * v + i];
-          }
-          const float p = pr[c];
+      for (int j = 0; j < 4; j++) {
+        if (j >= hc) break;
+        uint32_t o[4];
 #pragma unroll
-          for (int i = 0; i < 8; i++) s[i] += p * dsv4i_bf16_to_f32(hv[i]);
+        for (int k = 0; k < 8; k++) {
+          float s = 0.0f;
+#pragma unroll
+          for (int i = 0; i < 4; i++)
+            if (i < hc) s += cb[i * hc + j] * dsv4i_bf16_to_f32(re[i][k]);
+          const uint32_t b = dsv4i_f32_to_bf16(po[j] * dsv4i_bf16_to_f32(xe[k]) + s);
+          if (k & 1) o[k >> 1] |= b << 16;
+          else o[k >> 1] = b;
         }
-#pragma unroll
-        for (int i = 0; i < 8; i++) e[i] = dsv4i_f32_to_bf16(s[i]);
-      },
-      [&](int d) {
-        float s = 0.0f;
-        for (int c = 0; c < hc; c++) s += pr[c] * dsv4i_bf16_to_f32(hr[(long long)c * dim + d]);
-        return dsv4i_f32_to_bf16(s);
-      },
-      w, eps, yr, vec_out);
+        reinterpret_cast<uint4 *>(hr + (long long)j * dim)[v] = make_uint4(o[0], o[1], o[2], o[3]);
+      }
+    } else {
+#pragma unroll 1
+      for (int k = 0; k < 8; k++) post1(8 * v + k);
+    }
+    r.x8(v, e); /* this thread's own writes */
+  };
+  const auto x1a = [&](int d) {
+    post1(d);
+    return r.x1(d);
+  };
+  const auto x8 = [&](int v, uint16_t *e) { r.x8(v, e); };
+  const auto x1 = [&](int d) { return r.x1(d); };
+  rms_row_tiled(dim, x8a, x1a, x8, x1, w, eps, y + (long long)row * dim, aligned16(y + (long long)row * dim) && aligned16(w));
+}
+
+/*
+ * RMSNorm + RoPE in one launch (the default mode): y = dsv4_k_rmsnorm_bf16_tiled's
+ * row, then its last 2·n_freq elements rotated as dsv4_k_rope_bf16 does
+ * (forward, position pos[t]; rope.cuh): the bits of the pair rmsnorm_tiled +
+ * rope. x bf16 [n][ldx], y bf16 [n][ldy] (may be x with ldy == ldx), freqs f32
+ * [n_freq] (2·n_freq <= dim), pos int32 [n]. Grid (n_tok), 256 threads.
+ */
+extern "C" __global__ void __launch_bounds__(256)
+dsv4_k_rmsnorm_rope_bf16_tiled(int n_tok, int dim, const uint16_t *x, long long ldx,
+                               const uint16_t *w, float eps, uint16_t *y, long long ldy,
+                               int n_freq, const float *freqs, const int32_t *pos) {
+  const int row = blockIdx.x;
+  if (row >= n_tok) return; /* block-uniform */
+  const uint16_t *xr = x + row * ldx;
+  uint16_t *yr = y + row * ldy;
+  const plain_row r = {xr, aligned16(xr)};
+  const auto x8 = [&](int v, uint16_t *e) { r.x8(v, e); };
+  const auto x1 = [&](int d) { return r.x1(d); };
+  rms_row_tiled(dim, x8, x1, x8, x1, w, eps, yr, r.vec && aligned16(yr) && aligned16(w));
+  __syncthreads(); /* the row's y visible to the block */
+  const float p = (float)pos[row];
+  for (int i = threadIdx.x; i < n_freq; i += 256) {
+    float cs[2];
+    dsv4_rope_cs(p, freqs[i], cs);
+    dsv4_rope_pair(yr + dim - 2 * n_freq + 2 * i, cs[0], cs[1], 0);
+  }
 }

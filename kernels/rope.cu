@@ -7,7 +7,7 @@
  * One block per token: the table in shared memory, then every vector.
  * Positions are read on the device (capture-safe).
  */
-#include "model/format_codes.h"
+#include "rope.cuh"
 
 #define MAX_FREQ 128
 
@@ -20,26 +20,10 @@ dsv4_k_rope_bf16(int n_tok, int n_vec, int n_freq, uint16_t *x, long long tok_st
   const int t = blockIdx.x;
   if (t >= n_tok) return;
   const float p = (float)pos[t];
-  for (int i = threadIdx.x; i < n_freq; i += blockDim.x) {
-    const float a = p * freqs[i];
-    cs[i][0] = (float)cos((double)a);
-    cs[i][1] = (float)sin((double)a);
-  }
+  for (int i = threadIdx.x; i < n_freq; i += blockDim.x) dsv4_rope_cs(p, freqs[i], cs[i]);
   __syncthreads();
   for (long long j = threadIdx.x; j < (long long)n_vec * n_freq; j += blockDim.x) {
     const int v = (int)(j / n_freq), i = (int)(j % n_freq);
-    uint16_t *q = x + t * tok_stride + v * vec_stride + 2 * i;
-    const float a = dsv4i_bf16_to_f32(q[0]), b = dsv4i_bf16_to_f32(q[1]);
-    const float c = cs[i][0], s = cs[i][1];
-    float re, im;
-    if (!inverse) {
-      re = a * c - b * s;
-      im = a * s + b * c;
-    } else {
-      re = a * c + b * s;
-      im = b * c - a * s;
-    }
-    q[0] = dsv4i_f32_to_bf16(re);
-    q[1] = dsv4i_f32_to_bf16(im);
+    dsv4_rope_pair(x + t * tok_stride + v * vec_stride + 2 * i, cs[i][0], cs[i][1], inverse);
   }
 }

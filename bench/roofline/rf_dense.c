@@ -1,9 +1,10 @@
 /*
  * dsv4-roofline: the small dense ops and the bf16 projections of a decode
  * step at 1, 4, 8, 16 tokens, release dims: RMSNorm (dim, q_lora_rank,
- * head_dim), hc_mixes and Sinkhorn (hc_mult x dim), hc_pre, the fused pairs
- * hc_mixes + Sinkhorn and hc_pre + RMSNorm (one launch each in the default
- * mode, the two launches in CPU order), the grouped wo_a, the
+ * head_dim), hc_mixes and Sinkhorn (hc_mult x dim), hc_pre, hc_post, RoPE
+ * (head_dim's rope part), the fused hc_mixes + Sinkhorn, hc_pre + RMSNorm,
+ * hc_post + hc_pre + RMSNorm and RMSNorm + RoPE (one launch each in the
+ * default mode, the unfused launches in CPU order), the grouped wo_a, the
  * compressor's wkv, the indexer's wk and wproj (bf16 -> bf16), and the head
  * (bf16 -> fp32). Each in the default mode (the kernels the engine runs
  * without DSV4_ENGINE_F_GPU_CPU_ORDER) and again in CPU order (rows marked
@@ -13,13 +14,14 @@
 
 #include "rf.h"
 
-enum { MAX_COPIES = 32, K_RMS = 0, K_MIX, K_SINK, K_PRE, K_MIXSK, K_PRENORM, K_LIN };
+enum { MAX_COPIES = 32, K_RMS = 0, K_MIX, K_SINK, K_PRE, K_MIXSK, K_PRENORM, K_POST, K_POSTPRE,
+       K_ROPE, K_RMSROPE, K_LIN };
 
 typedef struct dense_case {
   int kind, n, dim, hc, groups, out_f32, copies;
   dsv4i_gpu_ops o;
   dsv4i_gpu_weight w[MAX_COPIES]; /* K_LIN: the weight; K_RMS, K_MIX: data = the norm / fn weight */
-  dsv4i_cuptr x, y, scale, base, pre, post, comb, mix;
+  dsv4i_cuptr x, y, scale, base, pre, post, comb, mix, freqs, pos;
 } dense_case;
 
 static dsv4_status rec(rf *r, void *u, int i, dsv4i_custream s) {
@@ -41,6 +43,17 @@ static dsv4_status rec(rf *r, void *u, int i, dsv4i_custream s) {
                                        c->base, 20, 1e-6f, c->mix, c->pre, c->post, c->comb);
   case K_PRENORM:
     return dsv4i_gpu_hc_pre_rmsnorm(&c->o, s, c->n, c->hc, c->dim, c->x, c->pre, w->data, 1e-6f, c->y);
+  case K_POST: /* in place, as the block runs it */
+    return dsv4i_gpu_hc_post(&c->o, s, c->n, c->hc, c->dim, c->y, c->x, c->post, c->comb, c->x);
+  case K_POSTPRE:
+    return dsv4i_gpu_hc_post_pre_rmsnorm(&c->o, s, c->n, c->hc, c->dim, c->y, c->x, c->post, c->comb, c->x,
+                                         c->pre, w->data, 1e-6f, c->mix);
+  case K_ROPE:
+    return dsv4i_gpu_rope(&c->o, s, c->n, 1, c->hc, c->x + (dsv4i_cuptr)(c->dim - 2 * c->hc) * 2u, c->dim, 0,
+                          c->freqs, c->pos, 0);
+  case K_RMSROPE:
+    return dsv4i_gpu_rmsnorm_rope(&c->o, s, c->n, c->dim, c->x, c->dim, w->data, 1e-6f, c->x, c->dim, c->hc,
+                                  c->freqs, c->pos);
   default:
     if (c->groups > 1)
       return dsv4i_gpu_linear_grouped(&c->o, s, w, c->groups, c->n, c->x, (int64_t)c->groups * w->cols,
@@ -55,13 +68,14 @@ static void one(rf *r, const char *name, int kind, int rows, int cols, int group
   const size_t mark = dsv4i_gpu_pool_mark(&r->g.pool);
   dense_case *c = calloc(1, sizeof *c);
   c->kind = kind, c->groups = groups, c->out_f32 = out_f32;
+  /* hc: the copies, or the frequencies of K_ROPE / K_RMSROPE */
   const int hc = kind == K_RMS || kind == K_LIN ? 1 : rows, nm = (2 + hc) * hc;
   c->dim = cols, c->hc = hc;
   double wbytes = 0;
   if (kind == K_LIN) wbytes = 2.0 * rows * cols;
-  else if (kind == K_RMS || kind == K_PRENORM) wbytes = 2.0 * cols;
+  else if (kind == K_RMS || kind == K_PRENORM || kind == K_POSTPRE || kind == K_RMSROPE) wbytes = 2.0 * cols;
   else if (kind == K_MIX || kind == K_MIXSK) wbytes = 4.0 * nm * hc * cols;
-  const int no_w = kind == K_SINK || kind == K_PRE;
+  const int no_w = kind == K_SINK || kind == K_PRE || kind == K_POST || kind == K_ROPE;
   c->copies = no_w ? 1 : rf_copies(r, wbytes, MAX_COPIES);
   for (int k = 0; k < c->copies; k++)
     c->w[k] = (dsv4i_gpu_weight){.fmt = DSV4I_KFMT_BF16, .rows = rows, .cols = cols, .ld = cols,
@@ -95,6 +109,20 @@ static void one(rf *r, const char *name, int kind, int rows, int cols, int group
         c->pre = rf_rand(r, (size_t)n * hc * 4, 0x3F7FFFFFu, 0);
         c->y = rf_take(r, (size_t)n * cols * 2);
         bytes += 2.0 * n * hc * cols + 4.0 * n * hc + 2.0 * n * cols;
+      } else if (kind == K_POST || kind == K_POSTPRE) {
+        c->x = rf_rand(r, (size_t)n * hc * cols * 2, 0x3F7F3F7Fu, 0);
+        c->y = rf_rand(r, (size_t)n * cols * 2, 0x3F7F3F7Fu, 0);
+        c->post = rf_rand(r, (size_t)n * hc * 4, 0x3F7FFFFFu, 0);
+        c->comb = rf_rand(r, (size_t)n * hc * hc * 4, 0x3F7FFFFFu, 0);
+        c->pre = rf_rand(r, (size_t)n * hc * 4, 0x3F7FFFFFu, 0);
+        c->mix = rf_take(r, (size_t)n * cols * 2);
+        bytes += 4.0 * n * hc * cols + 2.0 * n * cols + 4.0 * n * (hc + hc * hc);
+        if (kind == K_POSTPRE) bytes += 4.0 * n * hc + 2.0 * n * cols;
+      } else if (kind == K_ROPE || kind == K_RMSROPE) {
+        c->x = rf_rand(r, (size_t)n * cols * 2, 0x3F7F3F7Fu, 0);
+        c->freqs = rf_rand(r, (size_t)hc * 4, 0x3F7FFFFFu, 0);
+        c->pos = rf_rand(r, (size_t)n * 4, 0x000FFFFFu, 0); /* positions < 2^20 */
+        bytes += 4.0 * n * (kind == K_ROPE ? 2 * hc : cols) + 4.0 * hc + 4.0 * n;
       } else if (kind == K_MIXSK) {
         c->x = rf_rand(r, (size_t)n * hc * cols * 2, 0x3F7F3F7Fu, 0);
         c->mix = rf_take(r, (size_t)n * nm * 4);
@@ -136,6 +164,10 @@ void rf_dense(rf *r) {
   D(K_MIXSK, "hc_mixes+sinkhorn %dx%d", c->hc_mult, c->dim, 1, 0);
   D(K_PRE, "hc_pre %dx%d", c->hc_mult, c->dim, 1, 0);
   D(K_PRENORM, "hc_pre+rmsnorm %dx%d", c->hc_mult, c->dim, 1, 0);
+  D(K_POST, "hc_post %dx%d", c->hc_mult, c->dim, 1, 0);
+  D(K_POSTPRE, "hc_post+hc_pre+rmsnorm %dx%d", c->hc_mult, c->dim, 1, 0);
+  D(K_ROPE, "rope %dof%d", c->rope_head_dim / 2, c->head_dim, 1, 0);
+  D(K_RMSROPE, "rmsnorm+rope %dof%d", c->rope_head_dim / 2, c->head_dim, 1, 0);
   D(K_LIN, "bf16 wo_a %dx%d grouped", c->o_groups * c->o_lora_rank,
     c->n_heads * c->head_dim / c->o_groups, c->o_groups, 0);
   D(K_LIN, "bf16 compressor wkv %dx%d", c->head_dim, c->dim, 1, 0);

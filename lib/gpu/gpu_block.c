@@ -98,8 +98,8 @@ static dsv4_status attention(gpu_backend *b, int32_t L, const gpu_rows *rw, dsv4
   if (!st) st = dsv4i_gpu_rope(o, s, n, H, nf, w->q + tail, (int64_t)H * hd, hd, a->freqs, pos, 0);
   /* 2. window KV: kv_norm(wkv(x)), RoPE, QDQ rows for attending */
   if (!st) st = dsv4i_gpu_lin_q(b, &a->wkv, n, x, dim, w->xq, w->sx, w->kv, hd);
-  if (!st) st = dsv4i_gpu_rmsnorm(o, s, n, hd, w->kv, hd, a->kv_norm, c->norm_eps, w->kv, hd);
-  if (!st) st = dsv4i_gpu_rope(o, s, n, 1, nf, w->kv + tail, hd, 0, a->freqs, pos, 0);
+  if (!st) st = dsv4i_gpu_rmsnorm_rope(o, s, n, hd, w->kv, hd, a->kv_norm, c->norm_eps, w->kv, hd, nf,
+                                      a->freqs, pos);
   if (!st) st = dsv4i_gpu_attn_window_store(&b->ak, s, NULL, atok, n, hd, w->kv, w->kvw);
   /* 3. compressed path: compressor -> index keys -> indexer -> compressed KV */
   if (!st && kv_src) {
@@ -116,9 +116,8 @@ static dsv4_status attention(gpu_backend *b, int32_t L, const gpu_rows *rw, dsv4
   if (!st && kv_src && (a->roles & DSV4_ROLE_INDEX_OWN_KEYS)) {
     const dsv4i_gpu_kvtab kt = dsv4i_gkv_tab(&b->kv, DSV4I_KV_IDXK, L);
     st = dsv4i_gpu_linear(o, s, &a->i_wk, n, w->lat, hd, w->ik, ihd, 0);
-    if (!st) st = dsv4i_gpu_rmsnorm(o, s, n, ihd, w->ik, ihd, a->i_knorm, c->norm_eps, w->ik, ihd);
-    if (!st) st = dsv4i_gpu_rope(o, s, n, 1, nf, w->ik + (dsv4i_cuptr)(ihd - rd) * 2u, ihd, 0,
-                                 a->freqs, gpos, 0);
+    if (!st) st = dsv4i_gpu_rmsnorm_rope(o, s, n, ihd, w->ik, ihd, a->i_knorm, c->norm_eps, w->ik, ihd,
+                                        nf, a->freqs, gpos);
     if (!st) st = dsv4i_gpu_attn_idxk_store(&b->ak, s, &kt, atok, n, ihd, a->ratio, w->ik);
   }
   if (!st && idx_src) {
@@ -241,10 +240,11 @@ dsv4_status dsv4i_gpu_block_rows(gpu_backend *b, int32_t layer, const gpu_rows *
   if (!st) st = dsv4i_gpu_hc_pre_rmsnorm(o, s, n, hc, d, h, pre, k->attn_norm, c->norm_eps, w->x);
   if (!st) st = attention(b, layer, rw, w->x, w->y);
   if (!st) st = tp_sum(b, layer, n, w->y);
-  if (!st) st = dsv4i_gpu_hc_post(o, s, n, hc, d, w->y, h, w->a_post, w->a_comb, h);
-  /* FFN sublayer: collapse with the attention sublayer's pre; its own pre goes out */
+  /* FFN sublayer: hc_post of the attention's output, collapsed with the attention
+   * sublayer's pre and normed in one launch; its own pre goes out */
+  if (!st) st = dsv4i_gpu_hc_post_pre_rmsnorm(o, s, n, hc, d, w->y, h, w->a_post, w->a_comb, h, w->a_pre,
+                                              k->ffn_norm, c->norm_eps, w->x);
   if (!st) st = mixes(b, k, n, 1, h, pre, w->f_post, w->f_comb);
-  if (!st) st = dsv4i_gpu_hc_pre_rmsnorm(o, s, n, hc, d, h, w->a_pre, k->ffn_norm, c->norm_eps, w->x);
   if (!st) st = moe(b, layer, k, n, w->x, w->y);
   if (!st) st = tp_sum(b, layer, n, w->y);
   if (!st) st = dsv4i_gpu_hc_post(o, s, n, hc, d, w->y, h, w->f_post, w->f_comb, h);
@@ -280,10 +280,8 @@ dsv4_status dsv4i_gpu_store_main_kv(gpu_backend *b, int32_t layer, const gpu_row
   const int32_t n = rw->n, hd = c->head_dim, rd = c->rope_head_dim;
   const dsv4i_gpu_kvtab win = dsv4i_gkv_tab(&b->kv, DSV4I_KV_WINDOW, layer);
   dsv4_status st = dsv4i_gpu_lin_q(b, &a->wkv, n, x, c->dim, w->xq, w->sx, w->kv, hd);
-  if (!st) st = dsv4i_gpu_rmsnorm(&b->ops, b->g.stream, n, hd, w->kv, hd, a->kv_norm, c->norm_eps,
-                                  w->kv, hd);
-  if (!st) st = dsv4i_gpu_rope(&b->ops, b->g.stream, n, 1, rd / 2,
-                               w->kv + (dsv4i_cuptr)(hd - rd) * 2u, hd, 0, a->freqs, rw->pos, 0);
+  if (!st) st = dsv4i_gpu_rmsnorm_rope(&b->ops, b->g.stream, n, hd, w->kv, hd, a->kv_norm, c->norm_eps,
+                                      w->kv, hd, rd / 2, a->freqs, rw->pos);
   if (!st) st = dsv4i_gpu_attn_window_store(&b->ak, b->g.stream, &win, rw->atok, n, hd, w->kv, 0);
   return st;
 }

@@ -67,6 +67,8 @@ dsv4_status dsv4i_gpu_ops_init(const dsv4i_kreg *kr, dsv4i_gpu_ops *o) {
   PICK(hc_sinkhorn_lanes, HC_SINKHORN, F32, TILED);
   PICK(hc_mixes_sinkhorn_tiled, HC_MIXES_SINKHORN, F32, TILED);
   PICK(hc_pre_rmsnorm_tiled, HC_PRE_RMSNORM, BF16, TILED);
+  PICK(hc_post_pre_rmsnorm_tiled, HC_POST_PRE_RMSNORM, BF16, TILED);
+  PICK(rmsnorm_rope_tiled, RMSNORM_ROPE, BF16, TILED);
   PICK(linear_bf16_tiled, LINEAR, BF16, TILED);
   PICK(linear_bf16_f32out_tiled, LINEAR_F32OUT, BF16, TILED);
   PICK(embed_hc, EMBED_HC, BF16, ANY);
@@ -228,6 +230,41 @@ dsv4_status dsv4i_gpu_hc_pre_rmsnorm(const dsv4i_gpu_ops *o, dsv4i_custream s, i
   long long ly = dim;
   void *p[] = {&n, &c, &d, &h, &pre, &w, &eps, &y, &ly};
   return launch(o, o->hc_pre_rmsnorm_tiled, (uint32_t)n_tok, 1, s, p);
+}
+
+dsv4_status dsv4i_gpu_hc_post_pre_rmsnorm(const dsv4i_gpu_ops *o, dsv4i_custream s, int32_t n_tok,
+                                          int32_t hc, int32_t dim, dsv4i_cuptr xa, dsv4i_cuptr res,
+                                          dsv4i_cuptr post, dsv4i_cuptr comb, dsv4i_cuptr hout,
+                                          dsv4i_cuptr pre, dsv4i_cuptr w, float eps, dsv4i_cuptr y) {
+  if (n_tok < 0 || hc <= 0 || hc > 16 || dim <= 0 || n_tok > 65535)
+    return bad("hc_post_pre_rmsnorm", "sizes");
+  if (o->cpu_order) {
+    dsv4_status st = dsv4i_gpu_hc_post(o, s, n_tok, hc, dim, xa, res, post, comb, hout);
+    return st ? st : dsv4i_gpu_hc_pre_rmsnorm(o, s, n_tok, hc, dim, hout, pre, w, eps, y);
+  }
+  if (n_tok == 0) return DSV4_OK;
+  int n = n_tok, c = hc, d = dim;
+  void *p[] = {&n, &c, &d, &xa, &res, &post, &comb, &hout, &pre, &w, &eps, &y};
+  return launch(o, o->hc_post_pre_rmsnorm_tiled, (uint32_t)n_tok, 1, s, p);
+}
+
+dsv4_status dsv4i_gpu_rmsnorm_rope(const dsv4i_gpu_ops *o, dsv4i_custream s, int32_t n_tok,
+                                   int32_t dim, dsv4i_cuptr x, int64_t ldx, dsv4i_cuptr w, float eps,
+                                   dsv4i_cuptr y, int64_t ldy, int32_t n_freq, dsv4i_cuptr freqs,
+                                   dsv4i_cuptr pos) {
+  if (n_tok < 0 || dim <= 0 || ldx < dim || ldy < dim || n_freq <= 0 || n_freq > 128 ||
+      2 * n_freq > dim)
+    return bad("rmsnorm_rope", "sizes (n_freq <= 128, 2 n_freq <= dim)");
+  if (o->cpu_order) {
+    dsv4_status st = dsv4i_gpu_rmsnorm(o, s, n_tok, dim, x, ldx, w, eps, y, ldy);
+    return st ? st : dsv4i_gpu_rope(o, s, n_tok, 1, n_freq, y + (dsv4i_cuptr)(dim - 2 * n_freq) * 2u,
+                                    ldy, 0, freqs, pos, 0);
+  }
+  if (n_tok == 0) return DSV4_OK;
+  int n = n_tok, d = dim, nf = n_freq;
+  long long lx = ldx, ly = ldy;
+  void *p[] = {&n, &d, &x, &lx, &w, &eps, &y, &ly, &nf, &freqs, &pos};
+  return launch(o, o->rmsnorm_rope_tiled, (uint32_t)n_tok, 1, s, p);
 }
 
 dsv4_status dsv4i_gpu_hc_pre(const dsv4i_gpu_ops *o, dsv4i_custream s, int32_t n_tok,

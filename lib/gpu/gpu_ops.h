@@ -37,6 +37,9 @@ typedef struct dsv4i_gpu_ops {
   /** fused pairs of the default mode, bit for bit the unfused tiled pair:
    * hc_mixes_tiled + Sinkhorn, hc_pre + rmsnorm_tiled */
   dsv4i_kernel_id hc_mixes_sinkhorn_tiled, hc_pre_rmsnorm_tiled;
+  /** fused triples / pairs of the default mode: hc_post + hc_pre + rmsnorm_tiled,
+   * rmsnorm_tiled + RoPE (bit for bit the unfused launches) */
+  dsv4i_kernel_id hc_post_pre_rmsnorm_tiled, rmsnorm_rope_tiled;
   /** bf16 weights (kernels/linear_tiled.cu, mma.sync): bf16 out, fp32 out */
   dsv4i_kernel_id linear_bf16_tiled, linear_bf16_f32out_tiled;
   dsv4i_kernel_id linear[DSV4I_KFMT_COUNT_];        /**< by weight format, bf16 out */
@@ -141,6 +144,29 @@ dsv4_status dsv4i_gpu_hc_mixes_sinkhorn(const dsv4i_gpu_ops *o, dsv4i_custream s
 dsv4_status dsv4i_gpu_hc_pre_rmsnorm(const dsv4i_gpu_ops *o, dsv4i_custream s, int32_t n_tok,
                                      int32_t hc, int32_t dim, dsv4i_cuptr h, dsv4i_cuptr pre,
                                      dsv4i_cuptr w, float eps, dsv4i_cuptr y);
+
+/** hc_post, then hc_pre and RMSNorm of the result: hout bf16 [n][hc][dim] =
+ * hc_post(xa, res, post, comb) (hout may be res), y bf16 [n][dim] =
+ * rmsnorm(hc_pre(hout, pre), w): the bits of the three launchers
+ * (dsv4i_cpu_hc_post, dsv4i_cpu_hc_pre, dsv4i_cpu_rmsnorm) in both modes. In the
+ * default mode one launch (dsv4_k_hc_post_pre_rmsnorm_bf16_tiled); in CPU order
+ * the three exact kernels. xa bf16 [n][dim]; post, pre f32 [n][hc]; comb f32
+ * [n][hc][hc]; w bf16 [dim]; hc <= 16. */
+dsv4_status dsv4i_gpu_hc_post_pre_rmsnorm(const dsv4i_gpu_ops *o, dsv4i_custream s, int32_t n_tok,
+                                          int32_t hc, int32_t dim, dsv4i_cuptr xa, dsv4i_cuptr res,
+                                          dsv4i_cuptr post, dsv4i_cuptr comb, dsv4i_cuptr hout,
+                                          dsv4i_cuptr pre, dsv4i_cuptr w, float eps, dsv4i_cuptr y);
+
+/** RMSNorm, then forward RoPE on the last 2·n_freq elements of each row (the
+ * launchers dsv4i_gpu_rmsnorm + dsv4i_gpu_rope with one vector, their bits in
+ * both modes; position pos[t]). In the default mode one launch
+ * (dsv4_k_rmsnorm_rope_bf16_tiled). x bf16 [n][ldx], y bf16 [n][ldy] (may be x
+ * with ldy == ldx), w bf16 [dim], freqs f32 [n_freq] (<= 128, 2·n_freq <= dim),
+ * pos int32 [n]. */
+dsv4_status dsv4i_gpu_rmsnorm_rope(const dsv4i_gpu_ops *o, dsv4i_custream s, int32_t n_tok,
+                                   int32_t dim, dsv4i_cuptr x, int64_t ldx, dsv4i_cuptr w, float eps,
+                                   dsv4i_cuptr y, int64_t ldy, int32_t n_freq, dsv4i_cuptr freqs,
+                                   dsv4i_cuptr pos);
 
 /** hc_pre, dsv4i_cpu_hc_pre bit for bit: y bf16 [n][dim]. */
 dsv4_status dsv4i_gpu_hc_pre(const dsv4i_gpu_ops *o, dsv4i_custream s, int32_t n_tok,

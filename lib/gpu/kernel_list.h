@@ -30,6 +30,8 @@
   X(HC_TAP, "hc_tap")                                                                            \
   X(HC_MIXES_SINKHORN, "hc_mixes+sinkhorn")                                                      \
   X(HC_PRE_RMSNORM, "hc_pre+rmsnorm")                                                            \
+  X(HC_POST_PRE_RMSNORM, "hc_post+hc_pre+rmsnorm")                                               \
+  X(RMSNORM_ROPE, "rmsnorm+rope")                                                                \
   X(ACT_QUANT, "act_quant")                                                                      \
   X(LINEAR, "linear")                                                                            \
   X(LINEAR_F32OUT, "linear_f32out")                                                              \
@@ -71,6 +73,8 @@
   X(HC_SINKHORN_F32_LANES, HC_SINKHORN, F32, TILED, 80, hc, dsv4_k_hc_sinkhorn_f32_lanes, 128)     \
   X(HC_MIXES_SINKHORN_F32_TILED, HC_MIXES_SINKHORN, F32, TILED, 80, hc, dsv4_k_hc_mixes_sinkhorn_f32_tiled, 256) \
   X(HC_PRE_RMSNORM_BF16_TILED, HC_PRE_RMSNORM, BF16, TILED, 80, norm, dsv4_k_hc_pre_rmsnorm_bf16_tiled, 256) \
+  X(HC_POST_PRE_RMSNORM_BF16_TILED, HC_POST_PRE_RMSNORM, BF16, TILED, 80, norm, dsv4_k_hc_post_pre_rmsnorm_bf16_tiled, 256) \
+  X(RMSNORM_ROPE_BF16_TILED, RMSNORM_ROPE, BF16, TILED, 80, norm, dsv4_k_rmsnorm_rope_bf16_tiled, 256) \
   X(HC_PRE_BF16, HC_PRE, BF16, ANY, 80, hc, dsv4_k_hc_pre_bf16, 256)                              \
   X(HC_POST_BF16, HC_POST, BF16, ANY, 80, hc, dsv4_k_hc_post_bf16, 256)                           \
   X(HC_TAP_BF16, HC_TAP, BF16, ANY, 80, hc, dsv4_k_hc_tap_bf16, 256)                              \

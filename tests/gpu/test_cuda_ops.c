@@ -459,6 +459,145 @@ static void hc_pre_rmsnorm_fused_equals_pair(void **state) {
   hc_pre_rmsnorm_case(1, 4, 70000, 514); /* 35 vectors a thread */
 }
 
+/* The fused hc_post + hc_pre + RMSNorm launch, in place (hout == res) as the
+ * block runs it: in the default mode the bits of hc_post, hc_pre and
+ * rmsnorm_tiled (h' and y), every row alone == in the batch; in CPU order
+ * the CPU's hc_post, hc_pre and RMSNorm bit for bit. */
+static void hc_post_pre_rmsnorm_case(int n, int hc, int dim, uint64_t seed) {
+  reset_pool();
+  uint64_t s = seed;
+  const float eps = 1e-6f;
+  const size_t nh = (size_t)n * hc * dim, ny = (size_t)n * dim;
+  uint16_t *h = malloc(2 * nh), *xa = malloc(2 * ny), *w = malloc(2 * (size_t)dim);
+  float *post = malloc(sizeof(float) * (size_t)n * hc), *pre = malloc(sizeof(float) * (size_t)n * hc),
+        *comb = malloc(sizeof(float) * (size_t)n * hc * hc);
+  uint16_t *hg[3], *y[3];
+  for (int i = 0; i < 3; i++) hg[i] = malloc(2 * nh), y[i] = calloc(ny, 2);
+  gt_fill_bf16(&s, h, nh, 6);
+  gt_fill_bf16(&s, xa, ny, 6);
+  gt_fill_bf16(&s, w, (size_t)dim, 2);
+  gt_fill_f32(&s, post, (size_t)n * hc, 1);
+  gt_fill_f32(&s, pre, (size_t)n * hc, 1);
+  gt_fill_f32(&s, comb, (size_t)n * hc * hc, 1);
+  dsv4i_cuptr dxa = gt_up(&G, xa, 2 * ny), dw = gt_up(&G, w, 2 * (size_t)dim),
+              dpo = gt_up(&G, post, sizeof(float) * (size_t)n * hc),
+              dpr = gt_up(&G, pre, sizeof(float) * (size_t)n * hc),
+              dc = gt_up(&G, comb, sizeof(float) * (size_t)n * hc * hc);
+  char what[128];
+  /* [0]: the three launches (tiled), [1]: fused, both in place on a fresh copy of h */
+  dsv4i_cuptr dh = gt_up(&G, h, 2 * nh), dx = gt_up(&G, NULL, 2 * ny), dy = gt_up(&G, NULL, 2 * ny);
+  gt_check(dsv4i_gpu_hc_post(&OT, G.stream, n, hc, dim, dxa, dh, dpo, dc, dh));
+  gt_check(dsv4i_gpu_hc_pre(&OT, G.stream, n, hc, dim, dh, dpr, dx));
+  gt_check(dsv4i_gpu_rmsnorm(&OT, G.stream, n, dim, dx, dim, dw, eps, dy, dim));
+  gt_down(&G, hg[0], dh, 2 * nh), gt_down(&G, y[0], dy, 2 * ny);
+  dh = gt_up(&G, h, 2 * nh), dy = gt_up(&G, NULL, 2 * ny);
+  gt_check(dsv4i_gpu_hc_post_pre_rmsnorm(&OT, G.stream, n, hc, dim, dxa, dh, dpo, dc, dh, dpr, dw, eps, dy));
+  gt_down(&G, hg[1], dh, 2 * nh), gt_down(&G, y[1], dy, 2 * ny);
+  printf("# hc_post+hc_pre+rmsnorm fused n=%d hc=%d dim=%d\n", n, hc, dim);
+  snprintf(what, sizeof what, "hc_post+hc_pre+rmsnorm fused vs three n=%d hc=%d dim=%d: h'", n, hc, dim);
+  assert_int_equal(gt_diff_bits(hg[1], hg[0], nh, 2, what), 0);
+  snprintf(what, sizeof what, "hc_post+hc_pre+rmsnorm fused vs three n=%d hc=%d dim=%d: y", n, hc, dim);
+  assert_int_equal(gt_diff_bits(y[1], y[0], ny, 2, what), 0);
+  for (int t = 0; t < n; t++) {
+    if (t >= 8 && t < n - 8) continue;
+    const dsv4i_cuptr T = (dsv4i_cuptr)t, row = (dsv4i_cuptr)hc * dim * 2u;
+    dsv4i_cuptr d1 = gt_up(&G, h + (size_t)t * hc * dim, (size_t)row);
+    gt_check(dsv4i_gpu_hc_post_pre_rmsnorm(&OT, G.stream, 1, hc, dim, dxa + T * (dsv4i_cuptr)dim * 2u, d1,
+                                           dpo + T * (dsv4i_cuptr)hc * 4u, dc + T * (dsv4i_cuptr)hc * hc * 4u,
+                                           d1, dpr + T * (dsv4i_cuptr)hc * 4u, dw, eps, dy));
+    gt_down(&G, hg[2], d1, (size_t)row), gt_down(&G, y[2], dy, 2 * (size_t)dim);
+    snprintf(what, sizeof what, "hc_post+hc_pre+rmsnorm n=%d dim=%d: row %d alone vs in the batch (h')", n, dim, t);
+    assert_int_equal(gt_diff_bits(hg[2], hg[1] + (size_t)t * hc * dim, (size_t)hc * dim, 2, what), 0);
+    snprintf(what, sizeof what, "hc_post+hc_pre+rmsnorm n=%d dim=%d: row %d alone vs in the batch (y)", n, dim, t);
+    assert_int_equal(gt_diff_bits(y[2], y[1] + (size_t)t * dim, (size_t)dim, 2, what), 0);
+  }
+  /* CPU order: the CPU's bits */
+  uint16_t *xc = malloc(2 * ny);
+  gt_check(dsv4i_cpu_hc_post(n, hc, dim, xa, h, post, comb, hg[2]));
+  gt_check(dsv4i_cpu_hc_pre(n, hc, dim, hg[2], pre, xc));
+  gt_check(dsv4i_cpu_rmsnorm(n, dim, xc, dim, w, eps, y[2], dim));
+  dh = gt_up(&G, h, 2 * nh);
+  gt_check(dsv4i_gpu_hc_post_pre_rmsnorm(&O, G.stream, n, hc, dim, dxa, dh, dpo, dc, dh, dpr, dw, eps, dy));
+  gt_down(&G, hg[0], dh, 2 * nh), gt_down(&G, y[0], dy, 2 * ny);
+  snprintf(what, sizeof what, "cpu-order hc_post+hc_pre+rmsnorm n=%d hc=%d dim=%d vs cpu: h'", n, hc, dim);
+  assert_int_equal(gt_diff_bits(hg[0], hg[2], nh, 2, what), 0);
+  snprintf(what, sizeof what, "cpu-order hc_post+hc_pre+rmsnorm n=%d hc=%d dim=%d vs cpu: y", n, hc, dim);
+  assert_int_equal(gt_diff_bits(y[0], y[2], ny, 2, what), 0);
+  for (int i = 0; i < 3; i++) free(hg[i]), free(y[i]);
+  free(xc), free(h), free(xa), free(w), free(post), free(pre), free(comb);
+}
+
+static void hc_post_pre_rmsnorm_fused_equals_three(void **state) {
+  (void)state;
+  const int toks[] = {1, 2, 4, 8, 16, 13};
+  for (int i = 0; i < 6; i++) hc_post_pre_rmsnorm_case(toks[i], 4, 5120, 600 + (uint64_t)i);
+  hc_post_pre_rmsnorm_case(3, 4, 1000, 610); /* nv = 125 */
+  hc_post_pre_rmsnorm_case(2, 4, 1003, 611); /* unaligned rows: element-wise hc_post, a tail of 3 */
+  hc_post_pre_rmsnorm_case(3, 6, 512, 612);  /* hc > 4: the element-wise hc_post */
+  hc_post_pre_rmsnorm_case(2, 1, 256, 613);
+  hc_post_pre_rmsnorm_case(2, 3, 5, 614);    /* only the tail */
+}
+
+/* The fused RMSNorm + RoPE launch, in place as the block runs it (kv, index
+ * keys): in the default mode the bits of rmsnorm_tiled + rope; every row
+ * alone == in the batch; in CPU order the two exact launches' bits. */
+static void rmsnorm_rope_case(int n, int dim, int nf, int yarn, uint64_t seed) {
+  reset_pool();
+  uint64_t s = seed;
+  const float eps = 1e-6f;
+  const size_t ny = (size_t)n * dim;
+  uint16_t *x = malloc(2 * ny), *w = malloc(2 * (size_t)dim);
+  uint16_t *y[3];
+  for (int i = 0; i < 3; i++) y[i] = calloc(ny, 2);
+  float freqs[128];
+  int32_t *pos = malloc(sizeof(int32_t) * (size_t)n);
+  for (int t = 0; t < n; t++) pos[t] = (int32_t)(gt_rand(&s) % (1u << 20));
+  if (yarn) gt_check(dsv4i_rope_freqs(2 * nf, 160000.0, 65536, 16, 32, 1, freqs));
+  else gt_check(dsv4i_rope_freqs(2 * nf, 10000.0, 0, 0, 0, 0, freqs));
+  gt_fill_bf16(&s, x, ny, 8);
+  gt_fill_bf16(&s, w, (size_t)dim, 2);
+  dsv4i_cuptr dw = gt_up(&G, w, 2 * (size_t)dim), df = gt_up(&G, freqs, sizeof(float) * (size_t)nf),
+              dp = gt_up(&G, pos, sizeof(int32_t) * (size_t)n);
+  const dsv4i_cuptr tail = (dsv4i_cuptr)(dim - 2 * nf) * 2u;
+  char what[128];
+  for (int mode = 0; mode < 2; mode++) {
+    const dsv4i_gpu_ops *o = mode ? &O : &OT;
+    dsv4i_cuptr d0 = gt_up(&G, x, 2 * ny), d1 = gt_up(&G, x, 2 * ny);
+    gt_check(dsv4i_gpu_rmsnorm(o, G.stream, n, dim, d0, dim, dw, eps, d0, dim));
+    gt_check(dsv4i_gpu_rope(o, G.stream, n, 1, nf, d0 + tail, dim, 0, df, dp, 0));
+    gt_check(dsv4i_gpu_rmsnorm_rope(o, G.stream, n, dim, d1, dim, dw, eps, d1, dim, nf, df, dp));
+    gt_down(&G, y[0], d0, 2 * ny), gt_down(&G, y[1], d1, 2 * ny);
+    printf("# rmsnorm+rope %s n=%d dim=%d n_freq=%d yarn=%d\n", mode ? "cpu-order" : "fused", n, dim, nf, yarn);
+    snprintf(what, sizeof what, "rmsnorm+rope %s vs pair n=%d dim=%d n_freq=%d", mode ? "cpu-order" : "fused",
+             n, dim, nf);
+    assert_int_equal(gt_diff_bits(y[1], y[0], ny, 2, what), 0);
+  }
+  for (int t = 0; t < n; t++) {
+    if (t >= 8 && t < n - 8) continue;
+    const dsv4i_cuptr T = (dsv4i_cuptr)t;
+    dsv4i_cuptr d1 = gt_up(&G, x + (size_t)t * dim, 2 * (size_t)dim);
+    gt_check(dsv4i_gpu_rmsnorm_rope(&OT, G.stream, 1, dim, d1, dim, dw, eps, d1, dim, nf, df, dp + T * 4u));
+    gt_down(&G, y[2], d1, 2 * (size_t)dim);
+    dsv4i_cuptr d0 = gt_up(&G, x, 2 * ny);
+    gt_check(dsv4i_gpu_rmsnorm_rope(&OT, G.stream, n, dim, d0, dim, dw, eps, d0, dim, nf, df, dp));
+    gt_down(&G, y[1], d0, 2 * ny);
+    snprintf(what, sizeof what, "rmsnorm+rope n=%d dim=%d: row %d alone vs in the batch", n, dim, t);
+    assert_int_equal(gt_diff_bits(y[2], y[1] + (size_t)t * dim, (size_t)dim, 2, what), 0);
+  }
+  for (int i = 0; i < 3; i++) free(y[i]);
+  free(x), free(w), free(pos);
+}
+
+static void rmsnorm_rope_fused_equals_pair(void **state) {
+  (void)state;
+  const int toks[] = {1, 4, 8, 16, 13};
+  for (int i = 0; i < 5; i++) rmsnorm_rope_case(toks[i], 512, 32, i & 1, 700 + (uint64_t)i); /* kv */
+  rmsnorm_rope_case(5, 128, 32, 1, 710); /* index keys: the rope part is the whole of half the row */
+  rmsnorm_rope_case(3, 1000, 32, 0, 711);
+  rmsnorm_rope_case(2, 70, 35, 1, 712);  /* a tail, odd n_freq */
+  rmsnorm_rope_case(2, 256, 128, 0, 713); /* rope over the whole row, 128 frequencies */
+}
+
 /* ---- act_quant and the linears --------------------------------------------- */
 
 static void act_quant_equals_cpu(void **state) {
@@ -1616,6 +1755,8 @@ int tu_run_suite(void) {
     cmocka_unit_test(hc_sinkhorn_lanes_equal_cpu),
     cmocka_unit_test(hc_mixes_sinkhorn_fused_equals_pair),
     cmocka_unit_test(hc_pre_rmsnorm_fused_equals_pair),
+    cmocka_unit_test(hc_post_pre_rmsnorm_fused_equals_three),
+    cmocka_unit_test(rmsnorm_rope_fused_equals_pair),
     cmocka_unit_test(act_quant_equals_cpu),
     cmocka_unit_test(linear_fp8_fp4_equal_cpu),
     cmocka_unit_test(linear_q8_tiled_within_bound_of_cpu),
