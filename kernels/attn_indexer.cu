@@ -381,9 +381,15 @@ extern "C" __global__ void __launch_bounds__(512, 1) dsv4_k_attn_topk_f32(
   const int t = blockIdx.x;
   const long long vis = (tok[t].pos + 1) / ratio;
   const float *key = scores + (long long)t * score_ld;
-  long long n = vis;
-  if (mode == 1 && vis > 0) {
-    n = (vis + bs - 1) / bs;
+  const long long n = mode == 1 ? (vis + bs - 1) / bs : vis;
+  const int k = n < k_max ? (int)n : k_max;
+  int *row = out + (long long)t * out_ld;
+  for (int i = k + threadIdx.x; i < out_ld; i += blockDim.x) row[i] = -1;
+  if (k == n) { /* every key (block) is selected, in index order: no scores to read */
+    for (int i = threadIdx.x; i < k; i += blockDim.x) row[i] = i;
+    return;
+  }
+  if (mode == 1) {
     float *bk = bws + (long long)t * bws_ld;
     for (long long b = threadIdx.x; b < n; b += blockDim.x) {
       float m = key[b * bs];
@@ -393,8 +399,5 @@ extern "C" __global__ void __launch_bounds__(512, 1) dsv4_k_attn_topk_f32(
     __syncthreads();
     key = bk;
   }
-  const int k = n < k_max ? (int)n : k_max;
-  int *row = out + (long long)t * out_ld;
-  for (int i = k + threadIdx.x; i < out_ld; i += blockDim.x) row[i] = -1;
-  if (k > 0) block_topk(key, n, k, row);
+  block_topk(key, n, k, row);
 }

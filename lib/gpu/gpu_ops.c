@@ -18,6 +18,8 @@ static int32_t lt_kb(int32_t rows, int32_t k) {
   const int32_t kb = by_k < by_r ? by_k : by_r;
   return kb > 1 ? kb : 1;
 }
+#define EU_MAX_DIM 8192     /* kernels/engram.cu: the update's largest dim */
+#define EU_SMEM_PER_DIM 10  /* kernels/engram.cu: its shared bytes per dim (5 bf16 rows) */
 #define HM_KC 256     /* kernels/hc.cu: hc_mixes_tiled's elements per chunk (one block) */
 #define HM_TT 4       /* kernels/hc.cu: tokens per block */
 #define HM_MAXTOK 64  /* kernels/hc.cu: tokens per launch (the module's scratch) */
@@ -108,6 +110,16 @@ dsv4_status dsv4i_gpu_ops_init(const dsv4i_kreg *kr, dsv4i_gpu_ops *o) {
   if (st == DSV4_OK) st = dsv4i_gpu_moe_tiled_init(kr, o);
   o->fp8_tiled = 1;
   o->q8_fuse_max = 0;
+  /* the Engram update stages five rows of dim bf16: 51 KB at dim 5120, 80 KB at most (every
+   * compute capability >= 8.0 grants 99 KB to a block that asks) */
+  if (st == DSV4_OK) {
+    const dsv4i_cures r = kr->dev->cu->FuncSetAttribute(
+        kr->fn[o->engram_update], DSV4I_CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+        EU_SMEM_PER_DIM * EU_MAX_DIM);
+    if (r != DSV4I_CUDA_SUCCESS)
+      st = dsv4i_cu_fail(kr->dev->cu, r, "cuFuncSetAttribute(dsv4_k_engram_update, %d bytes of "
+                         "dynamic shared memory)", EU_SMEM_PER_DIM * EU_MAX_DIM);
+  }
   /* the tiled fp8 kernel's ring is larger than the 48 KB a launch gets unasked */
   if (st == DSV4_OK) {
     const dsv4i_cures r = kr->dev->cu->FuncSetAttribute(
@@ -561,7 +573,7 @@ dsv4_status dsv4i_gpu_router(const dsv4i_gpu_ops *o, dsv4i_custream s, int32_t n
   int n = n_tok, e = n_experts, k = top_k, norm = norm_topk_prob ? 1 : 0;
   long long lz = ldz;
   void *p[] = {&n, &e, &k, &z, &lz, &bias, &bias_vl, &use_vl, &norm, &route_scale, &idx, &weight};
-  return launch(o, o->router, cdiv(n_tok, 4), 1, s, p);
+  return launch(o, o->router, (uint32_t)n_tok, 1, s, p); /* one block per token */
 }
 
 static size_t al(size_t b) { return (b + 255) / 256 * 256; }
@@ -594,19 +606,34 @@ dsv4_status dsv4i_gpu_engram_run(const dsv4i_gpu_ops *o, dsv4i_custream s, const
   if (n_tok < 0 || e->dim <= 0 || e->hc <= 0 || e->n_cols <= 0 || e->head_dim <= 0 ||
       e->head_dim % 32 || ld_ids < e->n_cols || (scratch & 255) || !e->table || !e->table_scale ||
       e->wkv.fmt != DSV4I_KFMT_E4M3_UE8M0 || e->wkv.cols != width || e->wkv.rows != kvw ||
-      n_tok > 65535)
-    return bad("engram", "sizes, wkv shape or scratch alignment");
+      n_tok > 65535 || e->dim > EU_MAX_DIM || (int64_t)n_tok * e->hc > INT32_MAX)
+    return bad("engram", "sizes (dim <= 8192), wkv shape or scratch alignment");
   if (n_tok == 0) return DSV4_OK;
   const engram_carve c = engram_layout(e, n_tok);
   dsv4i_cuptr rows = scratch + c.rows, xq = scratch + c.xq, sx = scratch + c.sx, kv = scratch + c.kv;
-  int n = n_tok, nc = e->n_cols, hd = e->head_dim, hc = e->hc, dim = e->dim;
-  long long li = ld_ids, lkv = kvw;
-  dsv4i_cuptr tab = e->table, tsc = e->table_scale, qw = e->q_weight, kw = e->k_weight;
+  int n = n_tok, nc = e->n_cols, hd = e->head_dim;
+  long long li = ld_ids;
+  dsv4i_cuptr tab = e->table, tsc = e->table_scale;
   void *pg[] = {&n, &nc, &hd, &ids, &li, &tab, &tsc, &is_image, &rows};
   dsv4_status st = launch(o, o->engram_gather, (uint32_t)nc, (uint32_t)n_tok, s, pg);
   if (st == DSV4_OK) st = dsv4i_gpu_linear_q8(o, s, &e->wkv, n_tok, rows, width, xq, sx, kv, kvw);
   if (st != DSV4_OK) return st;
+  return dsv4i_gpu_engram_update(o, s, e, n_tok, kv, is_image, gate_vec, h);
+}
+
+dsv4_status dsv4i_gpu_engram_update(const dsv4i_gpu_ops *o, dsv4i_custream s,
+                                    const dsv4i_gpu_engram *e, int32_t n_tok, dsv4i_cuptr kv,
+                                    dsv4i_cuptr is_image, dsv4i_cuptr gate_vec, dsv4i_cuptr h) {
+  if (n_tok < 0 || e->dim <= 0 || e->hc <= 0 || e->dim > EU_MAX_DIM ||
+      (int64_t)n_tok * e->hc > INT32_MAX)
+    return bad("engram update", "sizes (dim <= 8192)");
+  if (n_tok == 0) return DSV4_OK;
+  int n = n_tok, hc = e->hc, dim = e->dim;
+  long long lkv = (long long)(e->hc + 1) * e->dim;
+  dsv4i_cuptr qw = e->q_weight, kw = e->k_weight;
   float eps = e->eps, scale = (float)pow((double)e->dim, -0.5);
   void *pu[] = {&n, &hc, &dim, &kv, &lkv, &qw, &kw, &eps, &scale, &is_image, &gate_vec, &h};
-  return launch(o, o->engram_update, cdiv((int64_t)n_tok * hc, 4), 1, s, pu);
+  /* one block per (token, copy), its five rows staged in shared memory */
+  return dsv4i_kreg_launch_grid(o->kr, o->engram_update, (uint32_t)(n_tok * hc), 1, 1,
+                                (uint32_t)(EU_SMEM_PER_DIM * dim), s, pu);
 }

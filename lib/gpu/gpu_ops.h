@@ -375,4 +375,13 @@ dsv4_status dsv4i_gpu_engram_run(const dsv4i_gpu_ops *o, dsv4i_custream s, const
                              int32_t n_tok, dsv4i_cuptr ids, int64_t ld_ids, dsv4i_cuptr is_image,
                              dsv4i_cuptr gate_vec, dsv4i_cuptr scratch, dsv4i_cuptr h);
 
+/**
+ * The module's last launch alone (dsv4i_gpu_engram_run's update; bench/roofline
+ * times it): kv bf16 [n][(hc+1)·dim] (the wkv output), is_image and gate_vec as
+ * there, h in place. dim <= 8192.
+ */
+dsv4_status dsv4i_gpu_engram_update(const dsv4i_gpu_ops *o, dsv4i_custream s,
+                                    const dsv4i_gpu_engram *e, int32_t n_tok, dsv4i_cuptr kv,
+                                    dsv4i_cuptr is_image, dsv4i_cuptr gate_vec, dsv4i_cuptr h);
+
 #endif /* DSV4I_GPU_OPS_H */

@@ -92,7 +92,7 @@
   X(ARGMAX_F32, ARGMAX, F32, ANY, 80, sample, dsv4_k_argmax_f32, 1024)                            \
   X(SAMPLE_F32, SAMPLE, F32, ANY, 80, sample, dsv4_k_sample_f32, 1024)                            \
   X(ACCEPT_F32, ACCEPT, F32, ANY, 80, sample, dsv4_k_accept_f32, 1024)                            \
-  X(ROUTER_F32, ROUTER, F32, ANY, 80, router, dsv4_k_router_topk_f32, 128)                       \
+  X(ROUTER_F32, ROUTER, F32, ANY, 80, router, dsv4_k_router_topk_f32, 256)                       \
   X(MOE_UP, MOE_UP, E2M1_UE8M0, DECODE, 80, moe, dsv4_k_moe_up, 320)                              \
   X(MOE_DOWN, MOE_DOWN, E2M1_UE8M0, DECODE, 80, moe, dsv4_k_moe_down, 288)                       \
   X(MOE_DOWN_PART, MOE_DOWN_PART, E2M1_UE8M0, DECODE, 80, moe, dsv4_k_moe_down_part, 288)        \
@@ -103,7 +103,7 @@
   X(MOE_UP_TILED, MOE_UP, E2M1_UE8M0, TILED, 80, moe_tiled, dsv4_k_moe_up_e2m1_tiled, 128)       \
   X(MOE_DOWN_TILED, MOE_DOWN, E2M1_UE8M0, TILED, 80, moe_tiled, dsv4_k_moe_down_e2m1_tiled, 128) \
   X(ENGRAM_GATHER, ENGRAM_GATHER, E4M3_UE8M0, ANY, 80, engram, dsv4_k_engram_gather, 128)          \
-  X(ENGRAM_UPDATE, ENGRAM_UPDATE, BF16, ANY, 80, engram, dsv4_k_engram_update, 128)              \
+  X(ENGRAM_UPDATE, ENGRAM_UPDATE, BF16, ANY, 80, engram, dsv4_k_engram_update, 256)              \
   X(ACT_QUANT_E4M3_F16, ACT_QUANT, E4M3_UE8M0, TILED, 80, linear_mma, dsv4_k_act_quant_e4m3_f16, 256) \
   X(LINEAR_E4M3_TILED, LINEAR, E4M3_UE8M0, TILED, 80, linear_mma, dsv4_k_linear_e4m3_ue8m0_tiled, 256) \
   X(DEQUANT_E4M3_BF16, DEQUANT, E4M3_UE8M0, ANY, 80, linear, dsv4_k_dequant_e4m3_bf16, 256)      \
