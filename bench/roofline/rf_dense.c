@@ -6,7 +6,9 @@
  * hc_post + hc_pre + RMSNorm and RMSNorm + RoPE (one launch each in the
  * default mode, the unfused launches in CPU order), the grouped wo_a, the
  * compressor's wkv, the indexer's wk and wproj (bf16 -> bf16), and the head
- * (bf16 -> fp32). Each in the default mode (the kernels the engine runs
+ * (bf16 -> fp32); the MoE router (the fp32-out gate GEMM and the top-k
+ * selection, as a layer runs them, and the selection alone) and the Engram
+ * update. Each in the default mode (the kernels the engine runs
  * without DSV4_ENGINE_F_GPU_CPU_ORDER) and again in CPU order (rows marked
  * "cpu-order"). No stock baseline.
  */
@@ -15,13 +17,15 @@
 #include "rf.h"
 
 enum { MAX_COPIES = 32, K_RMS = 0, K_MIX, K_SINK, K_PRE, K_MIXSK, K_PRENORM, K_POST, K_POSTPRE,
-       K_ROPE, K_RMSROPE, K_LIN };
+       K_ROPE, K_RMSROPE, K_LIN, K_ROUTER, K_RSEL, K_EUPD };
 
 typedef struct dense_case {
   int kind, n, dim, hc, groups, out_f32, copies;
   dsv4i_gpu_ops o;
   dsv4i_gpu_weight w[MAX_COPIES]; /* K_LIN: the weight; K_RMS, K_MIX: data = the norm / fn weight */
   dsv4i_cuptr x, y, scale, base, pre, post, comb, mix, freqs, pos;
+  int top_k;                     /* K_ROUTER, K_RSEL: y = z f32, pre = bias, post = ids, comb = weights */
+  dsv4i_gpu_engram e;            /* K_EUPD: x = kv, y = h */
 } dense_case;
 
 static dsv4_status rec(rf *r, void *u, int i, dsv4i_custream s) {
@@ -54,6 +58,17 @@ static dsv4_status rec(rf *r, void *u, int i, dsv4i_custream s) {
   case K_RMSROPE:
     return dsv4i_gpu_rmsnorm_rope(&c->o, s, c->n, c->dim, c->x, c->dim, w->data, 1e-6f, c->x, c->dim, c->hc,
                                   c->freqs, c->pos);
+  case K_ROUTER:
+  case K_RSEL: {
+    dsv4_status st = DSV4_OK;
+    if (c->kind == K_ROUTER) st = dsv4i_gpu_linear(&c->o, s, w, c->n, c->x, w->cols, c->y, w->rows, 1);
+    if (st == DSV4_OK)
+      st = dsv4i_gpu_router(&c->o, s, c->n, w->rows, c->top_k, c->y, w->rows, c->pre, 0, 0, 1, 1.5f,
+                            c->post, c->comb);
+    return st;
+  }
+  case K_EUPD:
+    return dsv4i_gpu_engram_update(&c->o, s, &c->e, c->n, c->x, 0, 0, c->y);
   default:
     if (c->groups > 1)
       return dsv4i_gpu_linear_grouped(&c->o, s, w, c->groups, c->n, c->x, (int64_t)c->groups * w->cols,
@@ -69,20 +84,30 @@ static void one(rf *r, const char *name, int kind, int rows, int cols, int group
   dense_case *c = calloc(1, sizeof *c);
   c->kind = kind, c->groups = groups, c->out_f32 = out_f32;
   /* hc: the copies, or the frequencies of K_ROPE / K_RMSROPE */
-  const int hc = kind == K_RMS || kind == K_LIN ? 1 : rows, nm = (2 + hc) * hc;
+  const int router = kind == K_ROUTER || kind == K_RSEL;
+  const int hc = kind == K_RMS || kind == K_LIN || router ? 1 : rows, nm = (2 + hc) * hc;
   c->dim = cols, c->hc = hc;
   double wbytes = 0;
-  if (kind == K_LIN) wbytes = 2.0 * rows * cols;
+  if (kind == K_LIN || router) wbytes = 2.0 * rows * cols;
+  else if (kind == K_EUPD) wbytes = 4.0 * hc * cols; /* q_weight, k_weight */
   else if (kind == K_RMS || kind == K_PRENORM || kind == K_POSTPRE || kind == K_RMSROPE) wbytes = 2.0 * cols;
   else if (kind == K_MIX || kind == K_MIXSK) wbytes = 4.0 * nm * hc * cols;
-  const int no_w = kind == K_SINK || kind == K_PRE || kind == K_POST || kind == K_ROPE;
-  c->copies = no_w ? 1 : rf_copies(r, wbytes, MAX_COPIES);
+  const int no_w = kind == K_SINK || kind == K_PRE || kind == K_POST || kind == K_ROPE || kind == K_EUPD;
+  c->copies = no_w || kind == K_RSEL ? 1 : rf_copies(r, wbytes, MAX_COPIES);
   for (int k = 0; k < c->copies; k++)
     c->w[k] = (dsv4i_gpu_weight){.fmt = DSV4I_KFMT_BF16, .rows = rows, .cols = cols, .ld = cols,
                                  .data = no_w ? 0
                                          : rf_rand(r, (size_t)wbytes,
                                                    kind == K_MIX || kind == K_MIXSK ? 0x3F7FFFFFu
                                                                                     : 0x3F7F3F7Fu, 0)};
+  if (router) {
+    c->top_k = groups; /* the selection's k travels in the groups column */
+    c->pre = rf_rand(r, (size_t)rows * 4, 0x3E7FFFFFu, 0);
+  }
+  if (kind == K_EUPD)
+    c->e = (dsv4i_gpu_engram){.dim = cols, .hc = hc, .eps = 1e-6f,
+                              .q_weight = rf_rand(r, (size_t)hc * cols * 2, 0x3F7F3F7Fu, 0),
+                              .k_weight = rf_rand(r, (size_t)hc * cols * 2, 0x3F7F3F7Fu, 0)};
   const int ns[] = {1, 4, 8, 16};
   for (int mode = 0; mode < 2; mode++) {
     c->o = r->o;
@@ -92,7 +117,18 @@ static void one(rf *r, const char *name, int kind, int rows, int cols, int group
       const int n = ns[q];
       c->n = n;
       double bytes = wbytes;
-      if (kind == K_LIN) {
+      if (router) {
+        c->x = rf_rand(r, (size_t)n * cols * 2, 0xBF7FBF7Fu, 0);
+        c->y = kind == K_ROUTER ? rf_take(r, (size_t)n * rows * 4)
+                                : rf_rand(r, (size_t)n * rows * 4, 0xBFFFFFFFu, 0);
+        c->post = rf_take(r, (size_t)n * c->top_k * 4), c->comb = rf_take(r, (size_t)n * c->top_k * 4);
+        bytes = (kind == K_ROUTER ? wbytes + 2.0 * n * cols + 4.0 * n * rows : 4.0 * n * rows) +
+                4.0 * rows + 8.0 * n * c->top_k;
+      } else if (kind == K_EUPD) {
+        c->x = rf_rand(r, (size_t)n * (hc + 1) * cols * 2, 0x3F7F3F7Fu, 0);
+        c->y = rf_rand(r, (size_t)n * hc * cols * 2, 0x3F7F3F7Fu, 0);
+        bytes += 2.0 * n * (hc + 1) * cols + 4.0 * n * hc * cols;
+      } else if (kind == K_LIN) {
         c->x = rf_rand(r, (size_t)n * groups * cols * 2, 0x3F7F3F7Fu, 0);
         c->y = rf_take(r, (size_t)n * rows * 4);
         bytes += 2.0 * n * groups * cols + (out_f32 ? 4.0 : 2.0) * n * rows;
@@ -174,5 +210,8 @@ void rf_dense(rf *r) {
   D(K_LIN, "bf16 indexer wk %dx%d", c->index_head_dim, c->head_dim, 1, 0);
   D(K_LIN, "bf16 indexer wproj %dx%d", c->index_n_heads, c->dim, 1, 0);
   D(K_LIN, "bf16 head %dx%d -> f32", c->vocab_size, c->dim, 1, 1);
+  D(K_ROUTER, "router gate %dx%d + top-k", c->n_routed_experts, c->dim, c->n_experts_per_tok, 0);
+  D(K_RSEL, "router top-k of %d%.0d", c->n_routed_experts, 0, c->n_experts_per_tok, 0);
+  D(K_EUPD, "engram_update %dx%d", c->hc_mult, c->dim, 1, 0);
 #undef D
 }
