@@ -951,6 +951,17 @@ typedef struct dsv4_engine_params {
                               *   (bench/RESULTS.md §9.2). Every rank must give the same value.
                               *   Appended after 0.1 */
   int32_t reserved1;         /**< 0 */
+  int32_t kv_format;         /**< window KV record format, DSV4_KV_FORMAT_*; default NATIVE
+                              *   (528 B MXFP8 per window slot at head_dim 512: the reference's
+                              *   numerics). DSV4_KV_FORMAT_FP8_DS_MLA stores V4's 584 B record
+                              *   per slot (E4M3 NoPE values with one UE8M0 scale per 64, the
+                              *   64 RoPE dims as unquantised bf16): +56 B per window slot, and
+                              *   attention reads other values than the reference, so logits
+                              *   differ (bounded and measured in docs/attention.md "KV
+                              *   formats"); every other cache is unchanged. Another value is
+                              *   DSV4_ERR_INVALID_ARG. Every rank of a distributed engine must
+                              *   give the same value. Appended after 0.1 */
+  int32_t reserved2;         /**< 0 */
 } dsv4_engine_params;
 
 /**
@@ -980,7 +991,7 @@ DSV4_NODISCARD DSV4_API dsv4_status dsv4_engine_params_init(dsv4_engine_params *
  *                min(params->struct_size, its own size) bytes.
  * @param out     [out] the engine, NULL on failure. Free with dsv4_engine_free().
  * @return DSV4_OK; DSV4_ERR_INVALID_ARG (NULL, a config-only model, unknown
- *         flags or backend, max_context above max_position_embeddings, a
+ *         flags, backend or kv_format, max_context above max_position_embeddings, a
  *         negative size, n_threads above 1024, tp_size or pp_size above 1
  *         without mpi_comm, tp_size x pp_size not the communicator's size, MPI
  *         not initialised); DSV4_ERR_RANK_MISMATCH (distributed: the ranks hold
@@ -990,6 +1001,7 @@ DSV4_NODISCARD DSV4_API dsv4_status dsv4_engine_params_init(dsv4_engine_params *
  *         DSV4_ERR_PARAMS_SIZE;
  *         DSV4_ERR_UNSUPPORTED (backend CUDA in a build without nvcc, or a
  *         model shape its kernels do not take: the message names op and shape;
+ *         backend CUDA with a kv_format its kernels do not read yet;
  *         a stage split where shared attention state would cross, or a tp_size
  *         the weight table's split rules refuse; a library built without MPI
  *         given mpi_comm; backend CUDA with tp_size > 1: two TP ranks on one
@@ -1045,8 +1057,8 @@ DSV4_API const dsv4_model *dsv4_engine_model(const dsv4_engine *engine);
  * that rank's: the caches of its stage's layers, its prepared weights and
  * checkpoint bytes (its layers, its TP shard), its buffers. The 0.1 size ends
  * at mapped_bytes: a caller compiled against it passes that size and gets
- * exactly those bytes; comm_bytes and create_bytes, appended, are filled
- * when struct_size covers them.
+ * exactly those bytes; comm_bytes, create_bytes and kv_format, appended, are
+ * filled when struct_size covers them.
  * @since 0.1
  */
 typedef struct dsv4_engine_info {
@@ -1076,6 +1088,9 @@ typedef struct dsv4_engine_info {
                                  *   (its stage's layers' caches and weights, its TP shard).
                                  *   The engine logs it at INFO next to the heap's measured
                                  *   growth over the create */
+  int32_t kv_format;            /**< DSV4_KV_FORMAT_* of the window records (as created);
+                                 *   appended after 0.1 */
+  int32_t reserved0;            /**< 0 */
 } dsv4_engine_info;
 
 /**

@@ -26,6 +26,10 @@
 #define MAX_THREADS 1024
 #define MAX_MICRO_BATCHES 256
 
+_Static_assert((int)DSV4_KV_FORMAT_NATIVE == (int)DSV4I_KV_NATIVE &&
+                   (int)DSV4_KV_FORMAT_FP8_DS_MLA == (int)DSV4I_KV_FP8_DS_MLA,
+               "public and internal KV format values");
+
 static size_t min_size(size_t a, size_t b) { return a < b ? a : b; }
 
 /* Copy the thread's message into the engine's slot when a call on it fails. */
@@ -122,6 +126,10 @@ static dsv4_status make_args(const dsv4_engine_params *params, int64_t max_pos,
                        "dist_timeout_ms %d, pp_micro_batches %d (0..%d)", fn, (int)p.pp_size,
                        DSV4_MAX_STAGES, (int)p.dist_timeout_ms, (int)p.pp_micro_batches,
                        MAX_MICRO_BATCHES);
+  if (p.kv_format != DSV4_KV_FORMAT_NATIVE && p.kv_format != DSV4_KV_FORMAT_FP8_DS_MLA)
+    return dsv4i_error(DSV4_ERR_INVALID_ARG, "%s: unknown kv_format %d (DSV4_KV_FORMAT_NATIVE "
+                       "%d or DSV4_KV_FORMAT_FP8_DS_MLA %d)", fn, (int)p.kv_format,
+                       DSV4_KV_FORMAT_NATIVE, DSV4_KV_FORMAT_FP8_DS_MLA);
   const int32_t tp = p.tp_size ? p.tp_size : 1, pp = p.pp_size ? p.pp_size : 1;
   if ((tp > 1 || pp > 1) && !p.mpi_comm)
     return dsv4i_error(DSV4_ERR_INVALID_ARG,
@@ -148,6 +156,7 @@ static dsv4_status make_args(const dsv4_engine_params *params, int64_t max_pos,
   a->dist_timeout_ms = p.dist_timeout_ms ? p.dist_timeout_ms : DEFAULT_DIST_TIMEOUT_MS;
   memcpy(a->stage_first, p.stage_first_layer, sizeof a->stage_first);
   a->micro_batches = p.pp_micro_batches ? p.pp_micro_batches : 1;
+  a->kv_format = p.kv_format; /* DSV4_KV_FORMAT_* == DSV4I_KV_* */
   return DSV4_OK;
 }
 
@@ -236,6 +245,7 @@ static void plan_info(const dsv4i_plan *p, int32_t backend, int32_t n_threads,
   v->mapped_bytes = p->mapped_bytes;
   v->comm_bytes = p->comm_bytes;
   v->create_bytes = p->create_bytes;
+  v->kv_format = p->kv_format;
 }
 
 /* The 0.1 size of dsv4_engine_info ends at mapped_bytes: a caller built against it passes

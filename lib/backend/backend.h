@@ -340,7 +340,7 @@ dsv4_status dsv4i_backend_run_blocks(dsv4i_backend *be, const dsv4i_step_io *io,
  */
 dsv4_status dsv4i_backend_format(int32_t kind, const struct dsv4i_config *cfg,
                                  int64_t max_positions, const dsv4i_model_part *part,
-                                 dsv4i_cache_format *out);
+                                 int32_t kv_format, dsv4i_cache_format *out);
 
 /**
  * Create backend `kind` (DSV4_BACKEND_CPU; a kind not registered answers

@@ -14,7 +14,8 @@ typedef struct dsv4i_backend_entry {
   const char *name;  /**< "cpu", "cuda" */
   /** Storage sizes for the memory plan (dsv4i_backend_format). */
   dsv4_status (*format)(const struct dsv4i_config *cfg, int64_t max_positions,
-                        const dsv4i_model_part *part, dsv4i_cache_format *out);
+                        const dsv4i_model_part *part, int32_t kv_format,
+                        dsv4i_cache_format *out);
   /** Create an instance (dsv4i_backend_create); *out starts with struct dsv4i_backend. */
   dsv4_status (*create)(const dsv4i_backend_desc *d, dsv4i_backend **out);
 } dsv4i_backend_entry;

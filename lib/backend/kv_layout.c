@@ -15,12 +15,25 @@ void dsv4i_kv_part_layers(const dsv4i_config *cfg, const dsv4i_model_part *part,
 
 dsv4_status dsv4i_kv_layout_init(const dsv4i_config *cfg, int32_t spare, size_t page_bytes,
                                  int64_t max_positions, dsv4i_kv_layout *out) {
-  return dsv4i_kv_layout_init_part(cfg, NULL, spare, page_bytes, max_positions, out);
+  return dsv4i_kv_layout_init_part(cfg, NULL, DSV4I_KV_NATIVE, spare, page_bytes, max_positions,
+                                   out);
+}
+
+size_t dsv4i_kv_page_bytes(const dsv4i_config *c) {
+  int64_t r = (int64_t)c->head_dim * 8; /* the compressor state record */
+  const int64_t kinds[] = {DSV4I_KVREC_WINDOW, DSV4I_KVREC_WINDOW_DS_MLA, DSV4I_KVREC_COMPRESSED,
+                           DSV4I_KVREC_INDEX_KEY};
+  for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++) {
+    const int64_t w = dsv4i_kv_record_bytes(c, (int32_t)kinds[k]);
+    if (w > r) r = w;
+  }
+  const int64_t p = 16 * r < 4096 ? 4096 : 16 * r;
+  return (size_t)((p + 63) / 64 * 64);
 }
 
 dsv4_status dsv4i_kv_layout_init_part(const dsv4i_config *cfg, const dsv4i_model_part *part,
-                                      int32_t spare, size_t page_bytes, int64_t max_positions,
-                                      dsv4i_kv_layout *out) {
+                                      int32_t kv_format, int32_t spare, size_t page_bytes,
+                                      int64_t max_positions, dsv4i_kv_layout *out) {
   if (!out || !cfg) return dsv4i_error(DSV4_ERR_INVALID_ARG, "kv_layout_init: NULL");
   memset(out, 0, sizeof *out);
   int32_t first, last;
@@ -35,18 +48,26 @@ dsv4_status dsv4i_kv_layout_init_part(const dsv4i_config *cfg, const dsv4i_model
     return dsv4i_error(DSV4_ERR_INVALID_ARG, "kv_layout_init: head_dim %d, index_head_dim %d, "
                        "window %d, layers %d, positions %lld", (int)hd, (int)ihd,
                        (int)cfg->window_size, (int)cfg->n_total_layers, (long long)max_positions);
+  if (kv_format != DSV4I_KV_NATIVE && (kv_format != DSV4I_KV_FP8_DS_MLA || cfg->rope_head_dim < 0 ||
+                                       cfg->rope_head_dim >= hd || cfg->rope_head_dim % 2))
+    return dsv4i_error(DSV4_ERR_INVALID_ARG, "kv_layout_init: window format %d (0 native, "
+                       "1 fp8_ds_mla) for head_dim %d, rope dims %d", (int)kv_format, (int)hd,
+                       (int)cfg->rope_head_dim);
   if (spare <= 0) spare = cfg->dspark_block_size + 1 > 2 ? cfg->dspark_block_size + 1 : 2;
   out->n_layers = cfg->n_total_layers;
   out->first_layer = first;
   out->last_layer = last;
   out->head_dim = hd;
+  out->rope_dim = cfg->rope_head_dim;
+  out->window_format = kv_format;
   out->index_head_dim = ihd;
   out->window = cfg->window_size;
   out->spare = spare;
   out->ring_slots = cfg->window_size + spare;
   out->page_bytes = page_bytes;
   out->max_positions = max_positions;
-  out->rec_bytes[DSV4I_KV_WINDOW] = (int32_t)dsv4i_kv_record_bytes(cfg, DSV4I_KVREC_WINDOW);
+  out->rec_bytes[DSV4I_KV_WINDOW] =
+      (int32_t)dsv4i_kv_record_bytes(cfg, dsv4i_kv_window_kind(kv_format));
   out->rec_bytes[DSV4I_KV_COMP] = (int32_t)dsv4i_kv_record_bytes(cfg, DSV4I_KVREC_COMPRESSED);
   out->rec_bytes[DSV4I_KV_IDXK] =
       ihd > 0 ? (int32_t)dsv4i_kv_record_bytes(cfg, DSV4I_KVREC_INDEX_KEY) : 1;
@@ -110,10 +131,10 @@ int64_t dsv4i_kv_pages_for(const dsv4i_kv_layout *lay, int32_t kind, int64_t n_p
 }
 
 dsv4_status dsv4i_kv_format_init(const dsv4i_config *cfg, const dsv4i_model_part *part,
-                                 size_t page_bytes, int64_t max_positions,
+                                 int32_t kv_format, size_t page_bytes, int64_t max_positions,
                                  dsv4i_cache_format *f, dsv4i_kv_layout *lay) {
   memset(f, 0, sizeof *f);
-  dsv4_status s = dsv4i_kv_layout_init_part(cfg, part, 0, page_bytes, max_positions, lay);
+  dsv4_status s = dsv4i_kv_layout_init_part(cfg, part, kv_format, 0, page_bytes, max_positions, lay);
   if (s) return s;
   f->page_bytes = (int64_t)lay->page_bytes;
   for (int32_t k = 0; k < DSV4I_KV_KINDS; k++) {

@@ -37,6 +37,10 @@ typedef struct dsv4i_kv_layout {
    *  [0, n_layers) for one process); the others have none (0 pages, cap 0). */
   int32_t first_layer, last_layer;
   int32_t head_dim;        /**< latent width (512) */
+  int32_t rope_dim;        /**< RoPE dims at the latent's end (64) */
+  /** Window record format, an engine option: DSV4I_KV_NATIVE (MXFP8, 528 B) or
+   *  DSV4I_KV_FP8_DS_MLA (model/kv_ds_mla.h, 584 B); rec_bytes[DSV4I_KV_WINDOW] is its size. */
+  int32_t window_format;
   int32_t index_head_dim;  /**< index key width (128) */
   int32_t window;          /**< sliding_window (128) */
   int32_t spare;           /**< rollback depth: truncate may remove up to this many positions */
@@ -69,6 +73,11 @@ typedef struct dsv4i_kv_layout {
 dsv4_status dsv4i_kv_layout_init(const dsv4i_config *cfg, int32_t spare, size_t page_bytes,
                                  int64_t max_positions, dsv4i_kv_layout *out);
 
+/** Page size of a config's pools, the same for every backend and window
+ *  format: 16 of the largest record (any kind, either window format), at
+ *  least 4 KiB, a multiple of 64. */
+size_t dsv4i_kv_page_bytes(const dsv4i_config *cfg);
+
 /** The layers [*first, *last) whose caches a part holds (cfg's layer indices,
  *  DSpark stages n_layers.. included on the last stage); part NULL: all. */
 void dsv4i_kv_part_layers(const dsv4i_config *cfg, const dsv4i_model_part *part,
@@ -76,21 +85,23 @@ void dsv4i_kv_part_layers(const dsv4i_config *cfg, const dsv4i_model_part *part,
 
 /**
  * dsv4i_kv_layout_init for the caches of one part (a pipeline stage's
- * layers, dsv4i_kv_part_layers): tables of other layers are empty, so the
- * page row, a sequence's pages and the pool hold this stage's layers only.
- * part NULL: the whole model. Statuses as dsv4i_kv_layout_init; also
- * DSV4_ERR_INVALID_ARG for a layer range outside the config.
+ * layers, dsv4i_kv_part_layers) with window records of kv_format
+ * (DSV4I_KV_NATIVE / DSV4I_KV_FP8_DS_MLA): tables of other layers are empty,
+ * so the page row, a sequence's pages and the pool hold this stage's layers
+ * only. part NULL: the whole model. Statuses as dsv4i_kv_layout_init; also
+ * DSV4_ERR_INVALID_ARG for a layer range outside the config or an unknown
+ * kv_format.
  */
 dsv4_status dsv4i_kv_layout_init_part(const dsv4i_config *cfg, const dsv4i_model_part *part,
-                                      int32_t spare, size_t page_bytes, int64_t max_positions,
-                                      dsv4i_kv_layout *out);
+                                      int32_t kv_format, int32_t spare, size_t page_bytes,
+                                      int64_t max_positions, dsv4i_kv_layout *out);
 
 struct dsv4i_cache_format; /* backend/backend.h */
 
 /**
  * The pool part of a backend's storage format: derive the layout of the part's
- * caches (dsv4i_kv_layout_init_part, default spare; part NULL: the whole model)
- * for pages of page_bytes into *lay, zero *f
+ * caches (dsv4i_kv_layout_init_part, default spare; part NULL: the whole model;
+ * window records of kv_format) for pages of page_bytes into *lay, zero *f
  * and fill its page_bytes, seq_pages (every kind at max_positions), ring_pages
  * (WINDOW and CSTATE, held from the first position) and bytes_per_pos (COMP and
  * IDXK records per position). The backend fills the rest (slot, weight and
@@ -98,7 +109,7 @@ struct dsv4i_cache_format; /* backend/backend.h */
  * @return DSV4_OK; DSV4_ERR_INVALID_ARG as dsv4i_kv_layout_init_part.
  */
 dsv4_status dsv4i_kv_format_init(const dsv4i_config *cfg, const dsv4i_model_part *part,
-                                 size_t page_bytes, int64_t max_positions,
+                                 int32_t kv_format, size_t page_bytes, int64_t max_positions,
                                  struct dsv4i_cache_format *f, dsv4i_kv_layout *lay);
 
 /** Pages table (kind, layer) needs at n positions (rings: in full once used). */

@@ -33,9 +33,9 @@ const char *dsv4i_backend_name(int32_t kind) {
 
 dsv4_status dsv4i_backend_format(int32_t kind, const struct dsv4i_config *cfg,
                                  int64_t max_positions, const dsv4i_model_part *part,
-                                 dsv4i_cache_format *out) {
+                                 int32_t kv_format, dsv4i_cache_format *out) {
   const dsv4i_backend_entry *e = find(kind);
-  return e ? e->format(cfg, max_positions, part, out) : missing(kind);
+  return e ? e->format(cfg, max_positions, part, kv_format, out) : missing(kind);
 }
 
 dsv4_status dsv4i_backend_create(int32_t kind, const dsv4i_backend_desc *d, dsv4i_backend **out) {

@@ -16,7 +16,8 @@ static dsv4_status check_stage(const dsv4i_attn_layer *L, int32_t n, dsv4i_kv_vi
                        L ? (int)L->layer : -1);
   for (int32_t t = 0; t < n; t++)
     if (!seq[t] || seq[t]->lay->n_layers <= L->layer || seq[t]->lay->window != L->window ||
-        pos[t] < 0 || pos[t] >= seq[t]->end || pos[t] >= (INT64_C(1) << 24))
+        seq[t]->lay->head_dim != L->head_dim || seq[t]->lay->rope_dim != L->rope_dim ||
+        seq[t]->lay->window_format != seq[0]->lay->window_format || pos[t] < 0 || pos[t] >= seq[t]->end || pos[t] >= (INT64_C(1) << 24))
       return dsv4i_error(DSV4_ERR_INVALID_ARG, "%s: entry %d: position %lld outside the "
                          "sequence's reserved range", what, (int)t, (long long)pos[t]);
   return DSV4_OK;
@@ -29,7 +30,7 @@ dsv4_status dsv4i_attn_dspark_store(const dsv4i_attn_layer *L, int32_t n,
   if (st != DSV4_OK || n == 0) return st;
   if (!main_x) return dsv4i_error(DSV4_ERR_INVALID_ARG, "dspark_store: NULL main_x");
   const int32_t hd = L->head_dim;
-  attn_call c = {.L = L, .n = n};
+  attn_call c = {.L = L, .lay = seq[0]->lay, .n = n};
   c.cs = dsv4i_malloc((size_t)n * (size_t)L->n_freq * 2 * sizeof(float), "dspark rope");
   uint16_t *kv = dsv4i_malloc((size_t)n * (size_t)hd * 2 * sizeof *kv, "dspark main_kv");
   st = (c.cs && kv) ? DSV4_OK : DSV4_ERR_OUT_OF_MEMORY;
@@ -38,8 +39,8 @@ dsv4_status dsv4i_attn_dspark_store(const dsv4i_attn_layer *L, int32_t n,
   /* later entries win if two share a slot (as the reference's sequential writes) */
   if (st == DSV4_OK)
     for (int32_t t = 0; t < n; t++)
-      dsv4i_kv_window_encode(kv + (size_t)t * (size_t)hd, hd,
-                             dsv4i_kv_rec(seq[t], DSV4I_KV_WINDOW, L->layer, pos[t]));
+      dsv4i_kv_window_put(seq[t]->lay, kv + (size_t)t * (size_t)hd,
+                          dsv4i_kv_rec(seq[t], DSV4I_KV_WINDOW, L->layer, pos[t]));
   free(c.cs);
   free(kv);
   return st;
@@ -55,7 +56,7 @@ dsv4_status dsv4i_attn_dspark(const dsv4i_attn_layer *L, int32_t n_blk, dsv4i_kv
   const int32_t H = L->n_heads, hd = L->head_dim, rd = L->rope_dim, win = L->window;
   const int32_t n = n_blk * block, width = win + block;
   const size_t qs = (size_t)H * (size_t)hd;
-  attn_call c = {.L = L, .n = n};
+  attn_call c = {.L = L, .lay = seq[0]->lay, .n = n};
   int64_t *pos = dsv4i_malloc((size_t)n * sizeof *pos, "dspark positions");
   c.cs = dsv4i_malloc((size_t)n * (size_t)L->n_freq * 2 * sizeof(float), "dspark rope");
   uint16_t *qr = dsv4i_malloc((size_t)n * (size_t)L->q_lora * sizeof *qr, "dspark qr");
@@ -86,8 +87,8 @@ dsv4_status dsv4i_attn_dspark(const dsv4i_attn_layer *L, int32_t n_blk, dsv4i_kv
     const float **pb = ptr + (size_t)b * (size_t)width;
     for (int32_t s = 0; s < nr; s++) {
       const int64_t p = i - ((i - s) % win);
-      dsv4i_kv_window_decode(dsv4i_kv_rec(seq[b], DSV4I_KV_WINDOW, L->layer, p), hd,
-                             rb + (size_t)s * (size_t)hd);
+      dsv4i_kv_window_get(seq[b]->lay, dsv4i_kv_rec(seq[b], DSV4I_KV_WINDOW, L->layer, p),
+                          rb + (size_t)s * (size_t)hd);
       pb[s] = rb + (size_t)s * (size_t)hd;
     }
     for (int32_t j = 0; j < block; j++) {

@@ -17,7 +17,9 @@ static dsv4_status check_batch(const dsv4i_attn_layer *L, const dsv4i_attn_batch
     const dsv4i_kv_view *s = b->seq[t];
     const int64_t p = b->pos[t];
     if (!s || !s->lay || s->lay->n_layers <= l || s->lay->window != win ||
-        s->lay->head_dim != L->head_dim || s->lay->ratio[l] != (L->role.roles & DSV4_ROLE_KV_SOURCE ? L->ratio : 0))
+        s->lay->head_dim != L->head_dim || s->lay->rope_dim != L->rope_dim ||
+        s->lay->window_format != b->seq[0]->lay->window_format ||
+        s->lay->ratio[l] != (L->role.roles & DSV4_ROLE_KV_SOURCE ? L->ratio : 0))
       return dsv4i_error(DSV4_ERR_INVALID_ARG, "attention layer %d: token %d: caches of another "
                          "layout", (int)l, (int)t);
     if (t == 0 || s != b->seq[t - 1]) {
@@ -85,6 +87,7 @@ dsv4_status dsv4i_attn_forward(const dsv4i_attn_layer *L, const dsv4i_attn_batch
   c.emit_tok = c.run0 + 2 * (size_t)n;
   uint16_t *kvw = kv + nk, *lat = kv + 2 * nk;
   st = check_batch(L, b, sh, c.run0, c.run1);
+  if (st == DSV4_OK) c.lay = b->seq[0]->lay; /* check_batch: one window format for all */
   if (st == DSV4_OK) st = dsv4i_rope_cs(L->freqs, L->n_freq, n, b->pos, c.cs);
   /* 1. query: q_norm(wq_a(x)) -> wq_b -> RoPE on each head's tail */
   if (st == DSV4_OK) st = dsv4i_cpu_linear(&L->wq_a, n, x, L->dim, qr, L->q_lora);

@@ -21,6 +21,7 @@
 typedef struct attn_call {
   const dsv4i_attn_layer *L;
   const dsv4i_attn_batch *b;
+  const dsv4i_kv_layout *lay; /**< the sequences' KV layout (its window record format) */
   int32_t n;          /**< tokens */
   int32_t *run0;      /**< [n] batch index of the first token of t's sequence run */
   int32_t *run1;      /**< [n] batch index one past the last token of t's run */
@@ -36,7 +37,8 @@ static inline int64_t attn_first_pos(const attn_call *c, int32_t t) {
 
 /**
  * Window KV (spec §5.4 step 2): kv = kv_norm(wkv(x)), RoPE on the last rd
- * dims at each position, act_quant QDQ over all hd dims.
+ * dims at each position, the QDQ of c->lay's window format over all hd dims
+ * (native: act_quant; dsv4i_kv_window_qdq).
  * @param x   [in] bf16 [n][dim].
  * @param kv  [out] bf16 [n][hd] before the QDQ (what the ring record encodes).
  * @param kvw [out] bf16 [n][hd] after the QDQ (what attention reads).

@@ -1,6 +1,7 @@
 /*
- * Window KV (spec §5.4 step 2): the MXFP8-QDQ'd post-RoPE latent of each
- * token, the window part of the index row, and the ring of native records.
+ * Window KV (spec §5.4 step 2): the QDQ'd post-RoPE latent of each token
+ * (MXFP8, or fp8_ds_mla by the engine's KV format), the window part of the
+ * index row, and the ring of window records.
  */
 #include "cpu/attn_impl.h"
 #include "model/formats.h"
@@ -11,7 +12,7 @@ dsv4_status dsv4i_attn_window_kv(const attn_call *c, const uint16_t *x, uint16_t
   dsv4_status st = dsv4i_cpu_linear(&L->wkv, c->n, x, L->dim, kv, hd);
   if (st == DSV4_OK) st = dsv4i_cpu_rmsnorm(c->n, hd, kv, hd, L->kv_norm, L->eps, kv, hd);
   if (st == DSV4_OK) st = dsv4i_cpu_rope(c->n, 1, L->n_freq, kv + (hd - rd), hd, 0, c->cs, 0);
-  if (st == DSV4_OK) st = dsv4i_act_quant_qdq(kv, (size_t)c->n * (size_t)hd, kvw);
+  if (st == DSV4_OK) dsv4i_kv_window_qdq(c->lay, kv, c->n, kvw);
   return st;
 }
 
@@ -40,7 +41,7 @@ int64_t dsv4i_attn_window_rows(const attn_call *c, int32_t r0, int32_t len, cons
   for (int64_t q = lo; q < first + len; q++) {
     float *row = rows + (size_t)(q - lo) * (size_t)hd;
     if (q < first) {
-      dsv4i_kv_window_decode(dsv4i_kv_rec(s, DSV4I_KV_WINDOW, L->layer, q), hd, row);
+      dsv4i_kv_window_get(s->lay, dsv4i_kv_rec(s, DSV4I_KV_WINDOW, L->layer, q), row);
     } else {
       const uint16_t *src = kvw + (size_t)(r0 + (q - first)) * (size_t)hd;
       for (int32_t d = 0; d < hd; d++) row[d] = dsv4i_bf16_to_f32(src[d]);
@@ -59,7 +60,7 @@ void dsv4i_attn_window_store(const attn_call *c, const uint16_t *kv) {
      * (skipping the others also keeps two threads off one slot) */
     const int64_t last = c->b->pos[c->run1[t] - 1];
     if (c->b->pos[t] <= last - s->lay->ring_slots) continue;
-    dsv4i_kv_window_encode(kv + (size_t)t * (size_t)hd, hd,
-                           dsv4i_kv_rec(s, DSV4I_KV_WINDOW, L->layer, c->b->pos[t]));
+    dsv4i_kv_window_put(s->lay, kv + (size_t)t * (size_t)hd,
+                        dsv4i_kv_rec(s, DSV4I_KV_WINDOW, L->layer, c->b->pos[t]));
   }
 }

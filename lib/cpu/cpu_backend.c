@@ -10,21 +10,12 @@
 #include "cpu/cpu_backend.h"
 #include "cpu/cpu_dspark.h"
 
-/* Page size: 16 of the largest record (the CSTATE record, 8·head_dim bytes),
- * at least 4 KiB, a multiple of 64. */
-static size_t page_bytes_for(const dsv4i_config *c) {
-  int64_t r = (int64_t)c->head_dim * 8;
-  const int64_t w = dsv4i_kv_record_bytes(c, DSV4I_KVREC_WINDOW);
-  if (w > r) r = w;
-  int64_t p = 16 * r;
-  if (p < 4096) p = 4096;
-  return (size_t)((p + 63) / 64 * 64);
-}
-
 static dsv4_status cpu_format(const struct dsv4i_config *c, int64_t max_positions,
-                              const dsv4i_model_part *part, dsv4i_cache_format *f) {
+                              const dsv4i_model_part *part, int32_t kv_format,
+                              dsv4i_cache_format *f) {
   dsv4i_kv_layout lay; /* the part's layers only */
-  dsv4_status s = dsv4i_kv_format_init(c, part, page_bytes_for(c), max_positions, f, &lay);
+  dsv4_status s = dsv4i_kv_format_init(c, part, kv_format, dsv4i_kv_page_bytes(c), max_positions, f,
+                                       &lay);
   if (s) return s;
   /* per live sequence: the copied page row and its view */
   f->slot_bytes = (int64_t)lay.ld * (int64_t)sizeof(int32_t) + (int64_t)sizeof(dsv4i_kv_view) + 1;
@@ -240,14 +231,14 @@ static dsv4_status cpu_create(const dsv4i_backend_desc *d, dsv4i_backend **out) 
       d->max_positions < 1 || !d->kv_layout)
     return dsv4i_error(DSV4_ERR_INVALID_ARG, "cpu backend: bad sizes or no KV layout");
   uint64_t pool_bytes;
-  if (d->kv_layout->page_bytes != page_bytes_for(c) ||
+  if (d->kv_layout->page_bytes != dsv4i_kv_page_bytes(c) ||
       d->kv_layout->max_positions != d->max_positions ||
       !dsv4i_mul_overflow_u64(d->kv_layout->page_bytes, (uint64_t)d->pool_pages, &pool_bytes) ||
       pool_bytes > SIZE_MAX)
     return dsv4i_error(DSV4_ERR_INVALID_ARG, "cpu backend: KV layout of %zu-byte pages for %lld "
                        "positions, the format's is %zu bytes for %lld; or the pool overflows",
                        d->kv_layout->page_bytes, (long long)d->kv_layout->max_positions,
-                       page_bytes_for(c), (long long)d->max_positions);
+                       dsv4i_kv_page_bytes(c), (long long)d->max_positions);
   /* the pool holds the caches of the stage's layers and no others */
   const dsv4i_model_part part = {d->first_layer, d->last_layer, d->tp_rank, d->tp_size};
   int32_t kv_first, kv_last;

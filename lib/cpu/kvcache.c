@@ -2,12 +2,13 @@
  * The native KV record codecs (kvcache.h).
  *
  * Record codecs: encoding goes through the reference quantisers of
- * lib/model/formats.h; decoding reproduces their QDQ values bit for bit (the
+ * lib/model/formats.h (the fp8_ds_mla window record: lib/model/kv_ds_mla.h); decoding reproduces their QDQ values bit for bit (the
  * products are exact in fp32 and are rounded to bf16 like the QDQ forms, so
  * even the inf corner agrees).
  */
 #include "cpu/kvcache.h"
 #include "model/formats.h"
+#include "model/kv_ds_mla.h"
 
 /* ---- record codecs --------------------------------------------------- */
 
@@ -22,6 +23,27 @@ void dsv4i_kv_window_decode(const uint8_t *rec, int32_t hd, float *y) {
     for (int32_t i = b * 32; i < b * 32 + 32; i++)
       y[i] = dsv4i_bf16_to_f32(dsv4i_f32_to_bf16(dsv4i_e4m3_to_f32(rec[i]) * s));
   }
+}
+
+void dsv4i_kv_window_put(const dsv4i_kv_layout *lay, const uint16_t *x, uint8_t *rec) {
+  if (lay->window_format == DSV4I_KV_FP8_DS_MLA)
+    dsv4i_ds_mla_encode(x, lay->head_dim, lay->rope_dim, rec);
+  else
+    dsv4i_kv_window_encode(x, lay->head_dim, rec);
+}
+
+void dsv4i_kv_window_get(const dsv4i_kv_layout *lay, const uint8_t *rec, float *y) {
+  if (lay->window_format == DSV4I_KV_FP8_DS_MLA)
+    dsv4i_ds_mla_decode(rec, lay->head_dim, lay->rope_dim, y);
+  else
+    dsv4i_kv_window_decode(rec, lay->head_dim, y);
+}
+
+void dsv4i_kv_window_qdq(const dsv4i_kv_layout *lay, const uint16_t *x, int64_t rows, uint16_t *y) {
+  if (lay->window_format == DSV4I_KV_FP8_DS_MLA)
+    dsv4i_ds_mla_qdq(x, rows, lay->head_dim, lay->rope_dim, y);
+  else
+    (void)dsv4i_act_quant_qdq(x, (size_t)rows * (size_t)lay->head_dim, y); /* hd % 32 == 0 */
 }
 
 void dsv4i_kv_comp_encode(const uint16_t *x, int32_t hd, uint8_t *rec) {

@@ -68,6 +68,22 @@ void dsv4i_kv_idxk_encode(const uint16_t *x, int32_t ihd, uint8_t *rec);
 /** Decode: y[i] = e2m1(c[i]) · 2^(s[i/32] − 127) as fp32 (== the QDQ). y float [ihd]. */
 void dsv4i_kv_idxk_decode(const uint8_t *rec, int32_t ihd, float *y);
 
+/**
+ * Window record of the layout's format (lay->window_format): the native
+ * record (dsv4i_kv_window_encode) or fp8_ds_mla (model/kv_ds_mla.h).
+ * @param x [in] bf16 bits [lay->head_dim], post-RoPE; rec [out] [lay->rec_bytes[WINDOW]].
+ */
+void dsv4i_kv_window_put(const dsv4i_kv_layout *lay, const uint16_t *x, uint8_t *rec);
+/** Decode a window record of the layout's format into y float [lay->head_dim]. */
+void dsv4i_kv_window_get(const dsv4i_kv_layout *lay, const uint8_t *rec, float *y);
+/**
+ * The QDQ form of rows window rows in the layout's format, y = bf16 of
+ * get(put(x)) row by row (native: act_quant QDQ): what attention reads for
+ * the step's own rows, bit-equal to what it reads back from the ring.
+ * @param x [in], y [out] bf16 bits [rows][lay->head_dim].
+ */
+void dsv4i_kv_window_qdq(const dsv4i_kv_layout *lay, const uint16_t *x, int64_t rows, uint16_t *y);
+
 /* ======================================================================
  * One sequence's caches in the pool
  * ====================================================================== */

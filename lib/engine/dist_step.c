@@ -240,7 +240,7 @@ dsv4_status dsv4i_dist_create(struct dsv4_engine *e, dsv4i_dist **out) {
       "the libdsv4 version", "the stage payload version", "config.json", "the shard index",
       "the checkpoint's tensor bytes", "the backend", "tp_size", "pp_size", "the stage split",
       "max_sequences", "max_context", "kv_budget_bytes", "prefill_chunk", "flags",
-      "dist_timeout_ms", "pp_micro_batches"};
+      "dist_timeout_ms", "pp_micro_batches", "kv_format"};
   uint64_t split = dsv4i_dist_hash(0, a->stage_first, sizeof a->stage_first);
   const uint64_t v[] = {DSV4_VERSION_NUMBER, DSV4I_PAYLOAD_VERSION,
                         file_hash(e->model, "config.json"),
@@ -249,7 +249,7 @@ dsv4_status dsv4i_dist_create(struct dsv4_engine *e, dsv4i_dist **out) {
                         (uint64_t)a->backend, (uint64_t)a->tp, (uint64_t)a->pp, split,
                         (uint64_t)a->max_seqs, (uint64_t)a->max_ctx, (uint64_t)a->kv_budget,
                         (uint64_t)a->chunk, (uint64_t)a->flags, (uint64_t)a->dist_timeout_ms,
-                        (uint64_t)a->micro_batches};
+                        (uint64_t)a->micro_batches, (uint64_t)a->kv_format};
   s = dsv4i_comm_agree(d->world, (int32_t)DSV4I_ARRAY_LEN(v), names, v,
                        "creating a distributed engine");
   if (!s) s = make_topo(c, a, world, &d->topo);

@@ -130,6 +130,7 @@ dsv4_status dsv4i_engine_plan(const struct dsv4_model *model, const dsv4i_engine
   rq.max_ctx = a->max_ctx;
   rq.kv_budget = a->kv_budget;
   rq.chunk = a->chunk;
+  rq.kv_format = a->kv_format;
   rq.host_limit = a->backend == DSV4_BACKEND_CPU ? dsv4i_plan_host_memory() : 0;
   rq.mapped_bytes = (int64_t)dsv4i_model_contract(model)->payload_bytes;
   rq.copied_weight_bytes = (int64_t)dsv4i_model_realigned_bytes(model);
@@ -191,8 +192,8 @@ dsv4_status dsv4i_engine_create(struct dsv4_model *model, const dsv4i_engine_arg
   if (!s) log_plan(e, &di);
   dsv4i_kv_layout lay;
   if (!s)
-    s = dsv4i_kv_layout_init_part(c, &part, 0, (size_t)e->plan.fmt.page_bytes, e->plan.max_ctx,
-                                  &lay);
+    s = dsv4i_kv_layout_init_part(c, &part, a->kv_format, 0, (size_t)e->plan.fmt.page_bytes,
+                                  e->plan.max_ctx, &lay);
   if (!s) {
     dsv4i_backend_desc d;
     memset(&d, 0, sizeof d);

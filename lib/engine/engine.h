@@ -85,6 +85,7 @@ typedef struct dsv4i_engine_args {
   int32_t dist_timeout_ms; /**< bound of every wait between ranks */
   int32_t stage_first[16]; /**< first layer of each stage, or all 0 = automatic */
   int32_t micro_batches;   /**< decode micro-batches of a pipeline (1 = no overlap) */
+  int32_t kv_format;       /**< window records: DSV4I_KV_NATIVE / DSV4I_KV_FP8_DS_MLA */
   /** Tests: without mpi_comm, the engine holds TP rank tp_local->rank of tp_local->size of
    *  the whole model (its backend's shard) and reduces through these collectives (two
    *  shards of one process on two threads: tests/gpu/test_cuda_tp.c). NULL: none. */

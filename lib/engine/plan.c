@@ -51,18 +51,20 @@ dsv4_status dsv4i_plan_make(const struct dsv4i_config *cfg, const dsv4i_plan_req
   if (!cfg || !req || req->max_seqs < 1 || req->max_ctx < 1 || req->chunk < 1 ||
       req->kv_budget < 0 || req->host_limit < 0)
     return dsv4i_error(DSV4_ERR_INVALID_ARG, "memory plan: bad request");
-  dsv4_status s = dsv4i_backend_format(req->backend, cfg, req->max_ctx, &req->part, &out->fmt);
+  dsv4_status s = dsv4i_backend_format(req->backend, cfg, req->max_ctx, &req->part,
+                                       req->kv_format, &out->fmt);
   if (s) return s;
   const dsv4i_cache_format *f = &out->fmt;
   if (f->page_bytes < 1 || f->seq_pages < 1 || f->slot_bytes < 0)
     return dsv4i_error(DSV4_ERR_INTERNAL, "memory plan: backend format has no page size");
   /* per slot: the backend's part and the engine's page tables (engine/kv.h) */
   dsv4i_kv_layout lay;
-  if ((s = dsv4i_kv_layout_init_part(cfg, &req->part, 0, (size_t)f->page_bytes, req->max_ctx,
-                                     &lay)))
+  if ((s = dsv4i_kv_layout_init_part(cfg, &req->part, req->kv_format, 0, (size_t)f->page_bytes,
+                                     req->max_ctx, &lay)))
     return s;
   out->fmt.slot_bytes += dsv4i_kv_slot_bytes(&lay);
   out->max_seqs = req->max_seqs;
+  out->kv_format = req->kv_format;
   /* a prefill step never holds more tokens than a sequence can: cap before sizing the workspace */
   out->chunk = req->chunk < req->max_ctx ? req->chunk : (int32_t)req->max_ctx;
   out->max_ctx = req->max_ctx;

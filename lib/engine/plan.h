@@ -22,7 +22,7 @@ typedef struct dsv4i_plan_req {
   int64_t max_ctx;          /**< positions per sequence, >= 1 */
   int64_t kv_budget;        /**< bytes for caches; 0 = what max_seqs x max_ctx needs */
   int32_t chunk;            /**< prefill tokens per step, >= 1 */
-  int32_t reserved;
+  int32_t kv_format;        /**< window records: DSV4I_KV_NATIVE / DSV4I_KV_FP8_DS_MLA */
   int64_t host_limit;       /**< bytes the machine can give (0 = unchecked) */
   int64_t mapped_bytes;     /**< checkpoint bytes (mmapped; reported, not charged) */
   int64_t copied_weight_bytes; /**< checkpoint tensors copied at load (unaligned; charged) */
@@ -36,6 +36,7 @@ typedef struct dsv4i_plan_req {
 /** The plan. Every byte figure is exact for the backend's format. */
 typedef struct dsv4i_plan {
   dsv4i_cache_format fmt;    /**< the backend's storage sizes */
+  int32_t kv_format;         /**< window records (the request's) */
   int32_t max_seqs;
   int32_t max_batch_tokens;  /**< max(chunk, max_seqs) */
   int32_t max_out_rows;      /**< max_seqs */
@@ -111,11 +112,7 @@ struct dsv4i_contract;
 #define DSV4I_PLAN_MAX_STAGES 16
 #define DSV4I_PLAN_NCOMP 9 /* DSV4_COMP_* 0..8 */
 
-/** KV window record formats (values equal the public DSV4_KV_FORMAT_*). */
-enum {
-  DSV4I_KV_NATIVE = 0,     /* 528 B MXFP8 window record, the reference format (spec §5.8) */
-  DSV4I_KV_FP8_DS_MLA = 1  /* 584 B fp8_ds_mla window record (V4 layout; numerics differ) */
-};
+/* KV window record formats: DSV4I_KV_NATIVE / DSV4I_KV_FP8_DS_MLA (model/config.h). */
 /** Engram table placement (values equal the public DSV4_ENGRAM_*). */
 enum {
   DSV4I_ENGRAM_HOST = 0,   /* host pinned memory of every node of the stage holding the layer */

@@ -336,9 +336,7 @@ static dsv4_status check_params(const dsv4i_config *cfg, const dsv4i_topo_params
 
 static void records(const dsv4i_config *cfg, int32_t kv_format, int64_t *window, int64_t *comp,
                     int64_t *ikey) {
-  *window = dsv4i_kv_record_bytes(cfg, kv_format == DSV4I_KV_FP8_DS_MLA
-                                           ? DSV4I_KVREC_WINDOW_DS_MLA
-                                           : DSV4I_KVREC_WINDOW);
+  *window = dsv4i_kv_record_bytes(cfg, dsv4i_kv_window_kind(kv_format));
   *comp = dsv4i_kv_record_bytes(cfg, DSV4I_KVREC_COMPRESSED);
   *ikey = dsv4i_kv_record_bytes(cfg, DSV4I_KVREC_INDEX_KEY);
 }

@@ -222,9 +222,11 @@ static size_t ws_bytes(const dsv4i_config *c, const ws_part *p, int32_t T, int32
 /* ---- format --------------------------------------------------------------- */
 
 static dsv4_status cuda_format(const struct dsv4i_config *c, int64_t max_positions,
-                               const dsv4i_model_part *part, dsv4i_cache_format *f) {
+                               const dsv4i_model_part *part, int32_t kv_format,
+                               dsv4i_cache_format *f) {
   dsv4i_kv_layout lay; /* the part's caches, weights and workspace (a pipeline stage's) */
-  dsv4_status s = dsv4i_kv_format_init(c, part, dsv4i_gkv_page_bytes(c), max_positions, f, &lay);
+  dsv4_status s = dsv4i_kv_format_init(c, part, kv_format, dsv4i_gkv_page_bytes(c), max_positions,
+                                       f, &lay);
   if (s) return s;
   const ws_part p = part_of(c, part ? part->first_layer : 0, part ? part->last_layer : 0,
                             part ? part->tp_size : 1);
@@ -775,6 +777,11 @@ static dsv4_status cuda_create(const dsv4i_backend_desc *d, dsv4i_backend **out)
                     "positions, the format's is %zu bytes for %lld", d->kv_layout->page_bytes,
                     (long long)d->kv_layout->max_positions, dsv4i_gkv_page_bytes(c),
                     (long long)d->max_positions);
+  /* the fp8_ds_mla window record has no kernels yet: refuse it before touching the device */
+  if (!s && d->kv_layout->window_format != DSV4I_KV_NATIVE)
+    s = dsv4i_error(DSV4_ERR_UNSUPPORTED, "cuda backend: the fp8_ds_mla KV window format "
+                    "(kv_format %d) is not implemented on the GPU yet; use DSV4_BACKEND_CPU "
+                    "or kv_format DSV4_KV_FORMAT_NATIVE", (int)d->kv_layout->window_format);
   if (!s) s = dsv4i_gpu_open(d->device, &b->g);
   /* TP: the shard must split along whole 32-blocks (the weight table's split rules); then
    * the ranks join the stage's device communicator (NCCL: refused when two share a device) */

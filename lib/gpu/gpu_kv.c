@@ -7,13 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-size_t dsv4i_gkv_page_bytes(const dsv4i_config *c) {
-  int64_t r = (int64_t)c->head_dim * 8; /* the compressor state record */
-  const int64_t w = dsv4i_kv_record_bytes(c, DSV4I_KVREC_WINDOW);
-  if (w > r) r = w;
-  const int64_t p = 16 * r < 4096 ? 4096 : 16 * r;
-  return (size_t)((p + 63) / 64 * 64);
-}
+size_t dsv4i_gkv_page_bytes(const dsv4i_config *c) { return dsv4i_kv_page_bytes(c); }
 
 static int64_t pad_pages(const dsv4i_kv_layout *lay, int32_t pad_tokens) {
   int64_t n = 0;

@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #include "base/base.h"
+#include "model/kv_ds_mla.h"
 
 #define DSV4I_MAX_LIST 64      /* longest id list (layer lists, compress_ratios) */
 #define DSV4I_MAX_ENGRAM 8
@@ -185,13 +186,25 @@ enum {
   DSV4I_KVREC_WINDOW = 0,
   /** Window row in V4's fp8_ds_mla layout (the alternative KV format; numerics differ):
    *  head_dim − rope_head_dim E4M3 NoPE bytes, rope_head_dim bf16 RoPE values, one UE8M0
-   *  per 64 NoPE values padded to 8 bytes (584 B at 512 / 64). */
+   *  per 64 NoPE values padded to 8 bytes (584 B at 512 / 64; model/kv_ds_mla.h). */
   DSV4I_KVREC_WINDOW_DS_MLA = 1,
   /** Compressed KV: head_dim/2 packed E2M1 bytes then head_dim/16 E4M3 scales (288 B at 512). */
   DSV4I_KVREC_COMPRESSED = 2,
   /** Index key: index_head_dim/2 packed E2M1 bytes then index_head_dim/32 UE8M0 (68 B at 128). */
   DSV4I_KVREC_INDEX_KEY = 3
 };
+
+/** KV window record formats, an engine option (values equal the public
+ *  DSV4_KV_FORMAT_*; docs/attention.md "KV formats"). */
+enum {
+  DSV4I_KV_NATIVE = 0,    /**< DSV4I_KVREC_WINDOW, the reference's numerics (spec §5.8) */
+  DSV4I_KV_FP8_DS_MLA = 1 /**< DSV4I_KVREC_WINDOW_DS_MLA (V4's layout; numerics differ) */
+};
+
+/** The record kind of a window format (DSV4I_KV_NATIVE / _FP8_DS_MLA). */
+static inline int32_t dsv4i_kv_window_kind(int32_t kv_format) {
+  return kv_format == DSV4I_KV_FP8_DS_MLA ? DSV4I_KVREC_WINDOW_DS_MLA : DSV4I_KVREC_WINDOW;
+}
 
 /**
  * Bytes of one KV record of `kind` (DSV4I_KVREC_*) for the given dims; 0
@@ -202,10 +215,8 @@ static inline int64_t dsv4i_kv_record_bytes_for(int32_t kind, int64_t head_dim,
                                                 int64_t rope_head_dim, int64_t index_head_dim) {
   switch (kind) {
   case DSV4I_KVREC_WINDOW: return head_dim + head_dim / 32;
-  case DSV4I_KVREC_WINDOW_DS_MLA: {
-    int64_t nope = head_dim - rope_head_dim, scales = (nope + 63) / 64;
-    return nope + 2 * rope_head_dim + (scales + 7) / 8 * 8;
-  }
+  case DSV4I_KVREC_WINDOW_DS_MLA: /* model/kv_ds_mla.h */
+    return dsv4i_ds_mla_rec_bytes((int32_t)head_dim, (int32_t)rope_head_dim);
   case DSV4I_KVREC_COMPRESSED: return head_dim / 2 + head_dim / 16;
   case DSV4I_KVREC_INDEX_KEY: return index_head_dim / 2 + index_head_dim / 32;
   }

@@ -58,7 +58,7 @@ typedef struct stage {
 static void stage_open(stage *s, const struct dsv4_engine *e, int32_t first, int32_t last) {
   memset(s, 0, sizeof *s);
   const dsv4i_model_part part = {first, last, 0, 1};
-  assert_int_equal(dsv4i_kv_layout_init_part(e->cfg, &part, 0, e->kv.lay.page_bytes,
+  assert_int_equal(dsv4i_kv_layout_init_part(e->cfg, &part, DSV4I_KV_NATIVE, 0, e->kv.lay.page_bytes,
                                              e->plan.max_ctx, &s->lay), DSV4_OK);
   assert_true(s->lay.ld < e->kv.lay.ld); /* the stage's tables only */
   dsv4i_backend_desc d;
@@ -224,7 +224,7 @@ static void create_args_checked(void **st) {
   assert_non_null(strstr(dsv4i_error_message(), "the stage's are 2..5"));
   const dsv4i_model_part part = {2, 6, 0, 1};
   dsv4i_kv_layout lay;
-  assert_int_equal(dsv4i_kv_layout_init_part(e->cfg, &part, 0, e->kv.lay.page_bytes, 64, &lay),
+  assert_int_equal(dsv4i_kv_layout_init_part(e->cfg, &part, DSV4I_KV_NATIVE, 0, e->kv.lay.page_bytes, 64, &lay),
                    DSV4_OK);
   d.kv_layout = &lay;
   d.tp_size = 2;
