@@ -22,6 +22,8 @@
  * shuffled_batch  sampled and greedy drafts, sampled verification,
  *                 per-sequence seeds: random batch subsets in random orders
  *                 change no sequence's tokens.
+ * *_ds_mla        greedy_equal (both fixtures) and shuffled_batch with the
+ *                 fp8_ds_mla window records (kv_format).
  * distribution    temperature > 0: the tokens speculative decoding emits
  *                 have the target's distribution (chi-square bound below).
  * api_errors      argument errors change nothing; context overflow; the
@@ -85,6 +87,9 @@ static const void *golden(fx *f, const char *name, int32_t dtype, int64_t n) {
 #define DSV4_TEST_BACKEND DSV4_BACKEND_CPU
 #endif
 
+/* Window record format of the engines open_fx creates (the *_ds_mla tests set it). */
+static int32_t g_kv_format = DSV4_KV_FORMAT_NATIVE;
+
 static void open_fx(fx *f, const char *name, int32_t max_seqs, int32_t chunk) {
   memset(f, 0, sizeof *f);
   f->name = name;
@@ -99,7 +104,13 @@ static void open_fx(fx *f, const char *name, int32_t max_seqs, int32_t chunk) {
   ep.prefill_chunk = chunk;
   ep.n_threads = 1;
   ep.backend = DSV4_TEST_BACKEND;
+  ep.kv_format = g_kv_format;
   dsv4_status s = dsv4_engine_create_from_dir(dir, &ep, &f->e);
+  if (s == DSV4_ERR_UNSUPPORTED && g_kv_format != DSV4_KV_FORMAT_NATIVE &&
+      DSV4_TEST_BACKEND != DSV4_BACKEND_CPU) {
+    dsv4i_st_close(&f->g); /* a device backend without the format's kernels */
+    skip();
+  }
   if (s) fail_msg("engine: %s: %s", dsv4_status_string(s), dsv4_last_error());
   dsv4_model_info mi;
   assert_int_equal(dsv4_model_get_info(dsv4_engine_model(f->e), &mi, sizeof mi), DSV4_OK);
@@ -491,6 +502,17 @@ static void greedy_equal_chaotic(void **state) {
   greedy_equal("tiny-v41-a", 0, 0x2);
 }
 
+/* The same with the fp8_ds_mla window records (dsv4_engine_params.kv_format): the
+ * draft stages' rings, verify's rollback and the chunked rings read and write the
+ * other record; speculative must still equal plain greedy in that format. */
+static void greedy_equal_ds_mla(void **state) {
+  (void)state;
+  g_kv_format = DSV4_KV_FORMAT_FP8_DS_MLA;
+  greedy_equal("tiny-v41-e2e-a", 1, 0xf);
+  greedy_equal("tiny-v41-a", 0, 0x2);
+  g_kv_format = DSV4_KV_FORMAT_NATIVE;
+}
+
 /* ---- batch order and composition --------------------------------------- */
 
 #define SH_SEQS 6
@@ -587,6 +609,12 @@ static void shuffled_batch(void **state) {
   assert_memory_equal(a, b, sizeof a);
   free_prompts(&pr);
   close_fx(&f);
+}
+
+static void shuffled_batch_ds_mla(void **state) {
+  g_kv_format = DSV4_KV_FORMAT_FP8_DS_MLA;
+  shuffled_batch(state);
+  g_kv_format = DSV4_KV_FORMAT_NATIVE;
 }
 
 /* ---- temperature > 0: the emitted tokens have the target's distribution ---- */
@@ -912,6 +940,8 @@ int tu_run_suite(void) {
     cmocka_unit_test(greedy_equal_e2e),
     cmocka_unit_test(greedy_equal_chaotic),
     cmocka_unit_test(shuffled_batch),
+    cmocka_unit_test(greedy_equal_ds_mla),
+    cmocka_unit_test(shuffled_batch_ds_mla),
     cmocka_unit_test(distribution),
     cmocka_unit_test(api_errors),
   };
@@ -925,6 +955,8 @@ int tu_run_suite(void) {
     cmocka_unit_test(greedy_equal_e2e),
     cmocka_unit_test(greedy_equal_chaotic),
     cmocka_unit_test(shuffled_batch),
+    cmocka_unit_test(greedy_equal_ds_mla),
+    cmocka_unit_test(shuffled_batch_ds_mla),
     cmocka_unit_test(distribution),
     cmocka_unit_test(api_errors),
   };
