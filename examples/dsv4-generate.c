@@ -44,6 +44,7 @@ typedef struct opts {
   int spec;   /* --speculative: DSpark draft + verify instead of one decode per token */
   long draft; /* --draft N: drafts verified per round (0: from the confidence logits) */
   int32_t backend; /* --backend: DSV4_BACKEND_* (default AUTO) */
+  int32_t kv_format; /* --kv-format: DSV4_KV_FORMAT_* (default native) */
   long device;     /* --device D: CUDA device ordinal */
   long tp, pp;     /* --tp / --pp: ranks per stage, stages (0: DSV4_TP / DSV4_PP, else 1) */
 } opts;
@@ -53,6 +54,7 @@ static void usage(FILE *f) {
           "usage: dsv4-generate [-m DIR] -p TEXT [-n N] [--temp T] [--seed S] [--chunk C] [--ids]\n"
           "                     [--threads K] [--quiet] [-v] [--speculative [--draft N]]\n"
           "                     [--backend cpu|cuda|auto] [--device D]\n"
+          "                     [--kv-format native|fp8_ds_mla]\n"
           "       mpirun -np N dsv4-generate [--tp T] [--pp P] ...   (T x P = N ranks)\n"
           "  -m DIR        checkpoint directory (official release format; default: the\n"
           "                default model installed with the tools)\n"
@@ -78,6 +80,9 @@ static void usage(FILE *f) {
           "  --backend B   cpu, cuda or auto (default auto: the GPU when the library has\n"
           "                its CUDA kernels and device D is usable, else the CPU)\n"
           "  --device D    CUDA device ordinal (default 0)\n"
+          "  --kv-format F window KV records: native (default: the reference's MXFP8) or\n"
+          "                fp8_ds_mla (V4's 584 B record, 64 RoPE dims kept in bf16; the logits\n"
+          "                differ from the reference's: docs/attention.md \"KV formats\")\n"
           "  --tp T        under mpirun: tensor-parallel ranks per pipeline stage (default\n"
           "                $DSV4_TP, else 1)\n"
           "  --pp P        under mpirun: pipeline stages (default $DSV4_PP, else the job's\n"
@@ -158,6 +163,14 @@ static int parse(int argc, char **argv, opts *o) {
       else if (!strcmp(v, "auto")) o->backend = DSV4_BACKEND_AUTO;
       else {
         fprintf(stderr, "dsv4-generate: --backend wants cpu, cuda or auto\n");
+        return 1;
+      }
+      i++;
+    } else if (!strcmp(a, "--kv-format")) {
+      if (!strcmp(v, "native")) o->kv_format = DSV4_KV_FORMAT_NATIVE;
+      else if (!strcmp(v, "fp8_ds_mla")) o->kv_format = DSV4_KV_FORMAT_FP8_DS_MLA;
+      else {
+        fprintf(stderr, "dsv4-generate: --kv-format wants native or fp8_ds_mla\n");
         return 1;
       }
       i++;
@@ -389,6 +402,7 @@ int main(int argc, char **argv) {
   ep.prefill_chunk = (int32_t)o.chunk;
   ep.n_threads = (int32_t)o.threads;
   ep.backend = o.backend;
+  ep.kv_format = o.kv_format;
   ep.device = (int32_t)o.device;
   ep.progress_fn = o.quiet ? NULL : progress;
   tool_mpi_params(&mpi, &ep); /* one rank of a TP x PP engine under mpirun */

@@ -87,8 +87,8 @@ static void usage(FILE *f) {
           "  --engine             the engine's plan on --model DIR instead (what\n"
           "                       dsv4_engine_create allocates), for --max-sequences N\n"
           "                       (default 8), --max-context, --prefill-chunk, --kv-budget SIZE,\n"
-          "                       --backend cpu|cuda (default cpu); under mpirun with --tp /\n"
-          "                       --pp (TP x PP = the job's ranks): every rank's plan\n"
+          "                       --backend cpu|cuda (default cpu), --kv-format; under mpirun\n"
+          "                       with --tp / --pp (TP x PP = the job's ranks): every rank's plan\n"
           "  --json               JSON output\n"
           "  --version            print the tool's and the library's version\n"
           "SIZE: a byte count with an optional suffix: K, M, G, T (powers of 1024; also\n"
@@ -469,7 +469,8 @@ static int ranks_plan(const tool_mpi *mpi, const char *dir, dsv4_status st,
 /* --engine: the engine's own plan (the figures dsv4_engine_get_info reports after create);
  * under mpirun every rank's. */
 static int engine_plan(const char *dir, int32_t max_seqs, int64_t max_ctx, int32_t chunk,
-                       int64_t budget, int32_t backend, const tool_mpi *mpi, int json) {
+                       int64_t budget, int32_t backend, int32_t kv_format, const tool_mpi *mpi,
+                       int json) {
   dsv4_model_params mp;
   dsv4_model *m = NULL;
   dsv4_status st = dsv4_model_params_init(&mp, sizeof mp);
@@ -495,6 +496,7 @@ static int engine_plan(const char *dir, int32_t max_seqs, int64_t max_ctx, int32
   if (chunk > 0) ep.prefill_chunk = chunk;
   ep.kv_budget_bytes = budget;
   ep.backend = backend;
+  ep.kv_format = kv_format;
   tool_mpi_params(mpi, &ep);
   dsv4_engine_info in;
   memset(&in, 0, sizeof in);
@@ -509,17 +511,20 @@ static int engine_plan(const char *dir, int32_t max_seqs, int64_t max_ctx, int32
     printf("{\"engine\": {\"max_sequences\": %d, \"max_context\": %lld, \"prefill_chunk\": %d, "
            "\"kv_page_bytes\": %lld, \"kv_pages_total\": %lld, \"kv_pages_per_sequence\": %lld, "
            "\"kv_bytes\": %lld, \"kv_bytes_per_token\": %lld, \"workspace_bytes\": %lld, "
-           "\"prepared_weight_bytes\": %lld}}\n",
+           "\"prepared_weight_bytes\": %lld, \"kv_format\": \"%s\"}}\n",
            (int)in.max_sequences, (long long)in.max_context, (int)in.prefill_chunk,
            (long long)in.kv_page_bytes, (long long)in.kv_pages_total,
            (long long)in.kv_pages_per_sequence, (long long)in.kv_bytes,
            (long long)in.kv_bytes_per_token, (long long)in.workspace_bytes,
-           (long long)in.prepared_weight_bytes);
+           (long long)in.prepared_weight_bytes,
+           in.kv_format == DSV4_KV_FORMAT_NATIVE ? "native" : "fp8_ds_mla");
     return 0;
   }
   printf("%s engine on %s: %d sequences x %lld positions, prefill chunk %d\n",
          backend == DSV4_BACKEND_CUDA ? "CUDA" : "CPU", dir, (int)in.max_sequences,
          (long long)in.max_context, (int)in.prefill_chunk);
+  printf("  KV window records: %s\n", in.kv_format == DSV4_KV_FORMAT_NATIVE
+                                        ? "native MXFP8" : "fp8_ds_mla");
   printf("  KV pool: %lld pages x %lld B (%lld pages per sequence at max context)\n",
          (long long)in.kv_pages_total, (long long)in.kv_page_bytes,
          (long long)in.kv_pages_per_sequence);
@@ -638,7 +643,7 @@ int main(int argc, char **argv) {
     tool_mpi mpi;
     int rc = tool_mpi_start("dsv4-plan", &argc, &argv, tp, pp, &mpi);
     if (rc) return rc;
-    rc = engine_plan(model_dir, e_seqs, ctx, chunk, e_budget, e_backend, &mpi, json);
+    rc = engine_plan(model_dir, e_seqs, ctx, chunk, e_budget, e_backend, p.kv_format, &mpi, json);
     tool_mpi_end(&mpi);
     return rc;
   }

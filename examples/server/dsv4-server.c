@@ -28,7 +28,10 @@ static void usage(FILE *f) {
         "  --max-tokens N         default max_tokens of chat requests (default 256)\n"
         "  --prefill-chunk N      prompt tokens per scheduler chunk (default 256)\n"
         "  --prefix-cache N       finished sequences kept so that a follow-up turn prefills only\n"
-        "                         its new tokens (default 0; at most --max-sequences)\n",
+        "                         its new tokens (default 0; at most --max-sequences)\n"
+        "  --kv-format F          window KV records: native (default, the reference's MXFP8)\n"
+        "                         or fp8_ds_mla (V4's 584 B record; logits differ:\n"
+        "                         docs/attention.md \"KV formats\")\n",
         f);
 }
 
@@ -66,6 +69,9 @@ static int parse(int argc, char **argv, srv_opts *o) {
     else if (!strcmp(a, "--max-tokens") && x > 0 && x < 1000000000) o->max_tokens_default = (int)x;
     else if (!strcmp(a, "--prefill-chunk") && x > 0 && x < 1000000) o->prefill_chunk = (int)x;
     else if (!strcmp(a, "--prefix-cache") && x >= 0 && x < 65536) o->prefix_cache = (int)x;
+    else if (!strcmp(a, "--kv-format") && !strcmp(v, "native")) o->kv_format = DSV4_KV_FORMAT_NATIVE;
+    else if (!strcmp(a, "--kv-format") && !strcmp(v, "fp8_ds_mla"))
+      o->kv_format = DSV4_KV_FORMAT_FP8_DS_MLA;
     else {
       fprintf(stderr, "dsv4-server: bad option or value: %s %s\n", a, v);
       usage(stderr);

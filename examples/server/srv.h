@@ -36,6 +36,7 @@ typedef struct srv_opts {
   int max_tokens_default;    /**< default 256 */
   int prefill_chunk;         /**< default 256 */
   int prefix_cache;          /**< finished sequences kept for prefix reuse; default 0 */
+  int kv_format;             /**< DSV4_KV_FORMAT_* window records; default native */
   int verbose;
 } srv_opts;
 

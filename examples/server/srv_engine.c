@@ -135,6 +135,7 @@ int srv_engine_start(srv *s) {
   ep.max_sequences = s->o.max_sequences;
   ep.max_context = s->o.max_context;
   ep.n_threads = s->o.n_threads;
+  ep.kv_format = s->o.kv_format;
   /* the engine's batch holds a whole scheduler step: a chunk and every decode */
   ep.prefill_chunk = s->o.prefill_chunk + s->o.max_sequences;
   if (dsv4_engine_create_from_dir(s->o.model_dir, &ep, &s->eng) ||

@@ -134,7 +134,8 @@ dsv4_status dsv4i_kv_format_init(const dsv4i_config *cfg, const dsv4i_model_part
                                  int32_t kv_format, size_t page_bytes, int64_t max_positions,
                                  dsv4i_cache_format *f, dsv4i_kv_layout *lay) {
   memset(f, 0, sizeof *f);
-  dsv4_status s = dsv4i_kv_layout_init_part(cfg, part, kv_format, 0, page_bytes, max_positions, lay);
+  dsv4_status s =
+      dsv4i_kv_layout_init_part(cfg, part, kv_format, 0, page_bytes, max_positions, lay);
   if (s) return s;
   f->page_bytes = (int64_t)lay->page_bytes;
   for (int32_t k = 0; k < DSV4I_KV_KINDS; k++) {

@@ -75,6 +75,8 @@ BACKEND_AUTO, BACKEND_CPU, BACKEND_CUDA = 0, 1, 2
 MODEL_F_CONFIG_ONLY = 1
 ENGINE_F_OP_TIMINGS = 1
 ENGINE_F_GPU_CPU_ORDER = 2
+MAX_STAGES = 16  # DSV4_MAX_STAGES
+KV_FORMAT_NATIVE, KV_FORMAT_FP8_DS_MLA = 0, 1
 DECODE_F_SKIP_SPECIAL = 1
 TOKEN_BOS, TOKEN_EOS, TOKEN_PAD, TOKEN_IMAGE, TOKEN_DSPARK_NOISE = 0, 1, 2, 3, 4
 LOG_ERROR, LOG_WARN, LOG_INFO, LOG_DEBUG = 0, 1, 2, 3
@@ -124,7 +126,10 @@ class EngineParams(Structure):
                 ("prefill_chunk", c_int32), ("tp_size", c_int32), ("mpi_comm", c_void_p),
                 ("log_fn", LOG_FN), ("log_user_data", c_void_p), ("log_level", c_int32),
                 ("reserved0", c_int32), ("progress_fn", PROGRESS_FN),
-                ("progress_user_data", c_void_p)]
+                ("progress_user_data", c_void_p), ("pp_size", c_int32),
+                ("dist_timeout_ms", c_int32), ("stage_first_layer", c_int32 * MAX_STAGES),
+                ("pp_micro_batches", c_int32), ("reserved1", c_int32), ("kv_format", c_int32),
+                ("reserved2", c_int32)]
 
 
 class EngineInfo(Structure):
@@ -133,7 +138,8 @@ class EngineInfo(Structure):
         (n, c_int64) for n in (
             "max_context", "kv_page_bytes", "kv_pages_total", "kv_pages_used",
             "kv_pages_per_sequence", "kv_bytes", "kv_bytes_per_token", "workspace_bytes",
-            "prepared_weight_bytes", "mapped_bytes", "comm_bytes", "create_bytes")]
+            "prepared_weight_bytes", "mapped_bytes", "comm_bytes", "create_bytes")] + [
+        ("kv_format", c_int32), ("reserved0", c_int32)]
 
 
 class SamplingParams(Structure):

@@ -9,6 +9,7 @@ from .model import Model, _fields
 
 _lib = _ffi.lib
 _BACKENDS = {"auto": _ffi.BACKEND_AUTO, "cpu": _ffi.BACKEND_CPU, "cuda": _ffi.BACKEND_CUDA}
+_KV_FORMATS = {"native": _ffi.KV_FORMAT_NATIVE, "fp8_ds_mla": _ffi.KV_FORMAT_FP8_DS_MLA}
 
 Token = namedtuple("Token", "id text")
 Token.__doc__ = "One generated token: its id and the text it completes (maybe '')."
@@ -61,14 +62,14 @@ class Engine(Handle):
     """An inference engine over one model: backend, weights, KV cache pools, sequences.
 
     Engine(path_or_model, max_sequences=..., max_context=..., n_threads=...,
-    prefill_chunk=..., kv_budget_bytes=..., backend="cpu"): a path creates and owns
-    its model (dsv4_engine_create_from_dir); a Model is borrowed and must outlive
-    the engine. Calls on one engine are made by one thread at a time. Failed
+    prefill_chunk=..., kv_budget_bytes=..., backend="cpu", kv_format="native"): a path
+    creates and owns its model (dsv4_engine_create_from_dir); a Model is borrowed and
+    must outlive the engine. Calls on one engine are made by one thread at a time. Failed
     calls raise dsv4.Error subclasses with the engine's message."""
 
     def __init__(self, model, *, max_sequences=None, max_context=None, n_threads=None,
                  prefill_chunk=None, kv_budget_bytes=None, backend="auto", device=0,
-                 op_timings=False, gpu_cpu_order=False):
+                 op_timings=False, gpu_cpu_order=False, kv_format="native"):
         p = _ffi.EngineParams()
         check(_lib.dsv4_engine_params_init(ctypes.byref(p), ctypes.sizeof(p)),
               "dsv4_engine_params_init", _lib.dsv4_last_error)
@@ -78,6 +79,9 @@ class Engine(Handle):
         _ffi.set_fields(p, **{k: v for k, v in given.items() if v is not None})
         _ffi.set_fields(p, backend=_BACKENDS[backend] if isinstance(backend, str) else backend,
                         device=device)
+        # window KV records: "native" (the reference's) or "fp8_ds_mla" (docs/attention.md
+        # "KV formats"); an unknown name raises KeyError, an unknown number the library's error
+        p.kv_format = _KV_FORMATS[kv_format] if isinstance(kv_format, str) else kv_format
         if op_timings:
             p.flags |= _ffi.ENGINE_F_OP_TIMINGS
         if gpu_cpu_order:

@@ -46,6 +46,21 @@ class Fixtures(unittest.TestCase):
                 streamed = [t.id for t in eng.generate(ids, max_tokens=len(gen), stop_at_eos=False)]
                 self.assertEqual(streamed, gen)
 
+    def test_e2e_fp8_ds_mla(self):
+        """kv_format="fp8_ds_mla": V4's window records; on this damped fixture the tokens
+        are still the golden ones (docs/attention.md "KV formats"); a bad name is refused."""
+        d = fixture("tiny-v41-e2e-a")
+        g = read_safetensors(os.path.join(d, "golden.safetensors"))
+        with dsv4.Engine(d, max_sequences=1, max_context=256, n_threads=1,
+                         kv_format="fp8_ds_mla", backend="cpu") as eng:
+            self.assertEqual(eng.info.kv_format, 1)
+            ids = [int(x) for x in g["a.input_ids"].ravel()]
+            gen = [int(x) for x in g["a.gen_tokens"].ravel()]
+            got = [t.id for t in eng.generate(ids, max_tokens=len(gen), stop_at_eos=False)]
+            self.assertEqual(got, gen)
+        with self.assertRaises(dsv4.Error):
+            dsv4.Engine(d, kv_format=5, backend="cpu")
+
 
 if __name__ == "__main__":
     unittest.main()

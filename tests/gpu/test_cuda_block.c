@@ -84,7 +84,8 @@ static void teacher_forced(const char *name, int chaotic) {
   /* the backend alone: one slot holding pages 0 .. ld-1, op by op (no buckets) */
   dsv4i_cache_format fmt;
   dsv4i_kv_layout lay;
-  ok(dsv4i_backend_format(DSV4_BACKEND_CUDA, c, max_pos, NULL, DSV4I_KV_NATIVE, &fmt), "format");
+  ok(dsv4i_backend_format(DSV4_BACKEND_CUDA, c, max_pos, NULL, DSV4I_KV_NATIVE, &fmt),
+     "format");
   ok(dsv4i_kv_layout_init(c, 0, (size_t)fmt.page_bytes, max_pos, &lay), "layout");
   dsv4i_backend_desc d;
   memset(&d, 0, sizeof d);

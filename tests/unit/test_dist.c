@@ -105,14 +105,17 @@ static void stage_formats(void **state) {
   static const int32_t kinds[2] = {DSV4_BACKEND_CPU, DSV4_BACKEND_CUDA};
   for (int k = 0; k < 2; k++) {
     dsv4i_cache_format all, f0, f1;
-    const dsv4_status s = dsv4i_backend_format(kinds[k], &c, 4096, NULL, DSV4I_KV_NATIVE, &all);
+    const dsv4_status s =
+        dsv4i_backend_format(kinds[k], &c, 4096, NULL, DSV4I_KV_NATIVE, &all);
     if (s == DSV4_ERR_UNSUPPORTED && kinds[k] == DSV4_BACKEND_CUDA) {
       printf("cuda: not built into this library (no nvcc at configure time)\n");
       continue;
     }
     assert_int_equal(s, DSV4_OK);
-    assert_int_equal(dsv4i_backend_format(kinds[k], &c, 4096, &p0, DSV4I_KV_NATIVE, &f0), DSV4_OK);
-    assert_int_equal(dsv4i_backend_format(kinds[k], &c, 4096, &p1, DSV4I_KV_NATIVE, &f1), DSV4_OK);
+    assert_int_equal(dsv4i_backend_format(kinds[k], &c, 4096, &p0, DSV4I_KV_NATIVE, &f0),
+                     DSV4_OK);
+    assert_int_equal(dsv4i_backend_format(kinds[k], &c, 4096, &p1, DSV4I_KV_NATIVE, &f1),
+                     DSV4_OK);
     const int64_t a0 = ws_of(&f0), a1 = ws_of(&f1), a = ws_of(&all);
     printf("%s: pages per sequence %lld + %lld = %lld; prepared weights %lld + %lld = %lld; "
            "workspace at 64 tokens, 4 output rows %lld | %lld (one process %lld)\n",

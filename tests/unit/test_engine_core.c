@@ -58,8 +58,9 @@ typedef struct stage {
 static void stage_open(stage *s, const struct dsv4_engine *e, int32_t first, int32_t last) {
   memset(s, 0, sizeof *s);
   const dsv4i_model_part part = {first, last, 0, 1};
-  assert_int_equal(dsv4i_kv_layout_init_part(e->cfg, &part, DSV4I_KV_NATIVE, 0, e->kv.lay.page_bytes,
-                                             e->plan.max_ctx, &s->lay), DSV4_OK);
+  assert_int_equal(dsv4i_kv_layout_init_part(e->cfg, &part, DSV4I_KV_NATIVE, 0,
+                                             e->kv.lay.page_bytes, e->plan.max_ctx, &s->lay),
+                   DSV4_OK);
   assert_true(s->lay.ld < e->kv.lay.ld); /* the stage's tables only */
   dsv4i_backend_desc d;
   memset(&d, 0, sizeof d);
@@ -224,8 +225,8 @@ static void create_args_checked(void **st) {
   assert_non_null(strstr(dsv4i_error_message(), "the stage's are 2..5"));
   const dsv4i_model_part part = {2, 6, 0, 1};
   dsv4i_kv_layout lay;
-  assert_int_equal(dsv4i_kv_layout_init_part(e->cfg, &part, DSV4I_KV_NATIVE, 0, e->kv.lay.page_bytes, 64, &lay),
-                   DSV4_OK);
+  assert_int_equal(dsv4i_kv_layout_init_part(e->cfg, &part, DSV4I_KV_NATIVE, 0,
+                                             e->kv.lay.page_bytes, 64, &lay), DSV4_OK);
   d.kv_layout = &lay;
   d.tp_size = 2;
   d.tp_rank = 2;
@@ -458,9 +459,10 @@ static void kv_copy_failure_is_contained(void **st) {
 }
 
 /* What the engine allocates equals the plan dsv4-plan --engine prints (dsv4_engine_plan_query,
- * the function create sizes its pools with), over a grid of requests; the pool the CPU
- * backend actually allocated is measured. tests/meson.build checks dsv4-plan's text for the
- * first request (63 pages x 16384 B). */
+ * the function create sizes its pools with), over a grid of requests and both window record
+ * formats (kv_format); the pool the CPU backend actually allocated is measured.
+ * tests/meson.build checks dsv4-plan's text for the first request (63 pages x 16384 B), in
+ * both formats. */
 static void allocation_equals_plan(void **st) {
   (void)st;
   const char *dir = tu_fixture_or_skip("tiny-v41-a");
@@ -469,35 +471,45 @@ static void allocation_equals_plan(void **st) {
   const struct { int32_t seqs; int64_t ctx; int64_t budget; } req[] = {
     {3, 128, 0}, {1, 16, 0}, {4, 200, 0}, {8, 64, 0}, {2, 256, 600000}, {5, 100, 2000000},
   };
-  for (size_t r = 0; r < sizeof req / sizeof *req; r++) {
-    dsv4_engine_params ep;
-    assert_int_equal(dsv4_engine_params_init(&ep, sizeof ep), DSV4_OK);
-    ep.max_sequences = req[r].seqs;
-    ep.max_context = req[r].ctx;
-    ep.kv_budget_bytes = req[r].budget;
-    ep.n_threads = 1;
-    dsv4_engine_info q, g;
-    if (dsv4_engine_plan_query(m, &ep, &q, sizeof q)) fail_msg("query: %s", dsv4_last_error());
-    dsv4_engine *E = NULL;
-    assert_int_equal(dsv4_engine_create(m, &ep, &E), DSV4_OK);
-    assert_int_equal(dsv4_engine_get_info(E, &g, sizeof g), DSV4_OK);
-    const cpu_backend *cb = (const cpu_backend *)((struct dsv4_engine *)E)->be;
-    const int64_t allocated = cb->pool_pages * (int64_t)cb->lay.page_bytes; /* its malloc */
-    assert_int_equal(dsv4i_kv_pool_n_pages(((struct dsv4_engine *)E)->kv.pool), cb->pool_pages);
-    printf("%d seqs x %lld, budget %lld: plan %lld pages x %lld B, KV %lld B; allocated %lld B "
-           "of pool\n", (int)req[r].seqs, (long long)req[r].ctx, (long long)req[r].budget,
-           (long long)q.kv_pages_total, (long long)q.kv_page_bytes, (long long)q.kv_bytes,
-           (long long)allocated);
-    assert_int_equal(allocated, q.kv_pages_total * q.kv_page_bytes);
-    assert_int_equal(cb->n_slots, q.max_sequences);
-    assert_int_equal(g.kv_pages_total, q.kv_pages_total);
-    assert_int_equal(g.kv_page_bytes, q.kv_page_bytes);
-    assert_int_equal(g.kv_bytes, q.kv_bytes);
-    assert_int_equal(g.kv_pages_per_sequence, q.kv_pages_per_sequence);
-    assert_int_equal(g.workspace_bytes, q.workspace_bytes);
-    assert_int_equal(g.prepared_weight_bytes, q.prepared_weight_bytes);
-    if (req[r].budget == 0) assert_int_equal(q.kv_pages_total, q.kv_pages_per_sequence * req[r].seqs);
-    dsv4_engine_free(E);
+  for (int32_t fmt = DSV4_KV_FORMAT_NATIVE; fmt <= DSV4_KV_FORMAT_FP8_DS_MLA; fmt++) {
+    for (size_t r = 0; r < sizeof req / sizeof *req; r++) {
+      dsv4_engine_params ep;
+      assert_int_equal(dsv4_engine_params_init(&ep, sizeof ep), DSV4_OK);
+      ep.kv_format = fmt;
+      ep.max_sequences = req[r].seqs;
+      ep.max_context = req[r].ctx;
+      ep.kv_budget_bytes = req[r].budget;
+      ep.n_threads = 1;
+      dsv4_engine_info q, g;
+      if (dsv4_engine_plan_query(m, &ep, &q, sizeof q)) fail_msg("query: %s", dsv4_last_error());
+      dsv4_engine *E = NULL;
+      assert_int_equal(dsv4_engine_create(m, &ep, &E), DSV4_OK);
+      assert_int_equal(dsv4_engine_get_info(E, &g, sizeof g), DSV4_OK);
+      const cpu_backend *cb = (const cpu_backend *)((struct dsv4_engine *)E)->be;
+      const int64_t allocated = cb->pool_pages * (int64_t)cb->lay.page_bytes; /* its malloc */
+      assert_int_equal(dsv4i_kv_pool_n_pages(((struct dsv4_engine *)E)->kv.pool), cb->pool_pages);
+      printf("%s: %d seqs x %lld, budget %lld: plan %lld pages x %lld B, KV %lld B; allocated "
+             "%lld B of pool\n", fmt ? "fp8_ds_mla" : "native", (int)req[r].seqs,
+             (long long)req[r].ctx, (long long)req[r].budget,
+             (long long)q.kv_pages_total, (long long)q.kv_page_bytes, (long long)q.kv_bytes,
+             (long long)allocated);
+      assert_int_equal(allocated, q.kv_pages_total * q.kv_page_bytes);
+      assert_int_equal(cb->n_slots, q.max_sequences);
+      assert_int_equal(g.kv_pages_total, q.kv_pages_total);
+      assert_int_equal(g.kv_page_bytes, q.kv_page_bytes);
+      assert_int_equal(g.kv_bytes, q.kv_bytes);
+      assert_int_equal(g.kv_pages_per_sequence, q.kv_pages_per_sequence);
+      assert_int_equal(g.workspace_bytes, q.workspace_bytes);
+      assert_int_equal(g.prepared_weight_bytes, q.prepared_weight_bytes);
+      if (req[r].budget == 0)
+        assert_int_equal(q.kv_pages_total, q.kv_pages_per_sequence * req[r].seqs);
+      /* the layout holds the format's window record: 132 B native, 200 B fp8_ds_mla (hd 128) */
+      assert_int_equal(g.kv_format, fmt);
+      assert_int_equal(q.kv_format, fmt);
+      assert_int_equal(cb->lay.window_format, fmt);
+      assert_int_equal(cb->lay.rec_bytes[DSV4I_KV_WINDOW], fmt ? 200 : 132);
+      dsv4_engine_free(E);
+    }
   }
   /* a request that cannot fit is refused by both the same way */
   dsv4_engine_params ep;

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/kv_layout.h"
 #include "engine/plan.h"
 #include "model/config.h"
 #include "release_config.h"
@@ -441,6 +442,46 @@ static void engine_plan_chunk(void **state) {
   assert_non_null(strstr(dsv4i_error_message(), "4096 tokens per step"));
 }
 
+/* The engine's layout with either window format at the release's dims (docs/attention.md
+ * "KV formats"): 64 KiB pages for both, 124 native or 112 fp8_ds_mla window records a page,
+ * the 134-slot rings two pages each either way; the fixtures' 16 KiB pages hold 81 records of
+ * 200 B. An unknown format is refused. */
+static void engine_layout_kv_format(void **state) {
+  (void)state;
+  dsv4i_config c;
+  tu_load_release_config(&c);
+  const size_t page = dsv4i_kv_page_bytes(&c);
+  assert_int_equal(page, 65536);
+  dsv4i_kv_layout nat, mla;
+  assert_int_equal(dsv4i_kv_layout_init_part(&c, NULL, DSV4I_KV_NATIVE, 0, page, 4096, &nat),
+                   DSV4_OK);
+  assert_int_equal(dsv4i_kv_layout_init_part(&c, NULL, DSV4I_KV_FP8_DS_MLA, 0, page, 4096, &mla),
+                   DSV4_OK);
+  assert_int_equal(nat.rec_bytes[DSV4I_KV_WINDOW], 528);
+  assert_int_equal(mla.rec_bytes[DSV4I_KV_WINDOW], 584);
+  assert_int_equal(mla.window_format, DSV4I_KV_FP8_DS_MLA);
+  assert_int_equal(mla.rope_dim, 64);
+  assert_int_equal(nat.rec_per_page[DSV4I_KV_WINDOW], 124);
+  assert_int_equal(mla.rec_per_page[DSV4I_KV_WINDOW], 112);
+  assert_int_equal(mla.ring_slots, 134);
+  for (int32_t l = 0; l < c.n_total_layers; l++) {
+    assert_int_equal(nat.cap[DSV4I_KV_WINDOW][l], 2);
+    assert_int_equal(mla.cap[DSV4I_KV_WINDOW][l], 2);
+  }
+  assert_int_equal(dsv4i_kv_pages_for(&mla, DSV4I_KV_WINDOW, 1),
+                   dsv4i_kv_pages_for(&nat, DSV4I_KV_WINDOW, 1));
+  dsv4i_kv_layout bad;
+  assert_int_equal(dsv4i_kv_layout_init_part(&c, NULL, 2, 0, page, 4096, &bad),
+                   DSV4_ERR_INVALID_ARG);
+  dsv4i_config f;
+  tu_load_fixture_config("tiny-v41-a", &f);
+  assert_int_equal(dsv4i_kv_layout_init_part(&f, NULL, DSV4I_KV_FP8_DS_MLA, 0,
+                                             dsv4i_kv_page_bytes(&f), 256, &mla), DSV4_OK);
+  assert_int_equal(mla.page_bytes, 16384);
+  assert_int_equal(mla.rec_bytes[DSV4I_KV_WINDOW], 200);
+  assert_int_equal(mla.rec_per_page[DSV4I_KV_WINDOW], 81);
+}
+
 static void tiny_fixture(void **state) {
   (void)state;
   dsv4i_config c;
@@ -487,6 +528,7 @@ int tu_run_suite(void) {
     cmocka_unit_test(does_not_fit),       cmocka_unit_test(stage_splits),
     cmocka_unit_test(flags),              cmocka_unit_test(tiny_fixture),
     cmocka_unit_test(engine_plan_chunk),
+    cmocka_unit_test(engine_layout_kv_format),
   };
   return cmocka_run_group_tests_name("plan", tests, NULL, NULL);
 }
