@@ -117,7 +117,7 @@ struct t_smem {
 template <int NTP, int FUSED>
 __device__ __forceinline__ void t_issue(int c, int c0, int nch, int tid, int o0, int rows, int nkb, int nt,
                                         int k, const unsigned char *w, long long ld, const unsigned char *pre,
-                                        int ldsx, int n_all, int t0, const t_smem &sm) {
+                                        const unsigned char *psx, int ldsx, int t0, const t_smem &sm) {
   if (c < nch) {
     const int ca = c0 + c; /* the stage's place in K (c: its place in this block's range) */
     unsigned char *as = sm.a + (c % T_NS) * T_ASTAGE;
@@ -139,8 +139,7 @@ __device__ __forceinline__ void t_issue(int c, int c0, int nch, int tid, int o0,
       if (tid < 2 * nt) { /* 8 scales (32 bytes) per token */
         const int t = tid >> 1, h = tid & 1;
         const bool ok = ca * T_NBS + 4 * h < nkb;
-        const unsigned char *sxg = pre + (long long)n_all * k * 2;
-        const unsigned char *src = ok ? sxg + ((long long)(t0 + t) * ldsx + ca * T_NBS + 4 * h) * 4 : pre;
+        const unsigned char *src = ok ? psx + ((long long)(t0 + t) * ldsx + ca * T_NBS + 4 * h) * 4 : psx;
         cp_async16(sm.sx + ((c % T_NS) * NTP + t) * T_NBS + 4 * h, src, ok ? 16 : 0);
       }
     }
@@ -183,8 +182,8 @@ __device__ __forceinline__ void t_prefetch_x(int c, int c0, int nch, int nkb, in
 template <int NTP, int FUSED>
 __device__ __forceinline__ void t_tile(int n_tok, int rows, int k, const unsigned char *w, long long ld,
                                        const unsigned char *scale, long long scale_ld, const uint16_t *x,
-                                       long long ldx, const unsigned char *pre, uint16_t *y, long long ldy,
-                                       int ks, unsigned char *smem) {
+                                       long long ldx, const unsigned char *pre, const unsigned char *psx,
+                                       uint16_t *y, long long ldy, int ks, unsigned char *smem) {
   constexpr int NJ = NTP / 8; /* n8 tiles */
   const int tid = threadIdx.x, lane = tid & 31, wp = tid >> 5, gid = lane >> 2, tig = lane & 3;
   const int rt = wp & 1, kl = wp >> 1;
@@ -208,7 +207,7 @@ __device__ __forceinline__ void t_tile(int n_tok, int rows, int k, const unsigne
   /* the first T_NS - 1 stages in flight before anything waits for memory */
 #pragma unroll
   for (int c = 0; c < T_NS - 1; c++)
-    t_issue<NTP, FUSED>(c, c0, nch, tid, o0, rows, nkb, nt, k, w, ld, pre, ldsx, n_tok, t0, sm);
+    t_issue<NTP, FUSED>(c, c0, nch, tid, o0, rows, nkb, nt, k, w, ld, pre, psx, ldsx, t0, sm);
   uint16_t xr[FUSED ? NTP : 1];
   if (FUSED)
     for (int c = 0; c < T_XPF; c++) t_prefetch_x<NTP>(c, c0, nch, nkb, nt, wp, lane, t0, x, ldx);
@@ -234,7 +233,7 @@ __device__ __forceinline__ void t_tile(int n_tok, int rows, int k, const unsigne
       t_prefetch_x<NTP>(c + T_XPF, c0, nch, nkb, nt, wp, lane, t0, x, ldx);
       t_load_x<NTP>(c + T_NS, c0, nch, nkb, nt, wp, lane, t0, x, ldx, xr);
     }
-    t_issue<NTP, FUSED>(c + T_NS - 1, c0, nch, tid, o0, rows, nkb, nt, k, w, ld, pre, ldsx, n_tok, t0, sm);
+    t_issue<NTP, FUSED>(c + T_NS - 1, c0, nch, tid, o0, rows, nkb, nt, k, w, ld, pre, psx, ldsx, t0, sm);
     const unsigned char *as = sm.a + (c % T_NS) * T_ASTAGE + lr * T_SK;
     const unsigned char *bs = sm.b + (c % T_NS) * NTP * T_BROW + gid * T_BROW + tig * 16;
     const float *sxs = sm.sx + (c % T_NS) * NTP * T_NBS;
@@ -314,17 +313,18 @@ __device__ __forceinline__ void t_tile(int n_tok, int rows, int k, const unsigne
 }
 
 /* y bf16 [n][ldy] = linear(w, act_quant(x)): x bf16 [n][ldx] when fused
- * (pre unused), else pre = the prepass output for all n tokens. ntp: 8 or
+ * (pre, psx unused), else the prepass output of these n tokens: their fp16
+ * records at pre ([n][k] halves), their scales at psx ([n][ldsx] f32). ntp: 8 or
  * 16 tokens per block (the launch's dynamic shared memory is sized for it);
  * fused only with ntp 8. ks: K splits (q8_splits). Grid (ceil(rows/32)·ks,
  * ceil(n/ntp) <= T_MAXTY when ks > 1), 256 threads. */
-extern "C" __global__ void __launch_bounds__(256)
+extern "C" __global__ void __launch_bounds__(256, 4)
 dsv4_k_linear_e4m3_ue8m0_tiled(int n_tok, int rows, int k, const unsigned char *w, long long ld,
                                const unsigned char *scale, long long scale_ld, const uint16_t *x,
-                               long long ldx, const unsigned char *pre, uint16_t *y, long long ldy,
-                               int ntp, int fused, int ks) {
+                               long long ldx, const unsigned char *pre, const unsigned char *psx,
+                               uint16_t *y, long long ldy, int ntp, int fused, int ks) {
   extern __shared__ __align__(16) unsigned char t_dyn[];
-  if (fused) t_tile<8, 1>(n_tok, rows, k, w, ld, scale, scale_ld, x, ldx, pre, y, ldy, ks, t_dyn);
-  else if (ntp == 8) t_tile<8, 0>(n_tok, rows, k, w, ld, scale, scale_ld, x, ldx, pre, y, ldy, ks, t_dyn);
-  else t_tile<16, 0>(n_tok, rows, k, w, ld, scale, scale_ld, x, ldx, pre, y, ldy, ks, t_dyn);
+  if (fused) t_tile<8, 1>(n_tok, rows, k, w, ld, scale, scale_ld, x, ldx, pre, psx, y, ldy, ks, t_dyn);
+  else if (ntp == 8) t_tile<8, 0>(n_tok, rows, k, w, ld, scale, scale_ld, x, ldx, pre, psx, y, ldy, ks, t_dyn);
+  else t_tile<16, 0>(n_tok, rows, k, w, ld, scale, scale_ld, x, ldx, pre, psx, y, ldy, ks, t_dyn);
 }

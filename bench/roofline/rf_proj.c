@@ -1,11 +1,12 @@
 /*
  * dsv4-roofline: the fp8 projections (dsv4i_gpu_linear_q8 in the default
  * "tiled" numerics mode: kernels/linear_mma.cu, act_quant fused up to
- * q8_fuse_max tokens) and the bf16 head (fp32 logits) at 1, 4, 8, 16
+ * q8_fuse_max tokens; also the kernel alone, after dsv4i_gpu_q8_quant) and the bf16 head (fp32 logits) at 1, 4, 8, 16
  * tokens; stock beside each: the same matrix dequantised to bf16 and one
  * cuBLASLt GEMM (bf16 in, fp32 out). Shapes from the release config.
  */
 #include <stdlib.h>
+#include <string.h>
 
 #include "rf.h"
 
@@ -15,7 +16,8 @@ typedef struct proj_case {
   dsv4i_gpu_weight w[MAX_COPIES];
   dsv4i_cuptr wb[MAX_COPIES]; /* stock: bf16 [rows][cols] */
   int copies, copies_b, n;
-  int mode; /* fp8: 0 the default (tiled), 1 tiled through the other act_quant path, 2 CPU order */
+  int mode; /* fp8: 0 the default (tiled), 1 tiled through the other act_quant path, 2 CPU order,
+             * 3 the tiled kernel alone on activations quantised before the timing */
   dsv4i_cuptr x, xq, sx, y, yf;
 } proj_case;
 
@@ -27,6 +29,7 @@ static dsv4_status rec_ours(rf *r, void *u, int i, dsv4i_custream s) {
   dsv4i_gpu_ops o = r->o; /* the default numerics mode: the tiled kernel (the engine's cpu_order aside) */
   o.cpu_order = r->o.cpu_order || c->mode == 2, o.fp8_tiled = 1;
   if (c->mode == 1) o.q8_fuse_max = c->n <= r->o.q8_fuse_max ? 0 : 8;
+  if (c->mode == 3) return dsv4i_gpu_linear_q8_pre(&o, s, w, c->n, c->xq, c->sx, c->y, w->rows);
   return dsv4i_gpu_linear_q8(&o, s, w, c->n, c->x, w->cols, c->xq, c->sx, c->y, w->rows);
 }
 
@@ -38,6 +41,8 @@ static dsv4_status rec_stock(rf *r, void *u, int i, dsv4i_custream s) {
 }
 
 static void one(rf *r, const char *name, int rows, int cols, int fp8) {
+  const char *only = getenv("DSV4_RF_PROJ"); /* profiling: only the rows whose name contains it */
+  if (only && *only && !strstr(name, only)) return;
   const size_t mark = dsv4i_gpu_pool_mark(&r->g.pool);
   proj_case *c = calloc(1, sizeof *c);
   const size_t wb = fp8 ? (size_t)rows * cols : (size_t)rows * cols * 2;
@@ -69,13 +74,20 @@ static void one(rf *r, const char *name, int rows, int cols, int fp8) {
     /* bytes: the weight and its scales, x in, y out (bf16; the head's fp32) */
     const double bytes = (double)(wb + sb) + 2.0 * n * cols + (fp8 ? 2.0 : 4.0) * n * rows;
     rf_row(r, name, n, us, bytes, st);
-    /* fp8: the other act_quant path of the tiled kernel (fused / prepass, up to 8 tokens)
-     * and the CPU-order kernels, each its own row */
-    for (c->mode = 1; fp8 && c->mode <= 2; c->mode++) {
+    /* fp8: the other act_quant path of the tiled kernel (fused / prepass, up to 8 tokens),
+     * the CPU-order kernels and the tiled kernel alone (its act_quant done once before the
+     * timing, as for a projection sharing its input's quantisation), each its own row */
+    for (c->mode = 1; fp8 && c->mode <= 3; c->mode++) {
       if (c->mode == 1 && n > 8) continue;
+      if (c->mode == 3) {
+        dsv4i_gpu_ops o = r->o;
+        o.cpu_order = 0, o.fp8_tiled = 1;
+        rf_check(dsv4i_gpu_q8_quant(&o, r->g.stream, n, cols, c->x, cols, c->xq, c->sx), "q8_quant");
+      }
       char alt[96];
       snprintf(alt, sizeof alt, "%s %s", name,
-               c->mode == 2 ? "cpu-order" : n <= r->o.q8_fuse_max ? "prepass" : "fused");
+               c->mode == 2 ? "cpu-order" : c->mode == 3 ? "gemm only" :
+               n <= r->o.q8_fuse_max ? "prepass" : "fused");
       rf_row(r, alt, n, rf_time(r, rec_ours, c, calls), bytes, -1);
     }
     c->mode = 0;

@@ -91,13 +91,16 @@ static dsv4_status attention(gpu_backend *b, int32_t L, const gpu_rows *rw, dsv4
   const int idx_src = a->ratio > 0 && (a->roles & DSV4_ROLE_INDEX_SOURCE);
   const dsv4i_cuptr gpos = rw->gpos + (dsv4i_cuptr)(a->ratio > 0 ? a->ratio : 0) *
                                           (dsv4i_cuptr)b->max_tok * 4u;
-  /* 1. query: q_norm(wq_a(x)) -> wq_b -> RoPE on each head's tail */
-  dsv4_status st = dsv4i_gpu_lin_q(b, &a->wq_a, n, x, dim, w->xq, w->sx, w->qr, ql);
+  /* 1. query: q_norm(wq_a(x)) -> wq_b -> RoPE on each head's tail. x is quantised once for wq_a
+   * and wkv (xq, sx), q_norm's output once for wq_b and the indexer's wq_b (rq, rsx). */
+  dsv4_status st = dsv4i_gpu_q8_quant(o, s, n, dim, x, dim, w->xq, w->sx);
+  if (!st) st = dsv4i_gpu_linear_q8_pre(o, s, &a->wq_a, n, w->xq, w->sx, w->qr, ql);
   if (!st) st = dsv4i_gpu_rmsnorm(o, s, n, ql, w->qr, ql, a->q_norm, c->norm_eps, w->qr, ql);
-  if (!st) st = dsv4i_gpu_lin_q(b, &a->wq_b, n, w->qr, ql, w->rq, w->rsx, w->q, (int64_t)H * hd);
+  if (!st) st = dsv4i_gpu_q8_quant(o, s, n, ql, w->qr, ql, w->rq, w->rsx);
+  if (!st) st = dsv4i_gpu_linear_q8_pre(o, s, &a->wq_b, n, w->rq, w->rsx, w->q, (int64_t)H * hd);
   if (!st) st = dsv4i_gpu_rope(o, s, n, H, nf, w->q + tail, (int64_t)H * hd, hd, a->freqs, pos, 0);
   /* 2. window KV: kv_norm(wkv(x)), RoPE, QDQ rows for attending */
-  if (!st) st = dsv4i_gpu_lin_q(b, &a->wkv, n, x, dim, w->xq, w->sx, w->kv, hd);
+  if (!st) st = dsv4i_gpu_linear_q8_pre(o, s, &a->wkv, n, w->xq, w->sx, w->kv, hd);
   if (!st) st = dsv4i_gpu_rmsnorm_rope(o, s, n, hd, w->kv, hd, a->kv_norm, c->norm_eps, w->kv, hd, nf,
                                       a->freqs, pos);
   if (!st) st = dsv4i_gpu_attn_window_store(&b->ak, s, NULL, atok, n, hd, w->kv, w->kvw);
@@ -122,7 +125,7 @@ static dsv4_status attention(gpu_backend *b, int32_t L, const gpu_rows *rw, dsv4
   }
   if (!st && idx_src) {
     const int64_t qld = (int64_t)IH * ihd;
-    st = dsv4i_gpu_lin_q(b, &a->i_wq_b, n, w->qr, ql, w->rq, w->rsx, w->iq, qld);
+    st = dsv4i_gpu_linear_q8_pre(o, s, &a->i_wq_b, n, w->rq, w->rsx, w->iq, qld); /* rq: step 1 */
     if (!st) st = dsv4i_gpu_rope(o, s, n, IH, nf, w->iq + (dsv4i_cuptr)(ihd - rd) * 2u, qld, ihd,
                                  a->freqs, pos, 0);
     if (!st) st = dsv4i_gpu_linear(o, s, &a->i_wproj, n, x, dim, w->iw, IH, 0);

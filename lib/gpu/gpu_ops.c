@@ -410,44 +410,84 @@ dsv4_status dsv4i_gpu_cast_bf16(const dsv4i_gpu_ops *o, dsv4i_custream s, int64_
   return launch(o, o->cast, cdiv(n, 256), 1, s, p);
 }
 
-dsv4_status dsv4i_gpu_linear_q8(const dsv4i_gpu_ops *o, dsv4i_custream s, const dsv4i_gpu_weight *w,
-                                int32_t n_tok, dsv4i_cuptr x, int64_t ldx, dsv4i_cuptr xq,
-                                dsv4i_cuptr sx, dsv4i_cuptr y, int64_t ldy) {
-  if (!weight_ok(w) || w->fmt != DSV4I_KFMT_E4M3_UE8M0 || n_tok < 0 || ldx < w->cols ||
-      ldy < w->rows || n_tok > 65535 * 8)
-    return bad("linear_q8", "needs a valid fp8 weight (cols % 32 == 0), ldx >= cols, ldy >= rows");
-  if (o->cpu_order || !o->fp8_tiled || w->cols > Q8T_MAX_K) {
-    dsv4_status st = dsv4i_gpu_act_quant(o, s, n_tok, w->cols, x, ldx, xq, sx);
-    return st ? st : dsv4i_gpu_linear_q(o, s, w, n_tok, xq, sx, y, ldy);
-  }
+/* Whether fp8 linears on cols columns run the tiled kernel (else the CPU-order pair). */
+static int q8_tiled_on(const dsv4i_gpu_ops *o, int32_t cols) {
+  return !o->cpu_order && o->fp8_tiled && cols <= Q8T_MAX_K;
+}
+
+dsv4_status dsv4i_gpu_q8_quant(const dsv4i_gpu_ops *o, dsv4i_custream s, int32_t n_tok, int32_t cols,
+                               dsv4i_cuptr x, int64_t ldx, dsv4i_cuptr xq, dsv4i_cuptr sx) {
+  if (!q8_tiled_on(o, cols)) return dsv4i_gpu_act_quant(o, s, n_tok, cols, x, ldx, xq, sx);
+  if (n_tok < 0 || n_tok > 65535 * 8 || cols <= 0 || cols % 32 || ldx < cols || (xq & 15))
+    return bad("q8_quant", "sizes (cols % 32 == 0, ldx >= cols), xq 16-byte aligned");
+  if (n_tok == 0) return DSV4_OK;
+  int n = n_tok, k = cols;
+  long long lx = ldx;
+  void *p[] = {&n, &k, &x, &lx, &xq};
+  return launch(o, o->act_quant_f16, cdiv((int64_t)n * (k / 32), 8), 1, s, p);
+}
+
+/* What the tiled kernel needs beyond the arguments' sizes. */
+static dsv4_status q8_tiled_ok(const dsv4i_gpu_weight *w, dsv4i_cuptr xq) {
   if ((w->data & 15) || (w->ld & 15))
     return dsv4i_error(DSV4_ERR_UNSUPPORTED,
                        "gpu linear_q8: weight rows must be 16-byte aligned (data %#llx, ld %lld)",
                        (unsigned long long)w->data, (long long)w->ld);
-  if (n_tok == 0) return DSV4_OK;
-  if (xq & 15) return bad("linear_q8", "xq must be 16-byte aligned");
+  return xq & 15 ? bad("linear_q8", "xq must be 16-byte aligned") : DSV4_OK;
+}
+
+/* The tiled kernel on all n_tok tokens: from the prepass output in xq
+ * (fused = 0) or quantising x itself (fused = 1, n_tok <= 8). */
+static dsv4_status q8_tiled(const dsv4i_gpu_ops *o, dsv4i_custream s, const dsv4i_gpu_weight *w,
+                            int32_t n_tok, dsv4i_cuptr x, int64_t ldx, dsv4i_cuptr xq, int fused,
+                            dsv4i_cuptr y, int64_t ldy) {
+  dsv4_status st = q8_tiled_ok(w, xq);
+  if (st != DSV4_OK || n_tok == 0) return st;
   int rows = w->rows, k = w->cols, ks = q8_splits(w->rows, w->cols);
   long long ld = w->ld, sld = w->scale_ld, lx = ldx, ly = ldy;
-  dsv4i_cuptr data = w->data, scale = w->scale, pre = xq;
+  dsv4i_cuptr data = w->data, scale = w->scale;
+  /* the prepass layout: fp16 records [n_tok][k], then the scales [n_tok][ldsx] f32 */
+  const dsv4i_cuptr ldsx = (dsv4i_cuptr)((k / 32 + 7) & ~7), sx0 = xq + (dsv4i_cuptr)n_tok * (dsv4i_cuptr)k * 2u;
   /* with K splits, the module's scratch takes Q8T_MAXTY token chunks a launch */
   const int32_t slice = ks > 1 ? Q8T_MAXTY * 16 : n_tok;
-  dsv4_status st = DSV4_OK;
   for (int32_t t0 = 0; t0 < n_tok && st == DSV4_OK; t0 += slice) {
-    int n = n_tok - t0 < slice ? n_tok - t0 : slice;
-    dsv4i_cuptr xs = x + (dsv4i_cuptr)t0 * (dsv4i_cuptr)ldx * 2u, ys = y + (dsv4i_cuptr)t0 * (dsv4i_cuptr)ldy * 2u;
-    const int fused = n <= o->q8_fuse_max && n <= 8;
-    int ntp = n <= 8 ? 8 : 16, fu = fused;
-    if (!fused) {
-      int kk = k;
-      void *pq[] = {&n, &kk, &xs, &lx, &pre};
-      st = launch(o, o->act_quant_f16, cdiv((int64_t)n * (k / 32), 8), 1, s, pq);
-      if (st) break;
-    }
-    void *p[] = {&n, &rows, &k, &data, &ld, &scale, &sld, &xs, &lx, &pre, &ys, &ly, &ntp, &fu, &ks};
+    int n = n_tok - t0 < slice ? n_tok - t0 : slice, ntp = n <= 8 ? 8 : 16, fu = fused;
+    const dsv4i_cuptr tt = (dsv4i_cuptr)t0;
+    dsv4i_cuptr xs = x + tt * (dsv4i_cuptr)ldx * 2u, ys = y + tt * (dsv4i_cuptr)ldy * 2u;
+    dsv4i_cuptr pre = xq + tt * (dsv4i_cuptr)k * 2u, psx = sx0 + tt * ldsx * 4u;
+    void *p[] = {&n, &rows, &k, &data, &ld, &scale, &sld, &xs, &lx, &pre, &psx, &ys, &ly, &ntp, &fu, &ks};
     st = dsv4i_kreg_launch_grid(o->kr, o->linear_tiled, cdiv(w->rows, Q8T_RB) * (uint32_t)ks,
                                 cdiv(n, ntp), 1, q8_tiled_smem(ntp, k / 32), s, p);
   }
   return st;
+}
+
+static int q8_args_ok(const dsv4i_gpu_weight *w, int32_t n_tok, int64_t ldy) {
+  return weight_ok(w) && w->fmt == DSV4I_KFMT_E4M3_UE8M0 && n_tok >= 0 && ldy >= w->rows &&
+         n_tok <= 65535 * 8;
+}
+
+dsv4_status dsv4i_gpu_linear_q8_pre(const dsv4i_gpu_ops *o, dsv4i_custream s, const dsv4i_gpu_weight *w,
+                                    int32_t n_tok, dsv4i_cuptr xq, dsv4i_cuptr sx, dsv4i_cuptr y,
+                                    int64_t ldy) {
+  if (!q8_args_ok(w, n_tok, ldy))
+    return bad("linear_q8_pre", "needs a valid fp8 weight (cols % 32 == 0), ldy >= rows");
+  if (!q8_tiled_on(o, w->cols)) return dsv4i_gpu_linear_q(o, s, w, n_tok, xq, sx, y, ldy);
+  return q8_tiled(o, s, w, n_tok, 0, w->cols, xq, 0, y, ldy);
+}
+
+dsv4_status dsv4i_gpu_linear_q8(const dsv4i_gpu_ops *o, dsv4i_custream s, const dsv4i_gpu_weight *w,
+                                int32_t n_tok, dsv4i_cuptr x, int64_t ldx, dsv4i_cuptr xq,
+                                dsv4i_cuptr sx, dsv4i_cuptr y, int64_t ldy) {
+  if (!q8_args_ok(w, n_tok, ldy) || ldx < w->cols)
+    return bad("linear_q8", "needs a valid fp8 weight (cols % 32 == 0), ldx >= cols, ldy >= rows");
+  if (q8_tiled_on(o, w->cols)) {
+    const dsv4_status st = q8_tiled_ok(w, xq); /* before anything runs */
+    if (st != DSV4_OK || (n_tok <= o->q8_fuse_max && n_tok <= 8))
+      return st ? st : q8_tiled(o, s, w, n_tok, x, ldx, xq, 1, y, ldy);
+  }
+  dsv4_status st = dsv4i_gpu_q8_quant(o, s, n_tok, w->cols, x, ldx, xq, sx);
+  return st ? st : dsv4i_gpu_linear_q8_pre(o, s, w, n_tok, xq, sx, y, ldy);
 }
 
 /* The default mode's bf16 kernel takes 16-byte loads of x rows (alignment is

@@ -219,6 +219,25 @@ dsv4_status dsv4i_gpu_linear_q8(const dsv4i_gpu_ops *o, dsv4i_custream s, const 
                                 int32_t n_tok, dsv4i_cuptr x, int64_t ldx, dsv4i_cuptr xq,
                                 dsv4i_cuptr sx, dsv4i_cuptr y, int64_t ldy);
 
+/** The act_quant of x bf16 [n][ldx] (cols % 32 == 0) in the form
+ * dsv4i_gpu_linear_q8_pre reads for an fp8 weight of cols columns in this
+ * mode: with o->cpu_order (or !o->fp8_tiled, or cols > 65,536)
+ * dsv4i_gpu_act_quant's xq f32 [n][cols] and sx f32 [n][cols/32]; otherwise
+ * kernels/linear_mma.cu's prepass into xq alone (fp16 records [n][cols], then
+ * the scales f32 [n][ldsx], ldsx = cols/32 rounded up to 8: at most
+ * n·cols·4 bytes; xq 16-byte aligned), sx untouched. Same bits as the
+ * quantisation inside dsv4i_gpu_linear_q8. */
+dsv4_status dsv4i_gpu_q8_quant(const dsv4i_gpu_ops *o, dsv4i_custream s, int32_t n_tok, int32_t cols,
+                               dsv4i_cuptr x, int64_t ldx, dsv4i_cuptr xq, dsv4i_cuptr sx);
+
+/** dsv4i_gpu_linear_q8 on activations dsv4i_gpu_q8_quant already quantised
+ * (n_tok tokens, cols = w->cols, in the same mode): one act_quant for every
+ * projection of the same rows (wq_a and wkv; wq_b and the indexer's wq_b).
+ * Bit for bit what dsv4i_gpu_linear_q8 gives on those rows. */
+dsv4_status dsv4i_gpu_linear_q8_pre(const dsv4i_gpu_ops *o, dsv4i_custream s, const dsv4i_gpu_weight *w,
+                                    int32_t n_tok, dsv4i_cuptr xq, dsv4i_cuptr sx, dsv4i_cuptr y,
+                                    int64_t ldy);
+
 /** bf16 / fp32 weight on bf16 rows x [n][ldx]: out_f32 = 0 gives
  * dsv4i_cpu_linear (BF16 weight, bf16 y), 1 gives dsv4i_cpu_linear_f32
  * (fp32 y), both bit for bit in CPU order. The default mode runs BF16

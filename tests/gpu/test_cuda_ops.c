@@ -719,6 +719,18 @@ static void q8_run(const q8_case *c, int fuse_max, int t0, int n, uint16_t *yg) 
   gt_down(&G, yg, dy, 2 * (size_t)n * c->rows);
 }
 
+/* dsv4i_gpu_q8_quant + dsv4i_gpu_linear_q8_pre on all of the case's tokens
+ * (tiled, or CPU order with cpu_order), y downloaded into yg. */
+static void q8_run_pre(const q8_case *c, int cpu_order, uint16_t *yg) {
+  dsv4i_gpu_ops ov = O;
+  ov.cpu_order = cpu_order;
+  ov.fp8_tiled = 1;
+  dsv4i_cuptr dy = gt_up(&G, NULL, 2 * (size_t)c->n * c->rows);
+  gt_check(dsv4i_gpu_q8_quant(&ov, G.stream, c->n, c->cols, c->dx, c->cols, c->dq, c->ds));
+  gt_check(dsv4i_gpu_linear_q8_pre(&ov, G.stream, &c->gw, c->n, c->dq, c->ds, dy, c->rows));
+  gt_down(&G, yg, dy, 2 * (size_t)c->n * c->rows);
+}
+
 /* Every output within the bound (gpu_tol.h); token t's row o in the messages is index t·rows + o. */
 static size_t q8_check_bound(const q8_case *c, const uint16_t *yg, const char *what) {
   const int K = c->cols, nkb = K / 32;
@@ -775,6 +787,14 @@ static void linear_q8_tiled_case(int rows, int cols, int n, uint64_t seed, int p
     q8_run(&c, 8, 0, n, yb);
     snprintf(what, sizeof what, "tiled fp8 %dx%d n=%d fused == prepass", rows, cols, n);
     assert_int_equal(gt_diff_bits(yb, ya, (size_t)n * rows, 2, what), 0);
+  }
+  q8_run_pre(&c, 0, yb); /* one quantisation for several projections: the same bits */
+  snprintf(what, sizeof what, "tiled fp8 %dx%d n=%d q8_quant + linear_q8_pre == linear_q8", rows, cols, n);
+  assert_int_equal(gt_diff_bits(yb, ya, (size_t)n * rows, 2, what), 0);
+  if (!poison) { /* CPU order: act_quant + linear_q, the CPU's bits (a NaN's sign may differ) */
+    q8_run_pre(&c, 1, yb);
+    snprintf(what, sizeof what, "fp8 %dx%d n=%d q8_quant + linear_q8_pre (cpu order) == cpu", rows, cols, n);
+    assert_int_equal(gt_diff_bits(yb, c.yc, (size_t)n * rows, 2, what), 0);
   }
   q8_run(&c, 0, 0, n, yb); /* determinism */
   snprintf(what, sizeof what, "tiled fp8 %dx%d n=%d second run", rows, cols, n);
