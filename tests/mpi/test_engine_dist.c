@@ -20,6 +20,8 @@
  *                 rank, nothing changed; the next call works.
  * mismatch_create one rank asks for another max_sequences: DSV4_ERR_RANK_MISMATCH
  *                 on every rank.
+ * greedy_ds_mla   greedy_* on tiny-v41-a with fp8_ds_mla window records (CPU).
+ * mismatch_kv_format  one rank asks for another kv_format: DSV4_ERR_RANK_MISMATCH.
  * refused_split   a stage boundary where shared attention state crosses:
  *                 DSV4_ERR_UNSUPPORTED on every rank, naming the state.
  * failed_create   one rank fails creating (its progress callback aborts): it
@@ -88,6 +90,7 @@
 #define N_GEN 12
 
 static int g_rank, g_size, g_tp = 1, g_pp = 2, g_backend = DSV4_BACKEND_CPU;
+static int32_t g_kv_format = DSV4_KV_FORMAT_NATIVE; /* the engines' window records */
 static MPI_Comm g_world;
 
 static double now_s(void) {
@@ -139,6 +142,7 @@ static void params(dsv4_engine_params *p, int dist) {
   p->prefill_chunk = 8;
   p->n_threads = 1;
   p->backend = g_backend;
+  p->kv_format = g_kv_format;
   if (dist) {
     p->mpi_comm = &g_world;
     p->tp_size = g_tp;
@@ -247,6 +251,16 @@ static void greedy_equal(const char *fx) {
 }
 
 static void greedy_a(void **state) { (void)state, greedy_equal("tiny-v41-a"); }
+
+/* The fp8_ds_mla window records (kv_format) on every stage: still bit-identical to one
+ * process with that format (CPU; the CUDA backend does not read the format yet). */
+static void greedy_ds_mla(void **state) {
+  (void)state;
+  if (g_backend != DSV4_BACKEND_CPU) skip();
+  g_kv_format = DSV4_KV_FORMAT_FP8_DS_MLA;
+  greedy_equal("tiny-v41-a");
+  g_kv_format = DSV4_KV_FORMAT_NATIVE;
+}
 static void greedy_e2e(void **state) { (void)state, greedy_equal("tiny-v41-e2e-a"); }
 
 /* Speculative greedy generation of both prompts (one batch) equals plain greedy. */
@@ -340,6 +354,20 @@ static void mismatch_create(void **state) {
   assert_int_equal(s, DSV4_ERR_RANK_MISMATCH);
   assert_null(e);
   assert_non_null(strstr(dsv4_last_error(), "max_sequences: rank 0 has 3"));
+}
+
+/* Ranks asking for different window record formats: DSV4_ERR_RANK_MISMATCH naming kv_format. */
+static void mismatch_kv_format(void **state) {
+  (void)state;
+  dsv4_engine_params p;
+  params(&p, 1);
+  if (g_rank == 0) p.kv_format = DSV4_KV_FORMAT_FP8_DS_MLA;
+  dsv4_engine *e = NULL;
+  dsv4_status s = dsv4_engine_create_from_dir(tu_fixture_or_skip("tiny-v41-a"), &p, &e);
+  printf("  rank %d: %s\n", g_rank, dsv4_last_error());
+  assert_int_equal(s, DSV4_ERR_RANK_MISMATCH);
+  assert_null(e);
+  assert_non_null(strstr(dsv4_last_error(), "kv_format: rank 0 has 1"));
 }
 
 static void refused_split(void **state) {
@@ -795,6 +823,7 @@ int tu_run_suite(void) {
   const struct CMUnitTest tests[] = {
     cmocka_unit_test(greedy_a),        cmocka_unit_test(greedy_e2e),
     cmocka_unit_test(spec_a),          cmocka_unit_test(spec_e2e),
+    cmocka_unit_test(greedy_ds_mla),   cmocka_unit_test(mismatch_kv_format),
     cmocka_unit_test(mismatch_call),   cmocka_unit_test(mismatch_create),
     cmocka_unit_test(refused_split),   cmocka_unit_test(failed_create),
     cmocka_unit_test(memory_per_rank), cmocka_unit_test(tp_rank_fails),
