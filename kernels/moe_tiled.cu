@@ -17,7 +17,8 @@
  * warp i mod 4) and stream their weights, scale bytes and activation words
  * through a 3-stage cp.async ring per thread (55 KB of dynamic shared memory
  * a block, 4 blocks per SM; each thread reads back only what it copied
- * itself, so no barrier); a pass serves up to 8 tokens (one n8 tile), more
+ * itself, so no barrier; a thread whose token column is empty copies no
+ * activation words); a pass serves up to 8 tokens (one n8 tile), more
  * tokens take more passes over the same tile.
  *
  * Arithmetic: mma.sync m16n8k16, bf16 inputs, fp32 accumulators. A = the
@@ -197,7 +198,12 @@ __device__ __forceinline__ void stage_rg(const uint4 &u0, const uint4 &u1, uint3
 /* acc[rg] += W_rg · B over this warp's K chunks, for the two row groups g[2]
  * (rows r0 + lane/4 and + 8 of each); B = 8 tokens' activation rows (brow,
  * fragment order; NULL = a token slot past the pass) in the thread's column
- * lane/4. nan[rg·2 + rr]: e4m3 NaN detector words of the thread's rows. */
+ * lane/4. nan[rg·2 + rr]: e4m3 NaN detector words of the thread's rows.
+ * Stage i covers the thread's 32-block kb = kb0 + 16·(i / HS) (half i % HS
+ * of it for fp8); the copies' addresses are the rows' starts plus one offset
+ * per stage (a stage past K copies nothing from the row start: zeros). A
+ * thread with no token (brow NULL) copies no activations: its B words in the
+ * ring are zeroed once here and stay zero. */
 template <int FMT>
 __device__ void kloop(tiled_smem &sm, const rowgrp (&gr)[2], int K, const uint16_t *brow,
                       float (&acc)[2][4], uint32_t (&nan)[4]) {
@@ -207,50 +213,64 @@ __device__ void kloop(tiled_smem &sm, const rowgrp (&gr)[2], int K, const uint16
   const int nkb = K / 32, nc = (nkb + 3) / 4;
   const int ld = FMT == W_E2M1 ? K / 2 : K;
   const int nch = nc > w ? (nc - w + NW - 1) / NW : 0, ns = nch * HS;
-  /* the thread's row g of each group (row g + 8 is 8 rows on); scale rows:
-   * fp4 one per row, fp8 one per 32 rows (g and g + 8 share it) */
-  const unsigned char *wr[2], *sr[2];
+  const int kb0 = w * 4 + c;
+  /* the thread's rows: q = rg·2 + rr is row g + 8·rr of group rg (16-byte
+   * units); scale rows: fp4 one per row, fp8 one per 32 rows (g and g + 8
+   * share it) */
+  const uint4 *wq[4];
+  const unsigned char *sq[4];
 #pragma unroll
-  for (int rg = 0; rg < 2; rg++) {
+  for (int q = 0; q < 4; q++) {
+    const int rg = q >> 1, rr = q & 1;
     const long long row = gr[rg].r0 + g;
-    wr[rg] = gr[rg].w + row * ld;
-    sr[rg] = gr[rg].s + (FMT == W_E2M1 ? row : row >> 5) * nkb;
+    wq[q] = reinterpret_cast<const uint4 *>(gr[rg].w + (row + 8 * rr) * ld);
+    sq[q] = gr[rg].s + (FMT == W_E2M1 ? row + 8 * rr : row >> 5) * nkb;
   }
-  const int wstep = 8 * ld, sstep = FMT == W_E2M1 ? 8 * nkb : 0;
-  /* where each row's scale byte sits in its aligned word: the same at every
-   * stage (the block index advances by multiples of 4); a byte_perm selector */
+  /* the aligned word holding each row's scale byte of stage 0 (the row's
+   * first word when the thread has no block: it then copies nothing), and
+   * where the byte sits in it: the same at every stage (the block index
+   * advances by multiples of 4); a byte_perm selector */
+  const uint32_t *sw[4];
   uint32_t bsel[4];
 #pragma unroll
-  for (int q = 0; q < 4; q++)
-    bsel[q] = 0x4440u | (uint32_t)((reinterpret_cast<uintptr_t>(sr[q >> 1]) + (uintptr_t)c +
-                                    (uintptr_t)((q & 1) * sstep)) & 3u);
+  for (int q = 0; q < 4; q++) {
+    const uintptr_t a = reinterpret_cast<uintptr_t>(sq[q]) + (uintptr_t)(kb0 < nkb ? kb0 : 0);
+    sw[q] = reinterpret_cast<const uint32_t *>(a & ~(uintptr_t)3);
+    bsel[q] = 0x4440u | (uint32_t)((reinterpret_cast<uintptr_t>(sq[q]) + (uintptr_t)kb0) & 3u);
+  }
   tiled_ring &R = ring();
+  if (!brow) {
+#pragma unroll
+    for (int s = 0; s < RING; s++)
+#pragma unroll
+      for (int j = 0; j < 4; j++) R.b[s][j][tid] = make_uint4(0u, 0u, 0u, 0u);
+  }
+  int islot = 0;
   auto issue = [&](int i) {
     if (i < ns) {
-      const int kb = (w + NW * (i / HS)) * 4 + c, h = i % HS, slot = i % RING;
+      const int ci = FMT == W_E2M1 ? i : i >> 1, h = FMT == W_E2M1 ? 0 : i & 1;
+      const int kb = kb0 + 16 * ci;
       const bool ok = kb < nkb;
-      const int off = ok ? kb * KBB + h * 16 : 0, sb = ok ? kb : 0;
+      const unsigned ow = ok ? kb * (KBB / 16) + h : 0, os = ok ? 4 * ci : 0;
 #pragma unroll
       for (int q = 0; q < 4; q++) {
-        const int rg = q >> 1, rr = q & 1;
-        cp_async16(&R.w[slot][q][tid], wr[rg] + (off + rr * wstep), ok ? 16 : 0);
-        cp_async4(&R.s[slot][q][tid],
-                  reinterpret_cast<const void *>(reinterpret_cast<uintptr_t>(sr[rg] + (sb + rr * sstep)) &
-                                                 ~(uintptr_t)3),
-                  ok ? 4 : 0);
+        cp_async16(&R.w[islot][q][tid], wq[q] + ow, ok ? 16 : 0);
+        cp_async4(&R.s[islot][q][tid], sw[q] + os, ok ? 4 : 0);
       }
-      /* B: fp4 16 words (the thread's 32-block), fp8 8 (its half); zeros past K or the pass */
-      const bool okb = ok && brow;
-      const uint16_t *bp = okb ? brow + kb * 32 + h * 16 : brow;
+      /* B: fp4 16 words (the thread's 32-block), fp8 8 (its half); zeros past K */
+      if (brow) {
+        const uint16_t *bp = brow + (ok ? kb * 32 + h * 16 : 0);
 #pragma unroll
-      for (int j = 0; j < 4 / HS; j++) cp_async16_ca(&R.b[slot][j][tid], okb ? static_cast<const void *>(bp + 8 * j) : static_cast<const void *>(wr[0]), okb ? 16 : 0);
+        for (int j = 0; j < 4 / HS; j++) cp_async16_ca(&R.b[islot][j][tid], bp + 8 * j, ok ? 16 : 0);
+      }
+      islot = islot == RING - 1 ? 0 : islot + 1;
     }
     cp_async_commit();
   };
+  int slot = 0;
   auto step = [&](int i) {
     issue(i + RING - 1);
     cp_async_wait<RING - 1>();
-    const int slot = i % RING;
     uint32_t sbyte[4];
 #pragma unroll
     for (int q = 0; q < 4; q++) sbyte[q] = __byte_perm(R.s[slot][q][tid], 0u, bsel[q]);
@@ -275,6 +295,7 @@ __device__ void kloop(tiled_smem &sm, const rowgrp (&gr)[2], int K, const uint16
                              scale_mul<FMT>(sbyte[2 * rg]), scale_mul<FMT>(sbyte[2 * rg + 1]), 0u, 0u,
                              bw, acc[rg], nan[2 * rg], nan[2 * rg + 1]);
     }
+    slot = slot == RING - 1 ? 0 : slot + 1;
   };
 #pragma unroll
   for (int i = 0; i < RING - 1; i++) issue(i);
