@@ -58,6 +58,64 @@ extern "C" __global__ void dsv4_k_attn_window_store_e4m3(
 }
 
 /*
+ * Window KV in the fp8_ds_mla record (docs/gpu-attention.md "The fp8_ds_mla
+ * record"): NoPE values 0 .. nope − 1 quantised as act_quant in blocks of
+ * 64 (UE8M0 scale from the block's amax, E4M3 codes), the RoPE values
+ * nope .. hd − 1 kept as bf16. One warp per (token, 64-value block): blocks
+ * 0 .. nbn − 1 are NoPE (lane j: values 2j, 2j + 1 of the block), the rest
+ * copy 64 RoPE values each. Record: codes [0, nope), RoPE bf16 [nope,
+ * nope + 2·rope), scales from nope + 2·rope, zero bytes up to rec_bytes.
+ * kvw: the values attention reads for this call's positions (NoPE QDQ,
+ * RoPE unchanged). nope and hd multiples of 32; records 8-byte aligned.
+ */
+extern "C" __global__ void dsv4_k_attn_window_store_ds_mla(
+    dsv4i_gpu_kvtab win, const dsv4i_gpu_attn_tok *__restrict__ tok, int n, int hd, int nope,
+    const unsigned short *__restrict__ kv, unsigned short *__restrict__ kvw) {
+  const int lane = threadIdx.x & 31;
+  const long long w = ((long long)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+  const int rope = hd - nope, nbn = (nope + 63) >> 6, nbr = (rope + 63) >> 6;
+  if (w >= (long long)n * (nbn + nbr)) return;
+  const int t = (int)(w / (nbn + nbr)), b = (int)(w % (nbn + nbr));
+  const dsv4i_gpu_attn_tok tk = tok[t];
+  const bool store = win.pool != 0 && tk.pos > tk.last - win.ring; /* else QDQ rows only, or slot reused */
+  unsigned char *rec = store ? dsv4_kv_rec(win, tk.seq, tk.pos) : nullptr;
+  const unsigned short *x = kv + (long long)t * hd;
+  if (b >= nbn) { /* RoPE values: bf16, unchanged */
+    const int d = nope + 64 * (b - nbn) + 2 * lane;
+    if (d >= hd) return;
+    const unsigned int v = *(const unsigned int *)(x + d);
+    if (kvw) *(unsigned int *)(kvw + (long long)t * hd + d) = v;
+    if (store) *(unsigned int *)(rec + nope + 2 * (d - nope)) = v;
+    return;
+  }
+  const int d = 64 * b + 2 * lane, len = nope - 64 * b < 64 ? nope - 64 * b : 64;
+  const bool live = 2 * lane < len;
+  const unsigned int x2 = live ? *(const unsigned int *)(x + d) : 0u;
+  const unsigned int x0 = x2 & 0xFFFFu, x1 = x2 >> 16;
+  unsigned int m = max(x0 & 0x7FFFu, x1 & 0x7FFFu);
+  for (int o = 16; o > 0; o >>= 1) m = max(m, __shfl_xor_sync(0xFFFFFFFFu, m, o));
+  const int e = dsv4i_act_quant_exp(m);
+  const unsigned int q0 = dsv4i_act_quant_code((unsigned short)x0, e);
+  const unsigned int q1 = dsv4i_act_quant_code((unsigned short)x1, e);
+  unsigned int y0, y1;
+  if (e == DSV4I_ACT_QUANT_NONFINITE) { /* as the QDQ form: NaN with the code's sign */
+    y0 = ((q0 & 0x80u) << 8) | 0x7FC0u;
+    y1 = ((q1 & 0x80u) << 8) | 0x7FC0u;
+  } else {
+    y0 = dsv4_window_val(q0, dsv4_pow2f(e));
+    y1 = dsv4_window_val(q1, dsv4_pow2f(e));
+  }
+  if (!live) return;
+  if (kvw) *(unsigned int *)(kvw + (long long)t * hd + d) = y0 | (y1 << 16);
+  if (!store) return;
+  *(unsigned short *)(rec + d) = (unsigned short)(q0 | (q1 << 8));
+  const int sc = nope + 2 * rope;
+  if (lane == 0) rec[sc + b] = dsv4i_act_quant_scale(e);
+  if (b == nbn - 1) /* the padding after the scales */
+    for (int i = sc + nbn + lane; i < win.rec_bytes; i += 32) rec[i] = 0;
+}
+
+/*
  * Compressed KV of the tokens that complete a group ((pos + 1) mod ratio ==
  * 0): fp4_act_quant(lat, 16, E4M3) into record (pos + 1)/ratio − 1. One
  * thread per (token, 16-block). lat: bf16 [n][hd], RoPE'd at the group's

@@ -179,12 +179,24 @@ __device__ __forceinline__ void cp_async4(void *dst, const void *src) {
   const unsigned int d = (unsigned int)__cvta_generic_to_shared(dst);
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(d), "l"(src) : "memory");
 }
+__device__ __forceinline__ void cp_async8(void *dst, const void *src) {
+  const unsigned int d = (unsigned int)__cvta_generic_to_shared(dst);
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 8;" ::"r"(d), "l"(src) : "memory");
+}
 /* n bytes (a multiple of 16; src 4-byte aligned, dst 16-byte aligned) */
 __device__ __forceinline__ void cp_async_bytes(void *dst, const unsigned char *src, int n) {
   if (((unsigned long long)src & 15u) == 0) {
     for (int i = 0; i < n; i += 16) cp_async16((unsigned char *)dst + i, src + i);
   } else {
     for (int i = 0; i < n; i += 4) cp_async4((unsigned char *)dst + i, src + i);
+  }
+}
+/* n bytes (a multiple of 16; src and dst 8-byte aligned: fp8_ds_mla records) */
+__device__ __forceinline__ void cp_async_bytes8(void *dst, const unsigned char *src, int n) {
+  if (((unsigned long long)src & 15u) == 0) {
+    for (int i = 0; i < n; i += 16) cp_async16((unsigned char *)dst + i, src + i);
+  } else {
+    for (int i = 0; i < n; i += 8) cp_async8((unsigned char *)dst + i, src + i);
   }
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }

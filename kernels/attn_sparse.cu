@@ -39,11 +39,37 @@ namespace {
 
 /* Dims [d0, d0 + N) of an entry's row as N/2 packed bf16 pairs (element 2i
  * in the low half of out[i]); N = 4 or 16, d0 a multiple of N. The values
- * are the records' (kvrec.cuh: bf16(code · scale)). */
-template <int N>
+ * are the records' (kvrec.cuh: bf16(code · scale)). MLA: window records in
+ * the fp8_ds_mla layout with nope NoPE dims (a multiple of 32). */
+template <int N, bool MLA>
 __device__ __forceinline__ void load_dims(int kind, unsigned long long ptr, int d0, int hd,
-                                          unsigned int out[N / 2]) {
-  if (kind == E_WIN) { /* N bytes of E4M3, one UE8M0 scale per 32 */
+                                          int nope, unsigned int out[N / 2]) {
+  if (MLA && kind == E_WIN) { /* 8-byte aligned record: E4M3 NoPE codes, bf16 RoPE values */
+    const unsigned char *rec = (const unsigned char *)ptr;
+    if (d0 >= nope) {
+      const uint2 *src = (const uint2 *)(rec + nope + 2 * (d0 - nope));
+      #pragma unroll
+      for (int i = 0; i < N / 4; i++) {
+        const uint2 v = src[i];
+        out[2 * i] = v.x;
+        out[2 * i + 1] = v.y;
+      }
+    } else {
+      unsigned int w[N / 4];
+      if constexpr (N == 16) {
+        const uint2 v0 = ((const uint2 *)(rec + d0))[0], v1 = ((const uint2 *)(rec + d0))[1];
+        w[0] = v0.x; w[1] = v0.y; w[2] = v1.x; w[3] = v1.y;
+      } else {
+        w[0] = *(const unsigned int *)(rec + d0);
+      }
+      const float s = dsv4i_e8m0_to_f32(rec[nope + 2 * (hd - nope) + d0 / 64]);
+      #pragma unroll
+      for (int i = 0; i < N / 2; i++) {
+        const unsigned int wd = w[i >> 1] >> (16 * (i & 1));
+        out[i] = pack_bf16(__fmul_rn(e4m3f(wd & 0xFFu), s), __fmul_rn(e4m3f((wd >> 8) & 0xFFu), s));
+      }
+    }
+  } else if (kind == E_WIN) { /* N bytes of E4M3, one UE8M0 scale per 32 */
     const unsigned char *rec = (const unsigned char *)ptr;
     unsigned int w[N / 4];
     if constexpr (N == 16) load_words<4>(rec + d0, w);
@@ -121,10 +147,10 @@ __device__ unsigned int g_split_done;
  * chunk; lane (g, c) loads N contiguous dims of its four entries per k step
  * and n tile j of the warp is dim g'·N + j of lane g''s run (N = 16 or 4).
  */
-template <int N>
+template <int N, bool MLA>
 __device__ __forceinline__ void split_pv(const unsigned long long *e_ptr, const int *e_kind,
-                                         const unsigned short *Pb, int hd, int H, int head0,
-                                         float *part_tb) {
+                                         const unsigned short *Pb, int hd, int nope, int H,
+                                         int head0, float *part_tb) {
   const int tid = threadIdx.x, lane = tid & 31, wid = tid >> 5, g = lane >> 2, c = lane & 3;
   const int DCH = 32 * N; /* dims per chunk: 4 warps x 8 lanes x N */
   const unsigned short *pa = Pb + g * LDP;
@@ -141,7 +167,7 @@ __device__ __forceinline__ void split_pv(const unsigned long long *e_ptr, const 
       #pragma unroll
       for (int r = 0; r < 4; r++) {
         const int e = ks + 2 * c + (r & 1) + 8 * (r >> 1);
-        load_dims<N>(e_kind[e], e_ptr[e], dw + g * N, hd, v[r]);
+        load_dims<N, MLA>(e_kind[e], e_ptr[e], dw + g * N, hd, nope, v[r]);
       }
       #pragma unroll
       for (int j = 0; j < N; j++) { /* n tile j: column g is dim dw + g·N + j */
@@ -170,9 +196,11 @@ __device__ __forceinline__ void split_pv(const unsigned long long *e_ptr, const 
   }
 }
 
-extern "C" __global__ void __launch_bounds__(128) dsv4_k_attn_sparse_split_e4m3(
-    dsv4i_gpu_kvtab win, dsv4i_gpu_kvtab comp, const dsv4i_gpu_attn_tok *__restrict__ tok,
-    int n, int nblk, int n_hg, int H, int hd, int window, const unsigned short *__restrict__ q,
+template <bool MLA>
+__device__ __forceinline__ void split_pass(
+    const dsv4i_gpu_kvtab &win, const dsv4i_gpu_kvtab &comp,
+    const dsv4i_gpu_attn_tok *__restrict__ tok, int n, int nblk, int n_hg, int H, int hd,
+    int nope, int window, const unsigned short *__restrict__ q,
     const unsigned short *__restrict__ kvw, const int *__restrict__ sel, int sel_ld, float scale,
     float *__restrict__ bmax, float *__restrict__ psum, float *__restrict__ part) {
   __shared__ __align__(16) unsigned short Pb[SG * LDP];
@@ -222,8 +250,8 @@ extern "C" __global__ void __launch_bounds__(128) dsv4_k_attn_sparse_split_e4m3(
       const unsigned int wa[8] = {qa0.x, qa0.y, qa0.z, qa0.w, qa1.x, qa1.y, qa1.z, qa1.w};
       const unsigned int wb[8] = {qb0.x, qb0.y, qb0.z, qb0.w, qb1.x, qb1.y, qb1.z, qb1.w};
       unsigned int k0[8], k1[8];
-      load_dims<16>(ka, pa, d0, hd, k0);
-      load_dims<16>(kb, pb, d0, hd, k1);
+      load_dims<16, MLA>(ka, pa, d0, hd, nope, k0);
+      load_dims<16, MLA>(kb, pb, d0, hd, nope, k1);
       #pragma unroll
       for (int ks = 0; ks < 4; ks++) { /* mma k 2c, 2c+1 | 2c+8, 2c+9 = dims d0 + 4ks + 0,1 | 2,3 */
         mma_bf16(acc[0], wa[2 * ks], wb[2 * ks], wa[2 * ks + 1], wb[2 * ks + 1], k0[2 * ks], k0[2 * ks + 1]);
@@ -304,9 +332,9 @@ extern "C" __global__ void __launch_bounds__(128) dsv4_k_attn_sparse_split_e4m3(
     __syncwarp(); /* warp 0 reconverges after the sums before its mma.sync */
     float *part_tb = part + tb * H * hd;
     if (hd % 512 == 0)
-      split_pv<16>(e_ptr, e_kind, Pb, hd, H, head0, part_tb);
+      split_pv<16, MLA>(e_ptr, e_kind, Pb, hd, nope, H, head0, part_tb);
     else
-      split_pv<4>(e_ptr, e_kind, Pb, hd, H, head0, part_tb);
+      split_pv<4, MLA>(e_ptr, e_kind, Pb, hd, nope, H, head0, part_tb);
   }
   /* the last block to finish moves the epoch for the next launch */
   __syncthreads();
@@ -318,6 +346,28 @@ extern "C" __global__ void __launch_bounds__(128) dsv4_k_attn_sparse_split_e4m3(
       __threadfence();
     }
   }
+}
+
+/* The split pass over native window records (528 B at release dims); nope unused. */
+extern "C" __global__ void __launch_bounds__(128) dsv4_k_attn_sparse_split_e4m3(
+    dsv4i_gpu_kvtab win, dsv4i_gpu_kvtab comp, const dsv4i_gpu_attn_tok *__restrict__ tok,
+    int n, int nblk, int n_hg, int H, int hd, int nope, int window,
+    const unsigned short *__restrict__ q, const unsigned short *__restrict__ kvw,
+    const int *__restrict__ sel, int sel_ld, float scale, float *__restrict__ bmax,
+    float *__restrict__ psum, float *__restrict__ part) {
+  split_pass<false>(win, comp, tok, n, nblk, n_hg, H, hd, nope, window, q, kvw, sel, sel_ld, scale,
+                    bmax, psum, part);
+}
+
+/* The split pass over fp8_ds_mla window records (584 B at release dims, nope NoPE dims). */
+extern "C" __global__ void __launch_bounds__(128) dsv4_k_attn_sparse_split_ds_mla(
+    dsv4i_gpu_kvtab win, dsv4i_gpu_kvtab comp, const dsv4i_gpu_attn_tok *__restrict__ tok,
+    int n, int nblk, int n_hg, int H, int hd, int nope, int window,
+    const unsigned short *__restrict__ q, const unsigned short *__restrict__ kvw,
+    const int *__restrict__ sel, int sel_ld, float scale, float *__restrict__ bmax,
+    float *__restrict__ psum, float *__restrict__ part) {
+  split_pass<true>(win, comp, tok, n, nblk, n_hg, H, hd, nope, window, q, kvw, sel, sel_ld, scale,
+                   bmax, psum, part);
 }
 
 /*

@@ -56,7 +56,9 @@ struct score_smem {
 };
 
 struct out_smem {
-  unsigned char raw[SE][DS];     /* the slice's codes: E4M3 (32 B) or E2M1 (16 B) */
+  unsigned char raw[SE * DS];    /* the slice's bytes per entry, ew apart: E4M3 codes (32 B),
+                                  * E2M1 codes (16 B); an fp8_ds_mla RoPE slice: bf16 (64 B,
+                                  * half the entries per stage) */
   float blk[SB][HG][DS];         /* bf16(P_b)·V_b */
   unsigned int scw[SE];          /* the aligned word holding the slice's scale byte(s) */
   unsigned short rowv[RMAX][DS]; /* call rows: bf16 */
@@ -114,12 +116,27 @@ struct raw16 {
   unsigned int s; /* the scale byte (window, compressed) */
 };
 
-__device__ __forceinline__ void fetch16(int kind, unsigned long long ptr, int d0, int hd, raw16 &r) {
+/* MLA: window records in the fp8_ds_mla layout (8-byte aligned) with nope
+ * NoPE dims, a multiple of 32: a 16-dim run is all codes or all bf16. */
+template <bool MLA>
+__device__ __forceinline__ void fetch16(int kind, unsigned long long ptr, int d0, int hd, int nope,
+                                        raw16 &r) {
   r.a = make_uint4(0, 0, 0, 0);
   r.b = r.a;
   r.s = 0;
   const unsigned char *rec = (const unsigned char *)ptr;
-  if (kind == E_WIN) {
+  if (MLA && kind == E_WIN) {
+    if (d0 >= nope) { /* 16 bf16 RoPE values */
+      const uint2 *src = (const uint2 *)(rec + nope + 2 * (d0 - nope));
+      const uint2 v0 = src[0], v1 = src[1], v2 = src[2], v3 = src[3];
+      r.a = make_uint4(v0.x, v0.y, v1.x, v1.y);
+      r.b = make_uint4(v2.x, v2.y, v3.x, v3.y);
+    } else { /* 16 E4M3 codes, the UE8M0 scale of their 64-block */
+      const uint2 v0 = ((const uint2 *)(rec + d0))[0], v1 = ((const uint2 *)(rec + d0))[1];
+      r.a = make_uint4(v0.x, v0.y, v1.x, v1.y);
+      r.s = rec[nope + 2 * (hd - nope) + d0 / 64];
+    }
+  } else if (kind == E_WIN) {
     unsigned int w[4];
     load_words<4>(rec + d0, w);
     r.a = make_uint4(w[0], w[1], w[2], w[3]);
@@ -137,10 +154,15 @@ __device__ __forceinline__ void fetch16(int kind, unsigned long long ptr, int d0
 }
 
 /* 16 dims as 8 packed bf16 pairs (element 2i low), the records' values
- * (kvrec.cuh: bf16(code · scale)) */
-__device__ __forceinline__ void decode16(int kind, const raw16 &r, unsigned int out[8]) {
+ * (kvrec.cuh: bf16(code · scale)); MLA, d0 >= nope: the bf16 RoPE values */
+template <bool MLA>
+__device__ __forceinline__ void decode16(int kind, const raw16 &r, int d0, int nope,
+                                         unsigned int out[8]) {
   const unsigned int w[4] = {r.a.x, r.a.y, r.a.z, r.a.w};
-  if (kind == E_WIN) {
+  if (MLA && kind == E_WIN && d0 >= nope) {
+    out[0] = r.a.x; out[1] = r.a.y; out[2] = r.a.z; out[3] = r.a.w;
+    out[4] = r.b.x; out[5] = r.b.y; out[6] = r.b.z; out[7] = r.b.w;
+  } else if (kind == E_WIN) {
     const float s = dsv4i_e8m0_to_f32((unsigned char)r.s);
     #pragma unroll
     for (int i = 0; i < 8; i++) {
@@ -182,11 +204,12 @@ __device__ __forceinline__ void load_q(const unsigned short *qa, const unsigned 
  * g, g + 8 and of its entries (the mma's k order permuted alike for q and
  * kv). The dim quarters' partial dots are summed in order, then scaled.
  */
+template <bool MLA>
 __device__ __forceinline__ void score_block(score_smem &sm, const dsv4i_gpu_kvtab &win,
                                             const dsv4i_gpu_kvtab &comp,
                                             const dsv4i_gpu_attn_tok *__restrict__ tok, int t,
                                             int b, int hg, int n_hg, int nent, int H, int hd,
-                                            int window, const unsigned short *__restrict__ q,
+                                            int nope, int window, const unsigned short *__restrict__ q,
                                             const unsigned short *__restrict__ kvw,
                                             const int *__restrict__ sel, int sel_ld, float scale,
                                             unsigned char *ws, unsigned int want, int bid) {
@@ -238,7 +261,8 @@ __device__ __forceinline__ void score_block(score_smem &sm, const dsv4i_gpu_kvta
     for (int i = 0; i < 2; i++)
       #pragma unroll
       for (int j = 0; j < 4; j++)
-        fetch16(k0 + 256 * i < hd ? kd[j] : E_NONE, pt[j], k0 + 256 * i + 16 * c, hd, r[i][j]);
+        fetch16<MLA>(k0 + 256 * i < hd ? kd[j] : E_NONE, pt[j], k0 + 256 * i + 16 * c, hd, nope,
+                     r[i][j]);
     #pragma unroll
     for (int i = 0; i < 2; i++) {
       if (k0 + 256 * i >= hd) break;
@@ -249,7 +273,7 @@ __device__ __forceinline__ void score_block(score_smem &sm, const dsv4i_gpu_kvta
       #pragma unroll
       for (int j = 0; j < 4; j++) {
         unsigned int kw[8];
-        decode16(kd[j], r[i][j], kw);
+        decode16<MLA>(kd[j], r[i][j], k0 + 256 * i + 16 * c, nope, kw);
         #pragma unroll
         for (int ks = 0; ks < 4; ks++) /* k 2c, 2c+1 | 2c+8, 2c+9 = dims d0 + 4ks + 0,1 | 2,3 */
           mma_bf16(acc[j], wa[2 * ks], wb[2 * ks], wa[2 * ks + 1], wb[2 * ks + 1], kw[2 * ks],
@@ -339,19 +363,27 @@ __device__ __forceinline__ void score_block(score_smem &sm, const dsv4i_gpu_kvta
   if (tid == 0) atomicExch(&g_flag_p[bid], want);
 }
 
-/* Dims 4g' .. 4g' + 3 of the slice (d0 ..) of staged entry e as bf16 bits v[0..3] */
-__device__ __forceinline__ void staged4(const out_smem &o, int e, int g4, int d0, int hd,
-                                        const unsigned short *__restrict__ kvw, int row0,
+/* Dims 4g' .. 4g' + 3 of the slice (d0 ..) of staged entry e as bf16 bits v[0..3];
+ * ew: staged bytes per entry; MLA: fp8_ds_mla window records, a RoPE slice when
+ * d0 >= nope (staged as bf16), else E4M3 codes with a scale per 64 dims */
+template <bool MLA>
+__device__ __forceinline__ void staged4(const out_smem &o, int e, int ew, int g4, int d0, int hd,
+                                        int nope, const unsigned short *__restrict__ kvw, int row0,
                                         unsigned int v[4]) {
   const unsigned int code = o.ek[e], kind = code & 3u;
-  if (kind == E_WIN) {
-    const float s = dsv4i_e8m0_to_f32((unsigned char)(o.scw[e] >> (8 * ((d0 >> 5) & 3))));
-    const unsigned int w = *(const unsigned int *)&o.raw[e][g4];
+  const unsigned char *raw = o.raw + e * ew;
+  if (MLA && kind == E_WIN && d0 >= nope) {
+    const uint2 x = *(const uint2 *)(raw + 2 * g4);
+    v[0] = x.x & 0xFFFFu; v[1] = x.x >> 16; v[2] = x.y & 0xFFFFu; v[3] = x.y >> 16;
+  } else if (kind == E_WIN) {
+    const int sh = MLA ? 8 * ((d0 >> 6) & 3) : 8 * ((d0 >> 5) & 3);
+    const float s = dsv4i_e8m0_to_f32((unsigned char)(o.scw[e] >> sh));
+    const unsigned int w = *(const unsigned int *)(raw + g4);
     #pragma unroll
     for (int j = 0; j < 4; j++) v[j] = dsv4i_f32_to_bf16(__fmul_rn(e4m3f((w >> (8 * j)) & 0xFFu), s));
   } else if (kind == E_COMP) {
     const float s = dsv4i_e4m3_to_f32((unsigned char)(o.scw[e] >> (8 * (((d0 >> 4) & 3) + (g4 >> 4)))));
-    const unsigned int w = *(const unsigned short *)&o.raw[e][g4 >> 1];
+    const unsigned int w = *(const unsigned short *)(raw + (g4 >> 1));
     #pragma unroll
     for (int j = 0; j < 4; j++)
       v[j] = dsv4i_f32_to_bf16(__fmul_rn(dsv4i_e2m1_to_f32((w >> (4 * j)) & 0xFu), s));
@@ -377,11 +409,13 @@ __device__ __forceinline__ void staged4(const out_smem &o, int e, int g4, int d0
  * workspace (ws_of); o: bf16 [n][H][hd]. n·n_hg·nblk <= FLAGS; hd a
  * multiple of 128.
  */
-extern "C" __global__ void __launch_bounds__(NT) dsv4_k_attn_sparse_tiled_e4m3(
-    dsv4i_gpu_kvtab win, dsv4i_gpu_kvtab comp, const dsv4i_gpu_attn_tok *__restrict__ tok,
-    int n, int nent, int n_hg, int H, int hd, int window, const unsigned short *__restrict__ q,
-    const unsigned short *__restrict__ kvw, const int *__restrict__ sel, int sel_ld, float scale,
-    const float *__restrict__ sink, unsigned char *__restrict__ ws, unsigned short *__restrict__ o) {
+template <bool MLA>
+__device__ __forceinline__ void tiled_attention(
+    const dsv4i_gpu_kvtab &win, const dsv4i_gpu_kvtab &comp,
+    const dsv4i_gpu_attn_tok *__restrict__ tok, int n, int nent, int n_hg, int H, int hd, int nope,
+    int window, const unsigned short *__restrict__ q, const unsigned short *__restrict__ kvw,
+    const int *__restrict__ sel, int sel_ld, float scale, const float *__restrict__ sink,
+    unsigned char *__restrict__ ws, unsigned short *__restrict__ o) {
   __shared__ __align__(16) attn_smem sm;
   __shared__ unsigned int s_epoch;
   const int tid = threadIdx.x, lane = tid & 31, wid = tid >> 5, g = lane >> 2, c = lane & 3;
@@ -392,21 +426,25 @@ extern "C" __global__ void __launch_bounds__(NT) dsv4_k_attn_sparse_tiled_e4m3(
   const int bid = blockIdx.x;
   if (bid < n_score) {
     const int b = bid % nblk, hg = (bid / nblk) % n_hg, t = bid / (nblk * n_hg);
-    score_block(sm.s, win, comp, tok, t, b, hg, n_hg, nent, H, hd, window, q, kvw, sel, sel_ld,
-                scale, ws, want, bid);
+    score_block<MLA>(sm.s, win, comp, tok, t, b, hg, n_hg, nent, H, hd, nope, window, q, kvw, sel,
+                     sel_ld, scale, ws, want, bid);
   } else {
     out_smem &so = sm.o;
     const int nds = hd / DS, j2 = bid - n_score;
     const int ds = j2 % nds, hg = (j2 / nds) % n_hg, t = j2 / (nds * n_hg);
     const int d0 = ds * DS, head0 = hg * HG;
+    /* staged bytes per entry and 64-entry blocks per stage: a RoPE slice of
+     * fp8_ds_mla records stages bf16, twice the bytes of E4M3 codes */
+    const bool rope_slice = MLA && d0 >= nope;
+    const int ew = rope_slice ? 2 * DS : DS, sbn = rope_slice ? SB / 2 : SB;
     const dsv4i_gpu_attn_tok tk = tok[t];
     const int *sel_row = sel ? sel + (long long)t * sel_ld : nullptr;
     const ws_tok W = ws_of(ws, t, H, nent);
     /* the recurrence: thread (h, dims 2·(tid % 16), + 1) */
     const int rh = tid >> 4, rd = (tid & 15) * 2;
     float acc0 = 0.0f, acc1 = 0.0f, sum = 0.0f;
-    for (int sb0 = 0; sb0 < nblk; sb0 += SB) {
-      const int nb = nblk - sb0 < SB ? nblk - sb0 : SB;
+    for (int sb0 = 0; sb0 < nblk; sb0 += sbn) {
+      const int nb = nblk - sb0 < sbn ? nblk - sb0 : sbn;
       if (sb0) __syncthreads(); /* the previous stage is consumed */
       /* 1. stage the slice of every entry of these blocks (cp.async): the thread's
        * entries resolved in steps (selection loads, page-table loads), then copied */
@@ -435,11 +473,17 @@ extern "C" __global__ void __launch_bounds__(NT) dsv4_k_attn_sparse_tiled_e4m3(
         so.ek[e] = (unsigned short)(kind | (rk << 2));
         if (kind == E_WIN || kind == E_COMP) {
           const unsigned char *rec = rec_at(pick_tab(win, comp, kind == E_COMP), pg[j], rr[j]);
-          if (kind == E_WIN) {
-            cp_async_bytes(so.raw[e], rec + d0, DS);
+          unsigned char *dst = so.raw + e * ew;
+          if (rope_slice && kind == E_WIN) {
+            cp_async_bytes8(dst, rec + nope + 2 * (d0 - nope), 2 * DS);
+          } else if (MLA && kind == E_WIN) {
+            cp_async_bytes8(dst, rec + d0, DS);
+            cp_async4(&so.scw[e], rec + nope + 2 * (hd - nope) + ((d0 / 64) & ~3));
+          } else if (kind == E_WIN) {
+            cp_async_bytes(dst, rec + d0, DS);
             cp_async4(&so.scw[e], rec + hd + ((d0 / 32) & ~3));
           } else {
-            cp_async_bytes(so.raw[e], rec + d0 / 2, DS / 2);
+            cp_async_bytes(dst, rec + d0 / 2, DS / 2);
             cp_async4(&so.scw[e], rec + hd / 2 + ((d0 / 16) & ~3));
           }
         } else if (kind == E_ROW && rk < RMAX) {
@@ -488,10 +532,10 @@ extern "C" __global__ void __launch_bounds__(NT) dsv4_k_attn_sparse_tiled_e4m3(
           for (int ks = 0; ks < 4; ks++) {
             const int e = bb * BLK + 16 * ks + 2 * c;
             unsigned int v0[4], v1[4], v2[4], v3[4];
-            staged4(so, e, 4 * g, d0, hd, kvw, tk.row0, v0);
-            staged4(so, e + 1, 4 * g, d0, hd, kvw, tk.row0, v1);
-            staged4(so, e + 8, 4 * g, d0, hd, kvw, tk.row0, v2);
-            staged4(so, e + 9, 4 * g, d0, hd, kvw, tk.row0, v3);
+            staged4<MLA>(so, e, ew, 4 * g, d0, hd, nope, kvw, tk.row0, v0);
+            staged4<MLA>(so, e + 1, ew, 4 * g, d0, hd, nope, kvw, tk.row0, v1);
+            staged4<MLA>(so, e + 8, ew, 4 * g, d0, hd, nope, kvw, tk.row0, v2);
+            staged4<MLA>(so, e + 9, ew, 4 * g, d0, hd, nope, kvw, tk.row0, v3);
             #pragma unroll
             for (int j = 0; j < 4; j++)
               mma_bf16(bl[j], a[ks][0], a[ks][1], a[ks][2], a[ks][3], v0[j] | v1[j] << 16,
@@ -536,4 +580,26 @@ extern "C" __global__ void __launch_bounds__(NT) dsv4_k_attn_sparse_tiled_e4m3(
       __threadfence();
     }
   }
+}
+
+/* Over native window records (528 B at release dims); nope unused. */
+extern "C" __global__ void __launch_bounds__(NT) dsv4_k_attn_sparse_tiled_e4m3(
+    dsv4i_gpu_kvtab win, dsv4i_gpu_kvtab comp, const dsv4i_gpu_attn_tok *__restrict__ tok,
+    int n, int nent, int n_hg, int H, int hd, int nope, int window,
+    const unsigned short *__restrict__ q, const unsigned short *__restrict__ kvw,
+    const int *__restrict__ sel, int sel_ld, float scale, const float *__restrict__ sink,
+    unsigned char *__restrict__ ws, unsigned short *__restrict__ o) {
+  tiled_attention<false>(win, comp, tok, n, nent, n_hg, H, hd, nope, window, q, kvw, sel, sel_ld,
+                         scale, sink, ws, o);
+}
+
+/* Over fp8_ds_mla window records (584 B at release dims, nope NoPE dims). */
+extern "C" __global__ void __launch_bounds__(NT) dsv4_k_attn_sparse_tiled_ds_mla(
+    dsv4i_gpu_kvtab win, dsv4i_gpu_kvtab comp, const dsv4i_gpu_attn_tok *__restrict__ tok,
+    int n, int nent, int n_hg, int H, int hd, int nope, int window,
+    const unsigned short *__restrict__ q, const unsigned short *__restrict__ kvw,
+    const int *__restrict__ sel, int sel_ld, float scale, const float *__restrict__ sink,
+    unsigned char *__restrict__ ws, unsigned short *__restrict__ o) {
+  tiled_attention<true>(win, comp, tok, n, nent, n_hg, H, hd, nope, window, q, kvw, sel, sel_ld,
+                        scale, sink, ws, o);
 }

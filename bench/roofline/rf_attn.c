@@ -5,12 +5,15 @@
  * beside attention (gather rows to bf16, QKᵀ and PV by cuBLASLt per query,
  * a softmax kernel) and beside the Markov step (embedding gather, bias GEMM
  * by cuBLASLt, bias add, noise, two-pass argmax: the unfused chain).
- * Records: random codes in the cache formats (528 B window, 288 B
- * compressed, 68 B index key), in page tables as the engine builds them.
+ * Records: random codes in the cache formats (528 B window, or the 584 B
+ * fp8_ds_mla window record; 288 B compressed, 68 B index key), in page
+ * tables as the engine builds them. Both attention kernels side by side:
+ * the tiled one-launch kernel and the split pass + combine.
  */
 #include <stdlib.h>
 #include <string.h>
 
+#include "model/config.h"
 #include "rf.h"
 
 enum { PAGE = 64 * 1024 };
@@ -47,6 +50,7 @@ static dsv4i_cuptr tokens(rf *r, int calls, int n, int32_t pos) {
 /* ---- sparse attention ---------------------------------------------------------- */
 
 typedef struct attn_case {
+  const dsv4i_gpu_attn_kernels *ak;
   dsv4i_gpu_sparse_args a;
   int calls, rows;
   dsv4i_cuptr tok, q, kvw, o; /* per call: tok [n], q/o [n][H][hd], kvw [n][hd] */
@@ -63,8 +67,10 @@ static dsv4i_gpu_sparse_args call_args(const attn_case *c, int i) {
 }
 
 static dsv4_status rec_attn(rf *r, void *u, int i, dsv4i_custream s) {
-  const dsv4i_gpu_sparse_args a = call_args(u, i);
-  return dsv4i_gpu_attn_sparse(&r->ak, s, &a);
+  (void)r;
+  const attn_case *c = u;
+  const dsv4i_gpu_sparse_args a = call_args(c, i);
+  return dsv4i_gpu_attn_sparse(c->ak, s, &a);
 }
 
 static dsv4_status rec_attn_stock(rf *r, void *u, int i, dsv4i_custream s) {
@@ -88,22 +94,28 @@ static dsv4_status rec_attn_stock(rf *r, void *u, int i, dsv4i_custream s) {
   return st;
 }
 
-static void sparse_attention(rf *r) {
+/* One kernel (split: the split pass + combine, else the tiled kernel) over one window
+ * record format (ds_mla: fp8_ds_mla) at batch 1..16; the stock path beside the first. */
+static void sparse_attention(rf *r, int split, int ds_mla, int stock) {
   const dsv4i_config *cf = &r->cfg;
   const int H = cf->n_heads, hd = cf->head_dim, win = cf->window_size, topk = cf->index_topk;
   const int comp_rec = 4 * topk; /* records per sequence; the selection takes every 4th */
   const int32_t pos = 4 * comp_rec * 2 - 1;
+  const int wrec = (int)dsv4i_kv_record_bytes(cf, ds_mla ? DSV4I_KVREC_WINDOW_DS_MLA
+                                                          : DSV4I_KVREC_WINDOW);
+  dsv4i_gpu_attn_kernels ak = r->ak;
+  ak.cpu_order = split;
+  ak.win_nope = ds_mla ? hd - cf->rope_head_dim : 0;
   char name[64];
-  snprintf(name, sizeof name, "sparse attn %d rows (%dx%d)", win + topk, H, hd);
-  rf_table_head("sparse attention decode: window ring + top-k compressed rows per query "
-                "(stock: gather to bf16, cuBLASLt QK^T and PV per query, softmax kernel)");
+  snprintf(name, sizeof name, "sparse attn %d rows %s %dB", win + topk, split ? "split" : "tiled",
+           wrec);
   const int bs[] = {1, 2, 4, 8, 16};
   for (int q = 0; q < 5; q++) {
     const size_t mark = dsv4i_gpu_pool_mark(&r->g.pool);
     const int n = bs[q];
     attn_case c;
     memset(&c, 0, sizeof c);
-    const double per_q = (double)(win - 1) * 528 + (double)topk * 288 + 2.0 * H * hd * 2 +
+    const double per_q = (double)(win - 1) * wrec + (double)topk * 288 + 2.0 * H * hd * 2 +
                          (double)hd * 2 + (double)topk * 4; /* records, q, o, own row, sel */
     c.calls = rf_copies(r, per_q * n, 256);
     if (c.calls < 8) c.calls = 8;
@@ -112,7 +124,8 @@ static void sparse_attention(rf *r) {
     for (int t = 0; t < n; t++)
       for (int j = 0; j < topk; j++) sel[t * topk + j] = 4 * j + (t & 3);
     c.rows = win + topk;
-    c.a = (dsv4i_gpu_sparse_args){.win = table(r, n_seq, 0, 528, win + 6),
+    c.ak = &ak;
+    c.a = (dsv4i_gpu_sparse_args){.win = table(r, n_seq, 0, wrec, win + 6),
                                   .comp = table(r, n_seq, comp_rec, 288, 0),
                                   .n = n, .n_heads = H, .head_dim = hd, .window = win,
                                   .sel = rf_upload(r, sel, sizeof(int32_t) * (size_t)n * topk),
@@ -127,7 +140,7 @@ static void sparse_attention(rf *r) {
     c.kvw = rf_rand(r, (size_t)n_seq * hd * 2, 0x3F7F3F7Fu, 0);
     const double us = rf_time(r, rec_attn, &c, c.calls);
     double st = -1;
-    if (r->lt.handle) {
+    if (r->lt.handle && stock) {
       c.K = rf_take(r, (size_t)n * c.rows * hd * 2), c.Kt = rf_take(r, (size_t)n * c.rows * hd * 2);
       c.S = rf_take(r, (size_t)n * H * c.rows * 4), c.P = rf_take(r, (size_t)n * H * c.rows * 2);
       c.O = rf_take(r, (size_t)n * H * hd * 4);
@@ -199,7 +212,14 @@ static void indexer(rf *r) {
 }
 
 void rf_attn(rf *r) {
-  sparse_attention(r);
+  rf_table_head("sparse attention decode: window ring + top-k compressed rows per query, the "
+                "tiled kernel and the split pass + combine, native 528 B and fp8_ds_mla 584 B "
+                "window records (stock: gather to bf16, cuBLASLt QK^T and PV per query, softmax "
+                "kernel)");
+  sparse_attention(r, 0, 0, 1);
+  sparse_attention(r, 1, 0, 0);
+  sparse_attention(r, 0, 1, 0);
+  sparse_attention(r, 1, 1, 0);
   indexer(r);
 }
 

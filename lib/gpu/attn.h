@@ -37,6 +37,14 @@ typedef struct dsv4i_gpu_attn_kernels {
   const dsv4i_kreg *kr; /**< borrowed registry */
   dsv4i_kernel_id window_store, comp_store, idxk_store, compress_pool, cstate_store;
   dsv4i_kernel_id index_scores, topk, sparse_split, sparse_combine, sparse_tiled;
+  /** the same ops over fp8_ds_mla window records */
+  dsv4i_kernel_id window_store_mla, sparse_split_mla, sparse_tiled_mla;
+  /** Window record format (docs/gpu-attention.md "The fp8_ds_mla record"): 0, the native
+   *  MXFP8 record (head_dim E4M3 codes, a UE8M0 per 32: 528 B at release dims); > 0, the
+   *  fp8_ds_mla record with this many NoPE dims (head_dim − rope_head_dim, a multiple of 32:
+   *  E4M3 codes with a UE8M0 per 64, the RoPE dims as bf16; 584 B). Set at engine creation
+   *  from the engine's kv_format; the window launchers pick their kernel by it. */
+  int32_t win_nope;
   /** 1: attention by the split pass + combine, the CPU's summation order for Σp and the
    *  block recurrence (DSV4_ENGINE_F_GPU_CPU_ORDER); 0 (default): the tiled kernel
    *  (docs/gpu-attention.md, "Numerics"). Neither is bit-exact (expf, mma dots). */
@@ -57,13 +65,23 @@ dsv4_status dsv4i_gpu_attn_select(const dsv4i_kreg *kr, dsv4i_gpu_attn_kernels *
  * after, or once with both where no token of the call attends to a slot it
  * overwrites). The DSpark stages' main_kv rows go into their rings the same
  * way (tokens at the target positions, spec §6.1).
+ * With k->win_nope > 0 the records and kvw are the fp8_ds_mla ones (NoPE dims QDQ'd in
+ * blocks of 64, RoPE dims unchanged).
  * @param kv  bf16 [n][hd] post-RoPE rows; kvw bf16 [n][hd] or 0.
- * @return DSV4_OK; DSV4_ERR_INVALID_ARG (hd not a multiple of 32, n < 0);
+ * @return DSV4_OK; DSV4_ERR_INVALID_ARG (hd not a multiple of 32, n < 0, win_nope not a
+ *         multiple of 32 below hd, a table whose record size is not the format's);
  *         DSV4_ERR_DEVICE / DSV4_ERR_DEVICE_LOST (launch failed).
  */
 dsv4_status dsv4i_gpu_attn_window_store(const dsv4i_gpu_attn_kernels *k, dsv4i_custream stream,
                                         const dsv4i_gpu_kvtab *win, dsv4i_cuptr tok, int32_t n,
                                         int32_t hd, dsv4i_cuptr kv, dsv4i_cuptr kvw);
+
+/** The window format's checks for a launcher named `what`: k->win_nope a multiple of 32
+ * below hd (or 0), and a window table's (win may be NULL or have no pool) record size
+ * that of the format at head_dim hd.
+ * @return DSV4_OK; DSV4_ERR_INVALID_ARG with a message. */
+dsv4_status dsv4i_gpu_attn_window_check(const dsv4i_gpu_attn_kernels *k, const char *what,
+                                        const dsv4i_gpu_kvtab *win, int32_t hd);
 
 /** Compressed-KV records of the tokens completing a group ((pos + 1) mod
  * ratio == 0), record (pos + 1)/ratio − 1. lat: bf16 [n][hd] RoPE'd latents.
@@ -152,9 +170,11 @@ size_t dsv4i_gpu_attn_sparse_ws(int32_t n_heads, int32_t head_dim, int32_t windo
 /* (sel_ld here: the larger of the selection width and dspark_block) */
 
 /** Sparse attention with sink of every token (spec §5.4 step 4; DSpark
- * draft blocks, spec §6.1, through the token layout −B).
+ * draft blocks, spec §6.1, through the token layout −B). Window records in
+ * the format of k->win_nope.
  * @return DSV4_OK; DSV4_ERR_UNSUPPORTED (head_dim); DSV4_ERR_INVALID_ARG
- *         (workspace too small, bad counts); launch errors. */
+ *         (workspace too small, bad counts, a window table whose record size is
+ *         not the format's); launch errors. */
 dsv4_status dsv4i_gpu_attn_sparse(const dsv4i_gpu_attn_kernels *k, dsv4i_custream stream,
                                   const dsv4i_gpu_sparse_args *a);
 

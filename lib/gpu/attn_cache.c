@@ -4,6 +4,8 @@
 
 #include <string.h>
 
+#include "model/config.h"
+
 static dsv4_status pick(const dsv4i_kreg *kr, dsv4i_kop op, dsv4i_kfmt fmt, dsv4i_kernel_id *id) {
   return dsv4i_kreg_select(kr, op, fmt, DSV4I_KSHAPE_ANY, id);
 }
@@ -23,6 +25,9 @@ dsv4_status dsv4i_gpu_attn_select(const dsv4i_kreg *kr, dsv4i_gpu_attn_kernels *
     st = pick(kr, DSV4I_KOP_ATTN_SPARSE_COMBINE, DSV4I_KFMT_F32, &out->sparse_combine);
   if (st == DSV4_OK)
     st = pick(kr, DSV4I_KOP_ATTN_SPARSE_TILED, DSV4I_KFMT_E4M3_UE8M0, &out->sparse_tiled);
+  if (st == DSV4_OK) st = pick(kr, DSV4I_KOP_ATTN_WINDOW_STORE, DSV4I_KFMT_DS_MLA, &out->window_store_mla);
+  if (st == DSV4_OK) st = pick(kr, DSV4I_KOP_ATTN_SPARSE_SPLIT, DSV4I_KFMT_DS_MLA, &out->sparse_split_mla);
+  if (st == DSV4_OK) st = pick(kr, DSV4I_KOP_ATTN_SPARSE_TILED, DSV4I_KFMT_DS_MLA, &out->sparse_tiled_mla);
   if (st == DSV4_OK) out->kr = kr;
   return st;
 }
@@ -46,15 +51,37 @@ static dsv4_status check_dims(const char *what, int32_t n, int32_t dim, int32_t 
   return DSV4_OK;
 }
 
+dsv4_status dsv4i_gpu_attn_window_check(const dsv4i_gpu_attn_kernels *k, const char *what,
+                                        const dsv4i_gpu_kvtab *win, int32_t hd) {
+  const int32_t nope = k->win_nope;
+  if (nope < 0 || nope >= hd || nope % 32 != 0)
+    return dsv4i_error(DSV4_ERR_INVALID_ARG, "%s: fp8_ds_mla NoPE dims %d for head_dim %d (a "
+                       "multiple of 32 below it, or 0 for the native record)", what, (int)nope,
+                       (int)hd);
+  const int64_t want = nope ? dsv4i_kv_record_bytes_for(DSV4I_KVREC_WINDOW_DS_MLA, hd, hd - nope, 0)
+                            : dsv4i_kv_record_bytes_for(DSV4I_KVREC_WINDOW, hd, 0, 0);
+  if (win && win->pool && win->rec_bytes != want)
+    return dsv4i_error(DSV4_ERR_INVALID_ARG, "%s: window records of %d bytes, the %s record at "
+                       "head_dim %d is %lld", what, (int)win->rec_bytes,
+                       nope ? "fp8_ds_mla" : "native", (int)hd, (long long)want);
+  return DSV4_OK;
+}
+
 dsv4_status dsv4i_gpu_attn_window_store(const dsv4i_gpu_attn_kernels *k, dsv4i_custream stream,
                                         const dsv4i_gpu_kvtab *win, dsv4i_cuptr tok, int32_t n,
                                         int32_t hd, dsv4i_cuptr kv, dsv4i_cuptr kvw) {
   dsv4_status st = check_dims("attention window store", n, hd, 32);
+  if (st == DSV4_OK) st = dsv4i_gpu_attn_window_check(k, "attention window store", win, hd);
   if (st != DSV4_OK) return st;
   dsv4i_gpu_kvtab w;
   memset(&w, 0, sizeof w);
   if (win) w = *win;
-  int n_arg = n, hd_arg = hd;
+  int n_arg = n, hd_arg = hd, nope = k->win_nope;
+  if (nope) { /* a warp per 64 values: the NoPE blocks, then the RoPE values */
+    void *params[] = {&w, &tok, &n_arg, &hd_arg, &nope, &kv, &kvw};
+    const int64_t warps = (int64_t)(nope + 63) / 64 + (hd - nope + 63) / 64;
+    return launch_threads(k, k->window_store_mla, (int64_t)n * warps * 32, stream, params);
+  }
   void *params[] = {&w, &tok, &n_arg, &hd_arg, &kv, &kvw};
   return launch_threads(k, k->window_store, (int64_t)n * hd, stream, params); /* a warp per 32 */
 }

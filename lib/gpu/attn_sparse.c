@@ -41,12 +41,13 @@ static dsv4_status sparse_tiled(const dsv4i_gpu_attn_kernels *k, dsv4i_custream 
   int nent = nblk * DSV4I_GPU_ATTN_BLOCK;
   int n_hg = (H + DSV4I_GPU_ATTN_SPLIT_HEADS - 1) / DSV4I_GPU_ATTN_SPLIT_HEADS;
   const size_t per = (size_t)H * (size_t)nent * 2u + (size_t)H * (size_t)nblk * 16u;
-  int64_t slice_max;
+  int64_t slice_max = 0;
   const dsv4_status sst = token_slice(a, per, nblk, n_hg, "tiled kernel", &slice_max);
   if (sst != DSV4_OK) return sst;
-  int Hh = H, hdd = hd, win_arg = a->window, sld = sel_ld;
+  int Hh = H, hdd = hd, nope = k->win_nope, win_arg = a->window, sld = sel_ld;
   float scale = a->scale;
   dsv4i_gpu_kvtab win = a->win, comp = a->comp;
+  const dsv4i_kernel_id kid = nope ? k->sparse_tiled_mla : k->sparse_tiled;
   dsv4_status st = DSV4_OK;
   for (int32_t t0 = 0; t0 < a->n && st == DSV4_OK; t0 += (int32_t)slice_max) {
     int nsi = (int)(a->n - t0 < slice_max ? a->n - t0 : slice_max);
@@ -55,10 +56,10 @@ static dsv4_status sparse_tiled(const dsv4i_gpu_attn_kernels *k, dsv4i_custream 
     dsv4i_cuptr o = a->o + (dsv4i_cuptr)t0 * (dsv4i_cuptr)H * (dsv4i_cuptr)hd * 2u;
     dsv4i_cuptr sel = a->sel ? a->sel + (dsv4i_cuptr)t0 * (dsv4i_cuptr)sel_ld * 4u : 0;
     dsv4i_cuptr kvw = a->kvw, sink = a->sink, ws = a->ws;
-    void *p[] = {&win, &comp, &tok, &nsi, &nent, &n_hg, &Hh, &hdd, &win_arg, &q, &kvw, &sel,
-                 &sld, &scale, &sink, &ws, &o};
+    void *p[] = {&win, &comp, &tok, &nsi, &nent, &n_hg, &Hh, &hdd, &nope, &win_arg, &q, &kvw,
+                 &sel, &sld, &scale, &sink, &ws, &o};
     const int64_t grid = (int64_t)nsi * n_hg * (nblk + hd / 32);
-    st = dsv4i_kreg_launch(k->kr, k->sparse_tiled, (uint32_t)grid, 0, stream, p);
+    st = dsv4i_kreg_launch(k->kr, kid, (uint32_t)grid, 0, stream, p);
   }
   return st;
 }
@@ -75,6 +76,8 @@ dsv4_status dsv4i_gpu_attn_sparse(const dsv4i_gpu_attn_kernels *k, dsv4i_custrea
     return dsv4i_error(DSV4_ERR_INVALID_ARG, "sparse attention: n %d, %d heads, window %d, "
                        "selection width %d, or a NULL buffer", (int)a->n, (int)H, (int)a->window,
                        (int)sel_ld);
+  const dsv4_status wst = dsv4i_gpu_attn_window_check(k, "sparse attention", &a->win, hd);
+  if (wst != DSV4_OK) return wst;
   if (a->n == 0) return DSV4_OK;
   const size_t per = ws_per_tok(H, hd, a->window, width);
   if ((size_t)(a->ws_bytes / per) < 1)
@@ -83,12 +86,13 @@ dsv4_status dsv4i_gpu_attn_sparse(const dsv4i_gpu_attn_kernels *k, dsv4i_custrea
   if (!k->cpu_order) return sparse_tiled(k, stream, a, sel_ld, width);
   int nblk = n_blocks(a->window, width);
   int n_hg = (H + DSV4I_GPU_ATTN_SPLIT_HEADS - 1) / DSV4I_GPU_ATTN_SPLIT_HEADS;
-  int64_t slice_max;
+  int64_t slice_max = 0;
   const dsv4_status sst = token_slice(a, per, nblk, n_hg, "split pass", &slice_max);
   if (sst != DSV4_OK) return sst;
-  int Hh = H, hdd = hd, win_arg = a->window, sld = sel_ld;
+  int Hh = H, hdd = hd, nope = k->win_nope, win_arg = a->window, sld = sel_ld;
   float scale = a->scale;
   dsv4i_gpu_kvtab win = a->win, comp = a->comp;
+  const dsv4i_kernel_id kid = nope ? k->sparse_split_mla : k->sparse_split;
   dsv4_status st = DSV4_OK;
   for (int32_t t0 = 0; t0 < a->n && st == DSV4_OK; t0 += (int32_t)slice_max) {
     const int64_t ns = a->n - t0 < slice_max ? a->n - t0 : slice_max;
@@ -100,9 +104,9 @@ dsv4_status dsv4i_gpu_attn_sparse(const dsv4i_gpu_attn_kernels *k, dsv4i_custrea
     dsv4i_cuptr kvw = a->kvw, sink = a->sink;
     const dsv4i_cuptr nbh = (dsv4i_cuptr)ns * (dsv4i_cuptr)nblk * (dsv4i_cuptr)H;
     dsv4i_cuptr bmax = a->ws, psum = bmax + nbh * 4u, part = psum + nbh * 4u;
-    void *sp[] = {&win, &comp, &tok, &nsi, &nblk, &n_hg, &Hh, &hdd, &win_arg, &q, &kvw, &sel,
-                  &sld, &scale, &bmax, &psum, &part};
-    st = dsv4i_kreg_launch(k->kr, k->sparse_split, (uint32_t)(ns * nblk * n_hg), 0, stream, sp);
+    void *sp[] = {&win, &comp, &tok, &nsi, &nblk, &n_hg, &Hh, &hdd, &nope, &win_arg, &q, &kvw,
+                  &sel, &sld, &scale, &bmax, &psum, &part};
+    st = dsv4i_kreg_launch(k->kr, kid, (uint32_t)(ns * nblk * n_hg), 0, stream, sp);
     void *cb[] = {&nblk, &Hh, &hdd, &bmax, &psum, &part, &sink, &o};
     if (st == DSV4_OK)
       st = dsv4i_kreg_launch(k->kr, k->sparse_combine, (uint32_t)(ns * H), 0, stream, cb);

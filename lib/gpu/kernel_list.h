@@ -108,6 +108,7 @@
   X(LINEAR_E4M3_TILED, LINEAR, E4M3_UE8M0, TILED, 80, linear_mma, dsv4_k_linear_e4m3_ue8m0_tiled, 256) \
   X(DEQUANT_E4M3_BF16, DEQUANT, E4M3_UE8M0, ANY, 80, linear, dsv4_k_dequant_e4m3_bf16, 256)      \
   X(ATTN_WINDOW_STORE_E4M3, ATTN_WINDOW_STORE, E4M3_UE8M0, ANY, 80, attn_cache, dsv4_k_attn_window_store_e4m3, 256) \
+  X(ATTN_WINDOW_STORE_DS_MLA, ATTN_WINDOW_STORE, DS_MLA, ANY, 80, attn_cache, dsv4_k_attn_window_store_ds_mla, 256) \
   X(ATTN_COMP_STORE_E2M1, ATTN_COMP_STORE, E2M1_E4M3, ANY, 80, attn_cache, dsv4_k_attn_comp_store_e2m1, 256) \
   X(ATTN_IDXK_STORE_E2M1, ATTN_IDXK_STORE, E2M1_UE8M0, ANY, 80, attn_cache, dsv4_k_attn_idxk_store_e2m1, 128) \
   X(ATTN_COMPRESS_POOL_F32, ATTN_COMPRESS_POOL, F32, ANY, 80, attn_cache, dsv4_k_attn_compress_pool_f32, 256) \
@@ -115,8 +116,10 @@
   X(ATTN_INDEX_SCORES_E2M1, ATTN_INDEX_SCORES, E2M1_UE8M0, ANY, 80, attn_indexer, dsv4_k_attn_index_scores_e2m1, 128) \
   X(ATTN_TOPK_F32, ATTN_TOPK, F32, ANY, 80, attn_indexer, dsv4_k_attn_topk_f32, 512) \
   X(ATTN_SPARSE_SPLIT_E4M3, ATTN_SPARSE_SPLIT, E4M3_UE8M0, ANY, 80, attn_sparse, dsv4_k_attn_sparse_split_e4m3, 128) \
+  X(ATTN_SPARSE_SPLIT_DS_MLA, ATTN_SPARSE_SPLIT, DS_MLA, ANY, 80, attn_sparse, dsv4_k_attn_sparse_split_ds_mla, 128) \
   X(ATTN_SPARSE_COMBINE_F32, ATTN_SPARSE_COMBINE, F32, ANY, 80, attn_sparse, dsv4_k_attn_sparse_combine_f32, 128) \
   X(ATTN_SPARSE_TILED_E4M3, ATTN_SPARSE_TILED, E4M3_UE8M0, ANY, 80, attn_sparse_tiled, dsv4_k_attn_sparse_tiled_e4m3, 256) \
+  X(ATTN_SPARSE_TILED_DS_MLA, ATTN_SPARSE_TILED, DS_MLA, ANY, 80, attn_sparse_tiled, dsv4_k_attn_sparse_tiled_ds_mla, 256) \
   X(DSPARK_MARKOV_BF16, DSPARK_MARKOV, BF16, ANY, 80, dspark, dsv4_k_dspark_markov_bf16, 256)
 
 #endif /* DSV4I_KERNEL_LIST_H */

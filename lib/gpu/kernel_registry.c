@@ -40,6 +40,7 @@ const char *dsv4i_kfmt_name(dsv4i_kfmt fmt) {
   case DSV4I_KFMT_E4M3_UE8M0: return "e4m3+ue8m0";
   case DSV4I_KFMT_E2M1_UE8M0: return "e2m1+ue8m0";
   case DSV4I_KFMT_E2M1_E4M3: return "e2m1+e4m3";
+  case DSV4I_KFMT_DS_MLA: return "fp8_ds_mla";
   default: return "unknown-format";
   }
 }

@@ -32,6 +32,8 @@ typedef enum dsv4i_kfmt {
   DSV4I_KFMT_E4M3_UE8M0,  /**< E4M3FN values, one UE8M0 scale per 32 (fp8 weights, Engram, window KV) */
   DSV4I_KFMT_E2M1_UE8M0,  /**< MXFP4: packed e2m1 codes, one UE8M0 scale per 32 (routed experts, index keys) */
   DSV4I_KFMT_E2M1_E4M3,   /**< packed e2m1 codes, one E4M3 scale per 16 (compressed KV) */
+  DSV4I_KFMT_DS_MLA,      /**< fp8_ds_mla window record: E4M3 NoPE values, one UE8M0 scale per 64,
+                           *   bf16 RoPE values (docs/gpu-attention.md "The fp8_ds_mla record") */
   DSV4I_KFMT_COUNT_
 } dsv4i_kfmt;
 

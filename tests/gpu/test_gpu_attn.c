@@ -8,6 +8,10 @@
  *   glibc's), nearly all bit-identical;
  * - DSpark Markov step: logits bit-exact, draft tokens equal (greedy and
  *   sampled: the race differs only in the softmax sum's order);
+ * - both window record formats: the native MXFP8 record and fp8_ds_mla
+ *   (model/kv_ds_mla.h: E4M3 NoPE with a UE8M0 per 64, bf16 RoPE): the
+ *   writer bit-exact with the CPU codec, attention against the CPU oracle fed
+ *   the same decoded records (the bound below), in both numerics modes;
  * - sparse attention with sink (backbone rows and DSpark blocks): |gpu − cpu| <= 2^-7 · max |kv| of the
  *   token's rows per element (fp32 summation order of the dots and of the
  *   P·V products, expf, both of which can flip a bf16 rounding of a
@@ -37,6 +41,7 @@
 #include "gpu/dspark.h"
 #include "io/safetensors.h"
 #include "model/formats.h"
+#include "model/kv_ds_mla.h"
 
 /* ---- device, memory, random inputs -------------------------------------- */
 
@@ -97,6 +102,29 @@ static void rand_bf16(uint16_t *x, size_t n, float mag) {
     for (size_t i = b0; i < b0 + 32 && i < n; i++) x[i] = dsv4i_f32_to_bf16(gauss() * bm);
   }
 }
+
+/* ---- window record formats ------------------------------------------------ */
+
+/* rope 0: the native MXFP8 record; rope > 0: fp8_ds_mla with `rope` bf16 RoPE dims
+ * (model/kv_ds_mla.h), the CPU codecs the kernels must match */
+static int32_t wf_bytes(int32_t hd, int32_t rope) {
+  return rope ? dsv4i_ds_mla_rec_bytes(hd, rope) : dsv4i_kv_window_rec_bytes(hd);
+}
+static void wf_encode(const uint16_t *x, int32_t hd, int32_t rope, uint8_t *rec) {
+  if (rope) dsv4i_ds_mla_encode(x, hd, rope, rec);
+  else dsv4i_kv_window_encode(x, hd, rec);
+}
+static void wf_decode(const uint8_t *rec, int32_t hd, int32_t rope, float *y) {
+  if (rope) dsv4i_ds_mla_decode(rec, hd, rope, y);
+  else dsv4i_kv_window_decode(rec, hd, y);
+}
+static void wf_qdq(const uint16_t *x, int64_t rows, int32_t hd, int32_t rope, uint16_t *y) {
+  if (rope) dsv4i_ds_mla_qdq(x, rows, hd, rope, y);
+  else ok(dsv4i_act_quant_qdq(x, (size_t)rows * (size_t)hd, y));
+}
+static const char *wf_name(int32_t rope) { return rope ? "fp8_ds_mla" : "native"; }
+/* the launchers' window format (g_k is shared by every case: reset to native after) */
+static void wf_use(int32_t hd, int32_t rope) { g_k.win_nope = rope ? hd - rope : 0; }
 
 /* ---- paged test caches --------------------------------------------------- */
 
@@ -198,9 +226,32 @@ static void kernel_table_matches_embedded_ptx(void **state) {
 
 /* ---- record writers: bit-exact ------------------------------------------- */
 
-static void window_store_bit_exact(void **state) {
-  (void)state;
-  const int32_t hd = 512, window = 128, ring = 134, rb = dsv4i_kv_window_rec_bytes(hd);
+/* bf16 rows equal bit for bit, or both NaN (the CPU's QDQ of a non-finite
+ * fp8_ds_mla block is a NaN product whose sign and payload are the compiler's);
+ * else the first difference: token, dim, both values */
+static void rows_equal(const char *what, const uint16_t *got, const uint16_t *want, int32_t n,
+                       int32_t hd) {
+  for (size_t i = 0; i < (size_t)n * hd; i++) {
+    const int nan_g = (got[i] & 0x7FFF) > 0x7F80, nan_w = (want[i] & 0x7FFF) > 0x7F80;
+    if (got[i] == want[i] || (nan_g && nan_w)) continue;
+    fail_msg("%s: token %d dim %d: gpu 0x%04x (%g), cpu 0x%04x (%g)", what, (int)(i / hd),
+             (int)(i % hd), got[i], (double)dsv4i_bf16_to_f32(got[i]), want[i],
+             (double)dsv4i_bf16_to_f32(want[i]));
+  }
+}
+
+/* pools equal byte for byte, else the first difference: page, record, byte in it */
+static void pools_equal(const char *what, const tcache *c, const uint8_t *got) {
+  const size_t total = (size_t)c->n_pages * c->page_bytes;
+  for (size_t i = 0; i < total; i++)
+    if (got[i] != c->host[i])
+      fail_msg("%s: pool byte %zu (page %zu, record %zu, byte %zu of %d): gpu 0x%02x, cpu 0x%02x",
+               what, i, i / c->page_bytes, i % c->page_bytes / (size_t)c->rec_bytes,
+               i % c->page_bytes % (size_t)c->rec_bytes, (int)c->rec_bytes, got[i], c->host[i]);
+}
+
+static void window_store_case(int32_t hd, int32_t rope) {
+  const int32_t window = 128, ring = 134, rb = wf_bytes(hd, rope);
   const trun runs[] = {{0, 300, 1, 0}, {1, 0, 200, -1}, {2, 50, 5, -1}, {3, 7, 1, 0}};
   dsv4i_gpu_attn_tok tok[256];
   const int32_t n = make_tokens(runs, 4, window, tok);
@@ -212,33 +263,53 @@ static void window_store_bit_exact(void **state) {
   rand_bf16(kv, (size_t)n * hd, 2.0f);
   kv[5 * hd + 3] = 0x7F80;  /* +inf: a non-finite block */
   kv[9 * hd + 40] = 0xFFC1; /* NaN */
+  kv[11 * hd + hd - 3] = 0xFF80; /* -inf in the last dims (fp8_ds_mla: a RoPE value, kept) */
+  for (int32_t d = 64; d < 128 && d < hd; d++) kv[12 * hd + d] = 0x7F00; /* a block at 2^127 */
   tcache c;
   tc_init(&c, 4, 0, rb, ring);
   tc_upload(&c);
+  wf_use(hd, rope);
+  char what[96];
+  snprintf(what, sizeof what, "window store (%s, head_dim %d, %d B records)", wf_name(rope),
+           (int)hd, (int)rb);
   dsv4i_cuptr d_tok = dup(tok, (size_t)n * sizeof *tok), d_kv = dup(kv, (size_t)n * hd * 2);
   dsv4i_cuptr d_kvw = dalloc((size_t)n * hd * 2);
   /* QDQ rows only: the pool is untouched */
   ok(dsv4i_gpu_attn_window_store(&g_k, NULL, NULL, d_tok, n, hd, d_kv, d_kvw));
   uint8_t *got = tc_download(&c);
-  assert_memory_equal(got, c.host, (size_t)c.n_pages * c.page_bytes);
+  pools_equal(what, &c, got);
   free(got);
   down(kvw, d_kvw, (size_t)n * hd * 2);
-  ok(dsv4i_act_quant_qdq(kv, (size_t)n * hd, want));
-  assert_memory_equal(kvw, want, (size_t)n * hd * 2);
+  wf_qdq(kv, n, hd, rope, want);
+  rows_equal(what, kvw, want, n, hd);
   /* records: each ring slot ends with the newest position of its run */
   dsv4i_gpu_kvtab tab = tc_tab(&c);
   ok(dsv4i_gpu_attn_window_store(&g_k, NULL, &tab, d_tok, n, hd, d_kv, 0));
   for (int32_t t = 0; t < n; t++)
     if (tok[t].pos > tok[t].last - ring)
-      dsv4i_kv_window_encode(kv + (size_t)t * hd, hd, tc_rec(&c, tok[t].seq, tok[t].pos));
+      wf_encode(kv + (size_t)t * hd, hd, rope, tc_rec(&c, tok[t].seq, tok[t].pos));
   got = tc_download(&c);
-  assert_memory_equal(got, c.host, (size_t)c.n_pages * c.page_bytes);
+  pools_equal(what, &c, got);
   free(got);
+  /* a table of the other format's record size is refused */
+  tab.rec_bytes = wf_bytes(hd, rope ? 0 : 64);
+  assert_int_equal(dsv4i_gpu_attn_window_store(&g_k, NULL, &tab, d_tok, n, hd, d_kv, 0),
+                   DSV4_ERR_INVALID_ARG);
+  printf("# %s: %d tokens, records and QDQ rows bit-exact\n", what, (int)n);
+  wf_use(hd, 0);
   tc_free(&c);
   free(kv);
   free(kvw);
   free(want);
   dfree_all();
+}
+
+static void window_store_bit_exact(void **state) {
+  (void)state;
+  window_store_case(512, 0);
+  window_store_case(512, 64);  /* the release dims: 584 B */
+  window_store_case(128, 64);  /* the fixtures': 200 B */
+  window_store_case(512, 96);  /* 416 NoPE dims: a last block of 32 */
 }
 
 static void comp_and_index_key_records_bit_exact(void **state) {
@@ -638,6 +709,7 @@ static void compare_token(const char *what, int32_t t, const dsv4i_gpu_attn_tok 
 
 typedef struct sparse_dims {
   int32_t H, hd, window, sel_ld, ring;
+  int32_t rope; /* window records: 0 native, > 0 fp8_ds_mla with these RoPE dims */
 } sparse_dims;
 
 /* Each sequence's tokens alone in a call (row0 0, its q, kvw, selection, out rows): the same
@@ -676,7 +748,9 @@ static void alone_equals_batch(const char *what, dsv4i_gpu_sparse_args a,
 
 static void sparse_case(const sparse_dims *D, int cpu_order) {
   const int32_t H = D->H, hd = D->hd, win = D->window, sel_ld = D->sel_ld, ring = D->ring;
+  const int32_t rope = D->rope;
   g_k.cpu_order = cpu_order;
+  wf_use(hd, rope);
   /* decode with a full ring, decode while the ring fills, a first prefill
    * chunk (window rows from the call), a later chunk (rows from the ring and
    * the call, layout = the window), a verify-like run of decode tokens */
@@ -697,11 +771,11 @@ static void sparse_case(const sparse_dims *D, int cpu_order) {
   assert_true(q && kv && kvw && o && o2 && want);
   rand_bf16(q, (size_t)n * qs, 3.0f);
   rand_bf16(kv, (size_t)n * hd, 1.0f);
-  ok(dsv4i_act_quant_qdq(kv, (size_t)n * hd, kvw));
+  wf_qdq(kv, n, hd, rope, kvw);
   for (int32_t h = 0; h < H; h++) sink[h] = gauss();
   /* ring records of every position before each run; compressed records */
   tcache cw, cc;
-  tc_init(&cw, n_seq, 0, dsv4i_kv_window_rec_bytes(hd), ring);
+  tc_init(&cw, n_seq, 0, wf_bytes(hd, rope), ring);
   const int64_t n_comp = long_pos + 1;
   tc_init(&cc, n_seq, n_comp, dsv4i_kv_comp_rec_bytes(hd), 0);
   uint16_t *row = malloc((size_t)hd * 2);
@@ -710,7 +784,7 @@ static void sparse_case(const sparse_dims *D, int cpu_order) {
     for (int32_t p = runs[s].first - ring + 1; p < runs[s].first; p++) {
       if (p < 0) continue;
       rand_bf16(row, hd, 1.0f);
-      dsv4i_kv_window_encode(row, hd, tc_rec(&cw, s, p));
+      wf_encode(row, hd, rope, tc_rec(&cw, s, p));
     }
     for (int64_t j = 0; j < n_comp; j++) {
       rand_bf16(row, hd, 1.0f);
@@ -747,7 +821,10 @@ static void sparse_case(const sparse_dims *D, int cpu_order) {
   ok(dsv4i_gpu_attn_sparse(&g_k, NULL, &a));
   down(o2, a.o, (size_t)n * qs * 2);
   assert_memory_equal(o, o2, (size_t)n * qs * 2);
-  alone_equals_batch(cpu_order ? "attention (cpu order)" : "attention", a, tok, n, o);
+  char what[96];
+  snprintf(what, sizeof what, "attention (%s, %s records, %d heads x %d, top-%d)",
+           cpu_order ? "cpu order" : "tiled", wf_name(rope), (int)H, (int)hd, (int)sel_ld);
+  alone_equals_batch(what, a, tok, n, o);
   /* the CPU oracle, rows built as lib/cpu/attn_sparse.c builds them */
   const int32_t width = win + sel_ld;
   float *rows = malloc((size_t)width * hd * 4);
@@ -765,7 +842,7 @@ static void sparse_case(const sparse_dims *D, int cpu_order) {
         const uint16_t *src = kvw + (size_t)(tok[t].row0 + (wp[e] - tok[t].first)) * hd;
         for (int32_t d = 0; d < hd; d++) r[d] = dsv4i_bf16_to_f32(src[d]);
       } else {
-        dsv4i_kv_window_decode(tc_rec(&cw, tok[t].seq, wp[e]), hd, r);
+        wf_decode(tc_rec(&cw, tok[t].seq, wp[e]), hd, rope, r);
       }
       pr[e] = r;
     }
@@ -776,12 +853,14 @@ static void sparse_case(const sparse_dims *D, int cpu_order) {
       pr[w + k] = r;
     }
     dsv4i_attn_sparse(H, hd, q + (size_t)t * qs, pr, w + k, sink, a.scale, want, 0, H);
-    compare_token("attention", t, &tok[t], H, hd, pr, w + k, o + (size_t)t * qs, want, &cs);
+    compare_token(what, t, &tok[t], H, hd, pr, w + k, o + (size_t)t * qs, want, &cs);
   }
-  printf("# sparse attention (%s) %d heads x %d, window %d, top-%d: %d tokens, %.2f%% of outputs "
-         "bit-identical, worst |gpu - cpu| / max|kv| = %.3g; each sequence alone: the same bits\n",
-         cpu_order ? "cpu order" : "tiled", (int)H, (int)hd, (int)win, (int)sel_ld, (int)n,
-         100.0 * (double)cs.same / (double)cs.total, cs.worst);
+  printf("# sparse attention (%s, %s records) %d heads x %d, window %d, top-%d: %d tokens, "
+         "%.2f%% of outputs bit-identical, worst |gpu - cpu| / max|kv| = %.3g; each sequence "
+         "alone: the same bits\n", cpu_order ? "cpu order" : "tiled", wf_name(rope), (int)H,
+         (int)hd, (int)win, (int)sel_ld, (int)n, 100.0 * (double)cs.same / (double)cs.total,
+         cs.worst);
+  wf_use(hd, 0);
   tc_free(&cw);
   tc_free(&cc);
   free(q);
@@ -802,8 +881,9 @@ static void sparse_case(const sparse_dims *D, int cpu_order) {
 /* DSpark draft blocks (spec §6.1): ring slots in slot order, then the
  * block's own rows, bidirectional; rows built as lib/cpu/attn_dspark.c */
 static void dspark_case(const sparse_dims *D, int cpu_order) {
-  const int32_t H = D->H, hd = D->hd, win = D->window, ring = D->ring, B = 5;
+  const int32_t H = D->H, hd = D->hd, win = D->window, ring = D->ring, B = 5, rope = D->rope;
   g_k.cpu_order = cpu_order;
+  wf_use(hd, rope);
   const int32_t anchors[] = {3, 8 * win + 3, win, win - 1};
   const int32_t nb = 4, n = nb * B;
   dsv4i_gpu_attn_tok tok[32];
@@ -826,16 +906,16 @@ static void dspark_case(const sparse_dims *D, int cpu_order) {
   assert_true(q && kv && kvw && o && want && rows && pr);
   rand_bf16(q, (size_t)n * qs, 3.0f);
   rand_bf16(kv, (size_t)n * hd, 1.0f);
-  ok(dsv4i_act_quant_qdq(kv, (size_t)n * hd, kvw));
+  wf_qdq(kv, n, hd, rope, kvw);
   for (int32_t h = 0; h < H; h++) sink[h] = gauss();
   tcache cw;
-  tc_init(&cw, nb, 0, dsv4i_kv_window_rec_bytes(hd), ring);
+  tc_init(&cw, nb, 0, wf_bytes(hd, rope), ring);
   uint16_t row[512];
   for (int32_t b = 0; b < nb; b++)
     for (int32_t p = anchors[b] - ring + 1; p <= anchors[b]; p++) {
       if (p < 0) continue;
       rand_bf16(row, hd, 1.0f);
-      dsv4i_kv_window_encode(row, hd, tc_rec(&cw, b, p));
+      wf_encode(row, hd, rope, tc_rec(&cw, b, p));
     }
   tc_upload(&cw);
   dsv4i_gpu_sparse_args a = {
@@ -847,12 +927,15 @@ static void dspark_case(const sparse_dims *D, int cpu_order) {
   a.ws = dalloc(a.ws_bytes);
   ok(dsv4i_gpu_attn_sparse(&g_k, NULL, &a));
   down(o, a.o, (size_t)n * qs * 2);
-  alone_equals_batch(cpu_order ? "dspark attention (cpu order)" : "dspark attention", a, tok, n, o);
+  char what[96];
+  snprintf(what, sizeof what, "dspark attention (%s, %s records, %d heads x %d)",
+           cpu_order ? "cpu order" : "tiled", wf_name(rope), (int)H, (int)hd);
+  alone_equals_batch(what, a, tok, n, o);
   cmp_stats cs = {0, 0, 0};
   for (int32_t b = 0; b < nb; b++) {
     const int32_t i = anchors[b], nr = i + 1 < win ? i + 1 : win;
     for (int32_t s = 0; s < nr; s++) {
-      dsv4i_kv_window_decode(tc_rec(&cw, b, i - ((i - s) % win)), hd, rows + (size_t)s * hd);
+      wf_decode(tc_rec(&cw, b, i - ((i - s) % win)), hd, rope, rows + (size_t)s * hd);
       pr[s] = rows + (size_t)s * hd;
     }
     for (int32_t j = 0; j < B; j++) {
@@ -863,13 +946,14 @@ static void dspark_case(const sparse_dims *D, int cpu_order) {
     for (int32_t j = 0; j < B; j++) {
       const int32_t t = b * B + j;
       dsv4i_attn_sparse(H, hd, q + (size_t)t * qs, pr, nr + B, sink, a.scale, want, 0, H);
-      compare_token("dspark attention", t, &tok[t], H, hd, pr, nr + B, o + (size_t)t * qs, want,
-                    &cs);
+      compare_token(what, t, &tok[t], H, hd, pr, nr + B, o + (size_t)t * qs, want, &cs);
     }
   }
-  printf("# dspark attention (%s) %d heads x %d, window %d: %d tokens, %.2f%% bit-identical, "
-         "worst %.3g; each block alone: the same bits\n", cpu_order ? "cpu order" : "tiled",
-         (int)H, (int)hd, (int)win, (int)n, 100.0 * (double)cs.same / (double)cs.total, cs.worst);
+  printf("# dspark attention (%s, %s records) %d heads x %d, window %d: %d tokens, %.2f%% "
+         "bit-identical, worst %.3g; each block alone: the same bits\n",
+         cpu_order ? "cpu order" : "tiled", wf_name(rope), (int)H, (int)hd, (int)win, (int)n,
+         100.0 * (double)cs.same / (double)cs.total, cs.worst);
+  wf_use(hd, 0);
   tc_free(&cw);
   free(q);
   free(kv);
@@ -883,9 +967,26 @@ static void dspark_case(const sparse_dims *D, int cpu_order) {
 
 static void sparse_attention_matches_cpu(void **state) {
   (void)state;
-  const sparse_dims real = {64, 512, 128, 512, 134};
-  const sparse_dims tiny = {4, 128, 16, 112, 22};
-  const sparse_dims window_only = {4, 128, 16, 0, 22};
+  const sparse_dims real = {64, 512, 128, 512, 134, 0};
+  const sparse_dims tiny = {4, 128, 16, 112, 22, 0};
+  const sparse_dims window_only = {4, 128, 16, 0, 22, 0};
+  for (int cpu_order = 0; cpu_order < 2; cpu_order++) {
+    sparse_case(&tiny, cpu_order);
+    sparse_case(&window_only, cpu_order);
+    sparse_case(&real, cpu_order);
+    dspark_case(&tiny, cpu_order);
+    dspark_case(&real, cpu_order);
+  }
+  g_k.cpu_order = 0;
+}
+
+/* The same cases over fp8_ds_mla window records (584 B at the release dims, 200 B at the
+ * fixtures'): the oracle decodes them with the CPU codec; same bound, both modes. */
+static void sparse_attention_ds_mla_matches_cpu(void **state) {
+  (void)state;
+  const sparse_dims real = {64, 512, 128, 512, 134, 64};
+  const sparse_dims tiny = {4, 128, 16, 112, 22, 64};
+  const sparse_dims window_only = {4, 128, 16, 0, 22, 64};
   for (int cpu_order = 0; cpu_order < 2; cpu_order++) {
     sparse_case(&tiny, cpu_order);
     sparse_case(&window_only, cpu_order);
@@ -1086,6 +1187,23 @@ static void bad_arguments_are_refused(void **state) {
   sa.ws_bytes = dsv4i_gpu_attn_sparse_ws(4, 128, 16, 0, 1) - 1;
   assert_int_equal(dsv4i_gpu_attn_sparse(&g_k, NULL, &sa), DSV4_ERR_INVALID_ARG);
   assert_non_null(strstr(dsv4i_error_message(), "workspace"));
+  /* window formats: NoPE dims not a multiple of 32 below head_dim, a table of the other size */
+  sa.ws_bytes = dsv4i_gpu_attn_sparse_ws(4, 128, 16, 0, 1);
+  sa.win.pool = 64;
+  sa.win.rec_bytes = dsv4i_kv_window_rec_bytes(128);
+  g_k.win_nope = 48;
+  assert_int_equal(dsv4i_gpu_attn_sparse(&g_k, NULL, &sa), DSV4_ERR_INVALID_ARG);
+  assert_int_equal(dsv4i_gpu_attn_window_store(&g_k, NULL, NULL, 0, 1, 128, 0, 0),
+                   DSV4_ERR_INVALID_ARG);
+  g_k.win_nope = 128;
+  assert_int_equal(dsv4i_gpu_attn_window_store(&g_k, NULL, NULL, 0, 1, 128, 0, 0),
+                   DSV4_ERR_INVALID_ARG);
+  g_k.win_nope = 64;
+  assert_int_equal(dsv4i_gpu_attn_sparse(&g_k, NULL, &sa), DSV4_ERR_INVALID_ARG);
+  assert_non_null(strstr(dsv4i_error_message(), "fp8_ds_mla"));
+  g_k.win_nope = 0;
+  sa.win.rec_bytes = dsv4i_ds_mla_rec_bytes(128, 64);
+  assert_int_equal(dsv4i_gpu_attn_sparse(&g_k, NULL, &sa), DSV4_ERR_INVALID_ARG);
 }
 
 int tu_run_suite(void) {
@@ -1120,6 +1238,7 @@ int tu_run_suite(void) {
     cmocka_unit_test(index_scores_bit_exact),
     cmocka_unit_test(topk_and_candidates_exact),
     cmocka_unit_test(sparse_attention_matches_cpu),
+    cmocka_unit_test(sparse_attention_ds_mla_matches_cpu),
     cmocka_unit_test(markov_steps_match_cpu),
     cmocka_unit_test(markov_fused_edge_cases),
     cmocka_unit_test(markov_many_sequences),
