@@ -196,7 +196,7 @@ __device__ __forceinline__ void split_pv(const unsigned long long *e_ptr, const 
   }
 }
 
-template <bool MLA>
+template <bool MLA, bool TORD>
 __device__ __forceinline__ void split_pass(
     const dsv4i_gpu_kvtab &win, const dsv4i_gpu_kvtab &comp,
     const dsv4i_gpu_attn_tok *__restrict__ tok, int n, int nblk, int n_hg, int H, int hd,
@@ -242,21 +242,37 @@ __device__ __forceinline__ void split_pass(
     const bool va = head0 + g < H, vb = head0 + g + 8 < H;
     const unsigned short *qa = q + ((long long)t * H + (va ? head0 + g : 0)) * hd;
     const unsigned short *qb = q + ((long long)t * H + (vb ? head0 + g + 8 : 0)) * hd;
-    for (int kc = 0; kc < hd; kc += 64) {
-      const int d0 = kc + 16 * c;
-      uint4 z = make_uint4(0, 0, 0, 0);
-      const uint4 qa0 = va ? ((const uint4 *)(qa + d0))[0] : z, qa1 = va ? ((const uint4 *)(qa + d0))[1] : z;
-      const uint4 qb0 = vb ? ((const uint4 *)(qb + d0))[0] : z, qb1 = vb ? ((const uint4 *)(qb + d0))[1] : z;
-      const unsigned int wa[8] = {qa0.x, qa0.y, qa0.z, qa0.w, qa1.x, qa1.y, qa1.z, qa1.w};
-      const unsigned int wb[8] = {qb0.x, qb0.y, qb0.z, qb0.w, qb1.x, qb1.y, qb1.z, qb1.w};
-      unsigned int k0[8], k1[8];
-      load_dims<16, MLA>(ka, pa, d0, hd, nope, k0);
-      load_dims<16, MLA>(kb, pb, d0, hd, nope, k1);
+    /* TORD: the dims in four quarters, chunks 64q + 256m of quarter q summed on their own,
+     * the quarters' partial dots then added in order (the tiled kernel's dots, bit for
+     * bit); else one chain over every 64-dim chunk */
+    for (int kq = 0; kq < (TORD ? 4 : 1); kq++) {
+      float part_dot[2][4];
       #pragma unroll
-      for (int ks = 0; ks < 4; ks++) { /* mma k 2c, 2c+1 | 2c+8, 2c+9 = dims d0 + 4ks + 0,1 | 2,3 */
-        mma_bf16(acc[0], wa[2 * ks], wb[2 * ks], wa[2 * ks + 1], wb[2 * ks + 1], k0[2 * ks], k0[2 * ks + 1]);
-        mma_bf16(acc[1], wa[2 * ks], wb[2 * ks], wa[2 * ks + 1], wb[2 * ks + 1], k1[2 * ks], k1[2 * ks + 1]);
+      for (int i = 0; i < 2; i++)
+        part_dot[i][0] = part_dot[i][1] = part_dot[i][2] = part_dot[i][3] = 0.0f;
+      for (int kc = TORD ? 64 * kq : 0; kc < hd; kc += TORD ? 256 : 64) {
+        const int d0 = kc + 16 * c;
+        uint4 z = make_uint4(0, 0, 0, 0);
+        const uint4 qa0 = va ? ((const uint4 *)(qa + d0))[0] : z, qa1 = va ? ((const uint4 *)(qa + d0))[1] : z;
+        const uint4 qb0 = vb ? ((const uint4 *)(qb + d0))[0] : z, qb1 = vb ? ((const uint4 *)(qb + d0))[1] : z;
+        const unsigned int wa[8] = {qa0.x, qa0.y, qa0.z, qa0.w, qa1.x, qa1.y, qa1.z, qa1.w};
+        const unsigned int wb[8] = {qb0.x, qb0.y, qb0.z, qb0.w, qb1.x, qb1.y, qb1.z, qb1.w};
+        unsigned int k0[8], k1[8];
+        load_dims<16, MLA>(ka, pa, d0, hd, nope, k0);
+        load_dims<16, MLA>(kb, pb, d0, hd, nope, k1);
+        #pragma unroll
+        for (int ks = 0; ks < 4; ks++) { /* mma k 2c, 2c+1 | 2c+8, 2c+9 = dims d0 + 4ks + 0,1 | 2,3 */
+          mma_bf16(part_dot[0], wa[2 * ks], wb[2 * ks], wa[2 * ks + 1], wb[2 * ks + 1], k0[2 * ks],
+                   k0[2 * ks + 1]);
+          mma_bf16(part_dot[1], wa[2 * ks], wb[2 * ks], wa[2 * ks + 1], wb[2 * ks + 1], k1[2 * ks],
+                   k1[2 * ks + 1]);
+        }
       }
+      #pragma unroll
+      for (int i = 0; i < 2; i++)
+        #pragma unroll
+        for (int j = 0; j < 4; j++)
+          acc[i][j] = kq ? __fadd_rn(acc[i][j], part_dot[i][j]) : part_dot[i][j];
     }
   }
   /* acc[nt][j]: head g (j < 2) / g + 8, entry 16w + 8nt + 2c + (j & 1) */
@@ -323,7 +339,16 @@ __device__ __forceinline__ void split_pass(
         Pb[h * LDP + e] = (unsigned short)dsv4i_f32_to_bf16(p);
       }
     __syncthreads();
-    if (tid < SG && head0 + tid < H) {
+    if (TORD) { /* the tiled kernel's tree: 16 lanes a head, each 4 entries in order, then xor 1..8 */
+      #pragma unroll
+      for (int r = 0; r < 2; r++) {
+        const int h = (tid >> 4) + 8 * r, e0 = (tid & 15) * 4;
+        float s = __fadd_rn(__fadd_rn(__fadd_rn(Pf[h][e0], Pf[h][e0 + 1]), Pf[h][e0 + 2]), Pf[h][e0 + 3]);
+        #pragma unroll
+        for (int x = 1; x < 16; x <<= 1) s = __fadd_rn(s, __shfl_xor_sync(0xFFFFFFFFu, s, x));
+        if ((tid & 15) == 0 && head0 + h < H) psum[tb * H + head0 + h] = s;
+      }
+    } else if (tid < SG && head0 + tid < H) {
       float s = 0.0f;
       for (int e = 0; e < BLK; e++)
         if (e_kind[e] != E_NONE) s = __fadd_rn(s, Pf[tid][e]);
@@ -355,8 +380,8 @@ extern "C" __global__ void __launch_bounds__(128) dsv4_k_attn_sparse_split_e4m3(
     const unsigned short *__restrict__ q, const unsigned short *__restrict__ kvw,
     const int *__restrict__ sel, int sel_ld, float scale, float *__restrict__ bmax,
     float *__restrict__ psum, float *__restrict__ part) {
-  split_pass<false>(win, comp, tok, n, nblk, n_hg, H, hd, nope, window, q, kvw, sel, sel_ld, scale,
-                    bmax, psum, part);
+  split_pass<false, false>(win, comp, tok, n, nblk, n_hg, H, hd, nope, window, q, kvw, sel, sel_ld,
+                           scale, bmax, psum, part);
 }
 
 /* The split pass over fp8_ds_mla window records (584 B at release dims, nope NoPE dims). */
@@ -366,8 +391,32 @@ extern "C" __global__ void __launch_bounds__(128) dsv4_k_attn_sparse_split_ds_ml
     const unsigned short *__restrict__ q, const unsigned short *__restrict__ kvw,
     const int *__restrict__ sel, int sel_ld, float scale, float *__restrict__ bmax,
     float *__restrict__ psum, float *__restrict__ part) {
-  split_pass<true>(win, comp, tok, n, nblk, n_hg, H, hd, nope, window, q, kvw, sel, sel_ld, scale,
-                   bmax, psum, part);
+  split_pass<true, false>(win, comp, tok, n, nblk, n_hg, H, hd, nope, window, q, kvw, sel, sel_ld,
+                          scale, bmax, psum, part);
+}
+
+/* The split pass in the tiled kernel's order (default mode; attn_sparse_tiled.cu): the
+ * score dots in four dim quarters added in order, Σp over the 16-lane tree. With the
+ * combine, the tiled kernel's bits, so the engine takes whichever is faster for a call's
+ * token count without a token's result depending on its batch. */
+extern "C" __global__ void __launch_bounds__(128) dsv4_k_attn_sparse_split_e4m3_tiled(
+    dsv4i_gpu_kvtab win, dsv4i_gpu_kvtab comp, const dsv4i_gpu_attn_tok *__restrict__ tok,
+    int n, int nblk, int n_hg, int H, int hd, int nope, int window,
+    const unsigned short *__restrict__ q, const unsigned short *__restrict__ kvw,
+    const int *__restrict__ sel, int sel_ld, float scale, float *__restrict__ bmax,
+    float *__restrict__ psum, float *__restrict__ part) {
+  split_pass<false, true>(win, comp, tok, n, nblk, n_hg, H, hd, nope, window, q, kvw, sel, sel_ld,
+                          scale, bmax, psum, part);
+}
+
+extern "C" __global__ void __launch_bounds__(128) dsv4_k_attn_sparse_split_ds_mla_tiled(
+    dsv4i_gpu_kvtab win, dsv4i_gpu_kvtab comp, const dsv4i_gpu_attn_tok *__restrict__ tok,
+    int n, int nblk, int n_hg, int H, int hd, int nope, int window,
+    const unsigned short *__restrict__ q, const unsigned short *__restrict__ kvw,
+    const int *__restrict__ sel, int sel_ld, float scale, float *__restrict__ bmax,
+    float *__restrict__ psum, float *__restrict__ part) {
+  split_pass<true, true>(win, comp, tok, n, nblk, n_hg, H, hd, nope, window, q, kvw, sel, sel_ld,
+                         scale, bmax, psum, part);
 }
 
 /*

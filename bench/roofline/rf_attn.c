@@ -7,8 +7,10 @@
  * by cuBLASLt, bias add, noise, two-pass argmax: the unfused chain).
  * Records: random codes in the cache formats (528 B window, or the 584 B
  * fp8_ds_mla window record; 288 B compressed, 68 B index key), in page
- * tables as the engine builds them. Both attention kernels side by side:
- * the tiled one-launch kernel and the split pass + combine.
+ * tables as the engine builds them. The attention kernels side by side: the
+ * one-launch tiled kernel and the split pass + combine in the same (tiled)
+ * order, whose bits are the same (the engine takes the one-launch kernel up
+ * to DSV4I_GPU_ATTN_ONE_LAUNCH_MAX tokens), and the split pass in CPU order.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -94,9 +96,10 @@ static dsv4_status rec_attn_stock(rf *r, void *u, int i, dsv4i_custream s) {
   return st;
 }
 
-/* One kernel (split: the split pass + combine, else the tiled kernel) over one window
- * record format (ds_mla: fp8_ds_mla) at batch 1..16; the stock path beside the first. */
-static void sparse_attention(rf *r, int split, int ds_mla, int stock) {
+/* One kernel (0: the one-launch tiled kernel; 1: the split pass in the tiled order +
+ * the combine; 2: the split pass in CPU order + the combine) over one window record
+ * format (ds_mla: fp8_ds_mla) at batch 1..16; the stock path beside the first. */
+static void sparse_attention(rf *r, int kind, int ds_mla, int stock) {
   const dsv4i_config *cf = &r->cfg;
   const int H = cf->n_heads, hd = cf->head_dim, win = cf->window_size, topk = cf->index_topk;
   const int comp_rec = 4 * topk; /* records per sequence; the selection takes every 4th */
@@ -104,11 +107,12 @@ static void sparse_attention(rf *r, int split, int ds_mla, int stock) {
   const int wrec = (int)dsv4i_kv_record_bytes(cf, ds_mla ? DSV4I_KVREC_WINDOW_DS_MLA
                                                           : DSV4I_KVREC_WINDOW);
   dsv4i_gpu_attn_kernels ak = r->ak;
-  ak.cpu_order = split;
+  ak.cpu_order = kind == 2;
+  ak.one_launch_max = kind == 0 ? INT32_MAX : 0;
   ak.win_nope = ds_mla ? hd - cf->rope_head_dim : 0;
   char name[64];
-  snprintf(name, sizeof name, "sparse attn %d rows %s %dB", win + topk, split ? "split" : "tiled",
-           wrec);
+  snprintf(name, sizeof name, "sparse attn %d rows %s %dB", win + topk,
+           kind == 0 ? "1-launch" : kind == 1 ? "split" : "split cpu", wrec);
   const int bs[] = {1, 2, 4, 8, 16};
   for (int q = 0; q < 5; q++) {
     const size_t mark = dsv4i_gpu_pool_mark(&r->g.pool);
@@ -212,12 +216,14 @@ static void indexer(rf *r) {
 }
 
 void rf_attn(rf *r) {
-  rf_table_head("sparse attention decode: window ring + top-k compressed rows per query, the "
-                "tiled kernel and the split pass + combine, native 528 B and fp8_ds_mla 584 B "
+  rf_table_head("sparse attention decode: window ring + top-k compressed rows per query; "
+                "default mode: the one-launch kernel and the split pass + combine (the same "
+                "bits), CPU order: the split pass + combine; native 528 B and fp8_ds_mla 584 B "
                 "window records (stock: gather to bf16, cuBLASLt QK^T and PV per query, softmax "
                 "kernel)");
   sparse_attention(r, 0, 0, 1);
   sparse_attention(r, 1, 0, 0);
+  sparse_attention(r, 2, 0, 0);
   sparse_attention(r, 0, 1, 0);
   sparse_attention(r, 1, 1, 0);
   indexer(r);

@@ -39,6 +39,13 @@ typedef struct dsv4i_gpu_attn_kernels {
   dsv4i_kernel_id index_scores, topk, sparse_split, sparse_combine, sparse_tiled;
   /** the same ops over fp8_ds_mla window records */
   dsv4i_kernel_id window_store_mla, sparse_split_mla, sparse_tiled_mla;
+  /** the split pass in the tiled kernel's summation order (default mode), both records */
+  dsv4i_kernel_id sparse_split_tord, sparse_split_tord_mla;
+  /** Default mode: a call of at most this many tokens runs the one-launch tiled kernel,
+   *  a larger one the split pass in the same order + the combine: the same bits (tested),
+   *  so the choice is speed only (docs/gpu-attention.md "Speed": the roofline's rows).
+   *  dsv4i_gpu_attn_select sets DSV4I_GPU_ATTN_ONE_LAUNCH_MAX; tests force either. */
+  int32_t one_launch_max;
   /** Window record format (docs/gpu-attention.md "The fp8_ds_mla record"): 0, the native
    *  MXFP8 record (head_dim E4M3 codes, a UE8M0 per 32: 528 B at release dims); > 0, the
    *  fp8_ds_mla record with this many NoPE dims (head_dim − rope_head_dim, a multiple of 32:
@@ -46,10 +53,15 @@ typedef struct dsv4i_gpu_attn_kernels {
    *  from the engine's kv_format; the window launchers pick their kernel by it. */
   int32_t win_nope;
   /** 1: attention by the split pass + combine, the CPU's summation order for Σp and the
-   *  block recurrence (DSV4_ENGINE_F_GPU_CPU_ORDER); 0 (default): the tiled kernel
-   *  (docs/gpu-attention.md, "Numerics"). Neither is bit-exact (expf, mma dots). */
+   *  block recurrence (DSV4_ENGINE_F_GPU_CPU_ORDER); 0 (default): the tiled order, by the
+   *  tiled kernel or the split pass in its order (one_launch_max; docs/gpu-attention.md,
+   *  "Numerics"). Neither mode is bit-exact (expf, mma dots). */
   int32_t cpu_order;
 } dsv4i_gpu_attn_kernels;
+
+/** Default mode: calls of up to this many tokens take the one-launch tiled kernel (the
+ * session-5 rows: 26.7 us against the split pass's ~42 us at 1 token, slower from 4). */
+#define DSV4I_GPU_ATTN_ONE_LAUNCH_MAX 2
 
 /**
  * Dispatch decision for every attention op (at engine creation).

@@ -28,6 +28,13 @@ dsv4_status dsv4i_gpu_attn_select(const dsv4i_kreg *kr, dsv4i_gpu_attn_kernels *
   if (st == DSV4_OK) st = pick(kr, DSV4I_KOP_ATTN_WINDOW_STORE, DSV4I_KFMT_DS_MLA, &out->window_store_mla);
   if (st == DSV4_OK) st = pick(kr, DSV4I_KOP_ATTN_SPARSE_SPLIT, DSV4I_KFMT_DS_MLA, &out->sparse_split_mla);
   if (st == DSV4_OK) st = pick(kr, DSV4I_KOP_ATTN_SPARSE_TILED, DSV4I_KFMT_DS_MLA, &out->sparse_tiled_mla);
+  if (st == DSV4_OK)
+    st = dsv4i_kreg_select(kr, DSV4I_KOP_ATTN_SPARSE_SPLIT, DSV4I_KFMT_E4M3_UE8M0,
+                           DSV4I_KSHAPE_TILED, &out->sparse_split_tord);
+  if (st == DSV4_OK)
+    st = dsv4i_kreg_select(kr, DSV4I_KOP_ATTN_SPARSE_SPLIT, DSV4I_KFMT_DS_MLA, DSV4I_KSHAPE_TILED,
+                           &out->sparse_split_tord_mla);
+  out->one_launch_max = DSV4I_GPU_ATTN_ONE_LAUNCH_MAX;
   if (st == DSV4_OK) out->kr = kr;
   return st;
 }

@@ -1,7 +1,10 @@
-/* Launcher of the sparse attention with sink: the tiled kernel
- * (kernels/attn_sparse_tiled.cu) by default; in CPU-order mode the split
- * pass and the combine (kernels/attn_sparse.cu). Each per slice of tokens,
- * the slice as large as the workspace and the kernel's flag table allow. */
+/* Launcher of the sparse attention with sink. Default mode: the tiled kernel
+ * (kernels/attn_sparse_tiled.cu) for calls of up to one_launch_max tokens,
+ * else the split pass in the same summation order and the combine
+ * (kernels/attn_sparse.cu): the same bits either way. CPU-order mode: the
+ * split pass in the CPU's order for Σp, and the combine. Each per slice of
+ * tokens, the slice as large as the workspace and the kernel's flag table
+ * allow. */
 #include "gpu/attn.h"
 
 static int32_t n_blocks(int32_t window, int32_t sel_ld) {
@@ -83,7 +86,7 @@ dsv4_status dsv4i_gpu_attn_sparse(const dsv4i_gpu_attn_kernels *k, dsv4i_custrea
   if ((size_t)(a->ws_bytes / per) < 1)
     return dsv4i_error(DSV4_ERR_INVALID_ARG, "sparse attention: workspace of %zu bytes, one token "
                        "needs %zu", a->ws_bytes, per);
-  if (!k->cpu_order) return sparse_tiled(k, stream, a, sel_ld, width);
+  if (!k->cpu_order && a->n <= k->one_launch_max) return sparse_tiled(k, stream, a, sel_ld, width);
   int nblk = n_blocks(a->window, width);
   int n_hg = (H + DSV4I_GPU_ATTN_SPLIT_HEADS - 1) / DSV4I_GPU_ATTN_SPLIT_HEADS;
   int64_t slice_max = 0;
@@ -92,7 +95,8 @@ dsv4_status dsv4i_gpu_attn_sparse(const dsv4i_gpu_attn_kernels *k, dsv4i_custrea
   int Hh = H, hdd = hd, nope = k->win_nope, win_arg = a->window, sld = sel_ld;
   float scale = a->scale;
   dsv4i_gpu_kvtab win = a->win, comp = a->comp;
-  const dsv4i_kernel_id kid = nope ? k->sparse_split_mla : k->sparse_split;
+  const dsv4i_kernel_id kid = k->cpu_order ? (nope ? k->sparse_split_mla : k->sparse_split)
+                                           : (nope ? k->sparse_split_tord_mla : k->sparse_split_tord);
   dsv4_status st = DSV4_OK;
   for (int32_t t0 = 0; t0 < a->n && st == DSV4_OK; t0 += (int32_t)slice_max) {
     const int64_t ns = a->n - t0 < slice_max ? a->n - t0 : slice_max;

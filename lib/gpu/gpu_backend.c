@@ -777,11 +777,15 @@ static dsv4_status cuda_create(const dsv4i_backend_desc *d, dsv4i_backend **out)
                     "positions, the format's is %zu bytes for %lld", d->kv_layout->page_bytes,
                     (long long)d->kv_layout->max_positions, dsv4i_gkv_page_bytes(c),
                     (long long)d->max_positions);
-  /* the fp8_ds_mla window record has no kernels yet: refuse it before touching the device */
-  if (!s && d->kv_layout->window_format != DSV4I_KV_NATIVE)
-    s = dsv4i_error(DSV4_ERR_UNSUPPORTED, "cuda backend: the fp8_ds_mla KV window format "
-                    "(kv_format %d) is not implemented on the GPU yet; use DSV4_BACKEND_CPU "
-                    "or kv_format DSV4_KV_FORMAT_NATIVE", (int)d->kv_layout->window_format);
+  /* window records: the native one, or fp8_ds_mla, whose kernels take NoPE dims in whole
+   * 32-value runs (a 16-dim slice of a record is all codes or all bf16) */
+  const int32_t win_nope = d->kv_layout ? d->kv_layout->head_dim - d->kv_layout->rope_dim : 0;
+  if (!s && d->kv_layout->window_format != DSV4I_KV_NATIVE &&
+      (d->kv_layout->window_format != DSV4I_KV_FP8_DS_MLA || win_nope <= 0 || win_nope % 32))
+    s = dsv4i_error(DSV4_ERR_UNSUPPORTED, "cuda backend: KV window format %d with head_dim %d "
+                    "and %d RoPE dims (the fp8_ds_mla kernels take NoPE dims in multiples of 32)",
+                    (int)d->kv_layout->window_format, (int)d->kv_layout->head_dim,
+                    (int)d->kv_layout->rope_dim);
   if (!s) s = dsv4i_gpu_open(d->device, &b->g);
   /* TP: the shard must split along whole 32-blocks (the weight table's split rules); then
    * the ranks join the stage's device communicator (NCCL: refused when two share a device) */
@@ -790,9 +794,10 @@ static dsv4_status cuda_create(const dsv4i_backend_desc *d, dsv4i_backend **out)
   if (!s) s = dsv4i_gpu_ops_init(&b->g.kr, &b->ops);
   if (!s) b->ops.cpu_order = d->cpu_order ? 1 : 0;
   if (!s) s = dsv4i_gpu_attn_select(&b->g.kr, &b->ak);
-  /* attention: the split pass in both modes while the tiled kernel is slower at 4 tokens
-   * and more (docs/gpu-attention.md "Speed"; the gpu tests and the roofline run both) */
-  b->ak.cpu_order = 1;
+  if (!s && d->kv_layout->window_format == DSV4I_KV_FP8_DS_MLA) b->ak.win_nope = win_nope;
+  /* attention: CPU order, or the tiled order by the one-launch kernel for short calls and
+   * the split pass in its order for longer ones (docs/gpu-attention.md "Speed") */
+  b->ak.cpu_order = b->ops.cpu_order;
   if (!s && b->dspark) s = dsv4i_gpu_dspark_select(&b->g.kr, &b->dspark->k);
   if (!s && d->n_buckets > 0 && d->bucket_tokens)
     s = dsv4i_gpu_graphs_init(&b->graphs, d->bucket_tokens, d->n_buckets > 16 ? 16 : d->n_buckets);

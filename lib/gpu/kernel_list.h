@@ -117,6 +117,8 @@
   X(ATTN_TOPK_F32, ATTN_TOPK, F32, ANY, 80, attn_indexer, dsv4_k_attn_topk_f32, 512) \
   X(ATTN_SPARSE_SPLIT_E4M3, ATTN_SPARSE_SPLIT, E4M3_UE8M0, ANY, 80, attn_sparse, dsv4_k_attn_sparse_split_e4m3, 128) \
   X(ATTN_SPARSE_SPLIT_DS_MLA, ATTN_SPARSE_SPLIT, DS_MLA, ANY, 80, attn_sparse, dsv4_k_attn_sparse_split_ds_mla, 128) \
+  X(ATTN_SPARSE_SPLIT_E4M3_TILED, ATTN_SPARSE_SPLIT, E4M3_UE8M0, TILED, 80, attn_sparse, dsv4_k_attn_sparse_split_e4m3_tiled, 128) \
+  X(ATTN_SPARSE_SPLIT_DS_MLA_TILED, ATTN_SPARSE_SPLIT, DS_MLA, TILED, 80, attn_sparse, dsv4_k_attn_sparse_split_ds_mla_tiled, 128) \
   X(ATTN_SPARSE_COMBINE_F32, ATTN_SPARSE_COMBINE, F32, ANY, 80, attn_sparse, dsv4_k_attn_sparse_combine_f32, 128) \
   X(ATTN_SPARSE_TILED_E4M3, ATTN_SPARSE_TILED, E4M3_UE8M0, ANY, 80, attn_sparse_tiled, dsv4_k_attn_sparse_tiled_e4m3, 256) \
   X(ATTN_SPARSE_TILED_DS_MLA, ATTN_SPARSE_TILED, DS_MLA, ANY, 80, attn_sparse_tiled, dsv4_k_attn_sparse_tiled_ds_mla, 256) \

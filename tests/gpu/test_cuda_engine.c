@@ -21,6 +21,11 @@
  *     messages and tokens.
  * The goldens themselves are checked by cuda_engine_golden (test_engine_golden.c
  * built for the CUDA backend).
+ * The *_ds_mla cases run the same checks with kv_format = DSV4_KV_FORMAT_FP8_DS_MLA
+ * (584 B window records; the fixtures' 200 B) on both backends: GPU == CPU in that
+ * format (tokens equal, logits within the same 0.829; DSpark drafts equal, confidence
+ * within 0.489: the goldens are the native format's), graph == eager and batch
+ * invariance bit for bit. Speculative == greedy in that format: cuda_spec.
  */
 #include <math.h>
 #include <stdio.h>
@@ -36,6 +41,22 @@
 
 #define E2E_TOL 0.829f
 
+/* the window record format of every engine a case opens (set by the case's setup) */
+static int32_t g_kv_format = DSV4_KV_FORMAT_NATIVE;
+static int fmt_native(void **st) {
+  (void)st;
+  g_kv_format = DSV4_KV_FORMAT_NATIVE;
+  return 0;
+}
+static int fmt_ds_mla(void **st) {
+  (void)st;
+  g_kv_format = DSV4_KV_FORMAT_FP8_DS_MLA;
+  return 0;
+}
+static const char *fmt_name(void) {
+  return g_kv_format == DSV4_KV_FORMAT_FP8_DS_MLA ? "fp8_ds_mla" : "native";
+}
+
 static dsv4_engine *open_engine(int32_t backend, int32_t chunk, uint32_t flags, int32_t seqs) {
   const char *dir = tu_fixture_or_skip("tiny-v41-e2e-a");
   dsv4_engine_params ep;
@@ -45,6 +66,7 @@ static dsv4_engine *open_engine(int32_t backend, int32_t chunk, uint32_t flags, 
   ep.prefill_chunk = chunk;
   ep.backend = backend;
   ep.flags = flags;
+  ep.kv_format = g_kv_format;
   dsv4_engine *e = NULL;
   const dsv4_status s = dsv4_engine_create_from_dir(dir, &ep, &e);
   if (s) fail_msg("engine (backend %d): %s: %s", (int)backend, dsv4_status_string(s), dsv4_last_error());
@@ -121,9 +143,9 @@ static void gpu_equals_cpu(int32_t chunk) {
       fail_msg("step %d: gpu token %d, cpu %d; logits max |diff| %g", k, (int)tg[k], (int)tc[k],
                (double)d);
   }
-  printf("gpu vs cpu (prompt b, %lld tokens, chunk %d, %d steps): tokens equal, logits max |diff| "
-         "%.6g, %d of %d rows bit-identical\n", (long long)n, (int)chunk, STEPS, (double)dmax, bits,
-         STEPS + 1);
+  printf("gpu vs cpu (%s KV, prompt b, %lld tokens, chunk %d, %d steps): tokens equal, logits "
+         "max |diff| %.6g, %d of %d rows bit-identical\n", fmt_name(), (long long)n, (int)chunk,
+         STEPS, (double)dmax, bits, STEPS + 1);
   dsv4_engine_free(c);
   dsv4_engine_free(g);
   free(lc);
@@ -133,6 +155,7 @@ static void gpu_equals_cpu(int32_t chunk) {
 
 static void gpu_equals_cpu_prefill_whole(void **st) { (void)st; gpu_equals_cpu(256); }
 static void gpu_equals_cpu_prefill_chunked(void **st) { (void)st; gpu_equals_cpu(7); }
+static void gpu_equals_cpu_ds_mla(void **st) { (void)st; gpu_equals_cpu(256); }
 
 /* Two sequences decoded together for `steps` steps; logits [steps][2][V]. */
 static void pair(dsv4_engine *e, const int32_t *a, int64_t na, const int32_t *b, int64_t nb,
@@ -175,8 +198,8 @@ static void graph_replay_equals_eager(void **st) {
   const int32_t caps = dsv4i_gpu_backend_captures(graph->be);
   assert_true(caps >= 2); /* the prefill buckets and the decode bucket of 2, captured once */
   assert_int_equal(dsv4i_gpu_backend_captures(eager->be), 0);
-  printf("graph replay == eager: %d decode steps x 2 sequences, bit-identical logits (%d graphs "
-         "captured)\n", STEPS, (int)caps);
+  printf("graph replay == eager (%s KV): %d decode steps x 2 sequences, bit-identical logits (%d "
+         "graphs captured)\n", fmt_name(), STEPS, (int)caps);
   /* 3 sequences: the bucket of 4 replayed with 3 live rows, against eager */
   float *g1 = malloc(sizeof(float) * 2 * (size_t)V), *g2 = malloc(sizeof(float) * 2 * (size_t)V);
   float *e3 = malloc(sizeof(float) * 3 * (size_t)V), *r3 = malloc(sizeof(float) * 3 * (size_t)V);
@@ -231,8 +254,8 @@ static void batch_invariance(void **st) {
   for (int k = 0; k < STEPS; k++) /* decode k of the pair, row 1 = b */
     assert_memory_equal(alone + (size_t)(k + 1) * V, both + ((size_t)k * 2 + 1) * V,
                         sizeof(float) * (size_t)V);
-  printf("batch invariance: %d decode steps of one sequence alone and in a pair, bit-identical\n",
-         STEPS);
+  printf("batch invariance (%s KV): %d decode steps of one sequence alone and in a pair, "
+         "bit-identical\n", fmt_name(), STEPS);
   dsv4_engine_free(e);
   free(alone);
   free(both);
@@ -265,16 +288,22 @@ static void dspark_drafts_as_cpu(void **st) {
     dsv4_engine_free(e);
   }
   assert_memory_equal(anchor[0], anchor[1], sizeof anchor[0]);
-  assert_memory_equal(dr[0], dr[1], sizeof(int32_t) * 2 * (size_t)B);
-  assert_int_equal(anchor[1][1], gold[0]);
-  for (int32_t k = 0; k < B; k++) assert_int_equal(dr[1][B + k], gold[k + 1]);
+  for (int32_t k = 0; k < 2 * B; k++)
+    if (dr[0][k] != dr[1][k])
+      fail_msg("%s KV: draft %d of sequence %d: gpu %d, cpu %d", fmt_name(), (int)(k % B),
+               (int)(k / B), (int)dr[1][k], (int)dr[0][k]);
+  if (g_kv_format == DSV4_KV_FORMAT_NATIVE) { /* the goldens are the reference's (native) */
+    assert_int_equal(anchor[1][1], gold[0]);
+    for (int32_t k = 0; k < B; k++) assert_int_equal(dr[1][B + k], gold[k + 1]);
+  }
   float dc = 0.0f;
   for (int32_t k = 0; k < 2 * B; k++) {
     const float d = fabsf(conf[0][k] - conf[1][k]);
     if (!(d <= dc)) dc = d;
   }
-  printf("DSpark drafts after the prefills of a and b: gpu == cpu == golden (%d per sequence); "
-         "confidence max |gpu - cpu| %.6g\n", (int)B, (double)dc);
+  printf("DSpark drafts after the prefills of a and b (%s KV): gpu == cpu%s (%d per sequence); "
+         "confidence max |gpu - cpu| %.6g\n", fmt_name(),
+         g_kv_format == DSV4_KV_FORMAT_NATIVE ? " == golden" : "", (int)B, (double)dc);
   assert_true(dc <= 0.489f);
   free(a);
   free(b);
@@ -494,21 +523,34 @@ static void sample_as_cpu(void **st) {
   assert_int_equal(s[0][3], DSV4_OK);
 }
 
+/* the same cases with fp8_ds_mla window records (the setup fmt_ds_mla sets the format) */
+static void gpu_equals_cpu_chunked_ds_mla(void **st) { gpu_equals_cpu_prefill_chunked(st); }
+static void graph_replay_equals_eager_ds_mla(void **st) { graph_replay_equals_eager(st); }
+static void batch_invariance_ds_mla(void **st) { batch_invariance(st); }
+static void dspark_drafts_as_cpu_ds_mla(void **st) { dspark_drafts_as_cpu(st); }
+static void draft_graph_replay_equals_eager_ds_mla(void **st) { draft_graph_replay_equals_eager(st); }
+
 int tu_run_suite(void) {
   if (dsv4_backend_probe(DSV4_BACKEND_CUDA, 0) != DSV4_OK) {
     printf("skip: no usable CUDA device: %s\n", dsv4_last_error());
     return 77;
   }
   const struct CMUnitTest tests[] = {
-    cmocka_unit_test(gpu_equals_cpu_prefill_whole),
-    cmocka_unit_test(gpu_equals_cpu_prefill_chunked),
-    cmocka_unit_test(graph_replay_equals_eager),
-    cmocka_unit_test(batch_invariance),
-    cmocka_unit_test(dspark_drafts_as_cpu),
-    cmocka_unit_test(draft_graph_replay_equals_eager),
-    cmocka_unit_test(accept_as_cpu),
-    cmocka_unit_test(bad_inputs_as_cpu),
-    cmocka_unit_test(sample_as_cpu),
+    cmocka_unit_test_setup(gpu_equals_cpu_prefill_whole, fmt_native),
+    cmocka_unit_test_setup(gpu_equals_cpu_prefill_chunked, fmt_native),
+    cmocka_unit_test_setup(graph_replay_equals_eager, fmt_native),
+    cmocka_unit_test_setup(batch_invariance, fmt_native),
+    cmocka_unit_test_setup(dspark_drafts_as_cpu, fmt_native),
+    cmocka_unit_test_setup(draft_graph_replay_equals_eager, fmt_native),
+    cmocka_unit_test_setup(accept_as_cpu, fmt_native),
+    cmocka_unit_test_setup(bad_inputs_as_cpu, fmt_native),
+    cmocka_unit_test_setup(sample_as_cpu, fmt_native),
+    cmocka_unit_test_setup(gpu_equals_cpu_ds_mla, fmt_ds_mla),
+    cmocka_unit_test_setup(gpu_equals_cpu_chunked_ds_mla, fmt_ds_mla),
+    cmocka_unit_test_setup(graph_replay_equals_eager_ds_mla, fmt_ds_mla),
+    cmocka_unit_test_setup(batch_invariance_ds_mla, fmt_ds_mla),
+    cmocka_unit_test_setup(dspark_drafts_as_cpu_ds_mla, fmt_ds_mla),
+    cmocka_unit_test_setup(draft_graph_replay_equals_eager_ds_mla, fmt_ds_mla),
   };
   return cmocka_run_group_tests_name("cuda_engine", tests, NULL, NULL);
 }

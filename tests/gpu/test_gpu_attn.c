@@ -16,7 +16,9 @@
  *   token's rows per element (fp32 summation order of the dots and of the
  *   P·V products, expf, both of which can flip a bf16 rounding of a
  *   probability or of the output; a wrong entry, block or scale is off by
- *   O(max |kv|)); the workspace slicing is bit-identical to one slice.
+ *   O(max |kv|)); the workspace slicing is bit-identical to one slice; in the
+ *   default mode the one-launch kernel and the split pass in its order (+ the
+ *   combine) give the same bits, so the launcher may pick either by token count.
  * The record writers also match the quant.* golden vectors of the
  * tiny-v41-a fixture (the reference's act_quant / fp4_act_quant bytes).
  * Real dimensions (64 heads x 512, window 128, top-512, 32 index heads)
@@ -746,6 +748,32 @@ static void alone_equals_batch(const char *what, dsv4i_gpu_sparse_args a,
   free(got);
 }
 
+/* Default mode: the call run by the one-launch tiled kernel and by the split pass in its
+ * order (+ combine) gives the same bits (the launcher picks by the call's token count:
+ * one_launch_max); o_all is the default choice's output. Else the first difference. */
+static void other_kernel_same_bits(const char *what, dsv4i_gpu_sparse_args a, int32_t n,
+                                   const uint16_t *o_all) {
+  const size_t qe = (size_t)n * a.n_heads * a.head_dim;
+  uint16_t *got = malloc(qe * 2);
+  assert_non_null(got);
+  const int32_t keep = g_k.one_launch_max;
+  for (int one = 0; one < 2; one++) {
+    g_k.one_launch_max = one ? INT32_MAX : 0;
+    a.o = dalloc(qe * 2);
+    ok(dsv4i_gpu_attn_sparse(&g_k, NULL, &a));
+    down(got, a.o, qe * 2);
+    for (size_t i = 0; i < qe; i++)
+      if (got[i] != o_all[i])
+        fail_msg("%s: the %s gives token %d head %d dim %d = 0x%04x, the default choice (%s for "
+                 "%d tokens) 0x%04x", what, one ? "one-launch kernel" : "split pass + combine",
+                 (int)(i / ((size_t)a.n_heads * a.head_dim)),
+                 (int)(i / a.head_dim % a.n_heads), (int)(i % a.head_dim), got[i],
+                 n <= keep ? "one launch" : "split pass", (int)n, o_all[i]);
+  }
+  g_k.one_launch_max = keep;
+  free(got);
+}
+
 static void sparse_case(const sparse_dims *D, int cpu_order) {
   const int32_t H = D->H, hd = D->hd, win = D->window, sel_ld = D->sel_ld, ring = D->ring;
   const int32_t rope = D->rope;
@@ -815,15 +843,16 @@ static void sparse_case(const sparse_dims *D, int cpu_order) {
   a.ws = dalloc(a.ws_bytes);
   ok(dsv4i_gpu_attn_sparse(&g_k, NULL, &a));
   down(o, a.o, (size_t)n * qs * 2);
+  char what[96];
+  snprintf(what, sizeof what, "attention (%s, %s records, %d heads x %d, top-%d)",
+           cpu_order ? "cpu order" : "tiled", wf_name(rope), (int)H, (int)hd, (int)sel_ld);
+  if (!cpu_order) other_kernel_same_bits(what, a, n, o);
   /* three tokens per slice: the same bits */
   a.ws_bytes = dsv4i_gpu_attn_sparse_ws(H, hd, win, sel_ld, 3);
   a.o = dalloc((size_t)n * qs * 2);
   ok(dsv4i_gpu_attn_sparse(&g_k, NULL, &a));
   down(o2, a.o, (size_t)n * qs * 2);
   assert_memory_equal(o, o2, (size_t)n * qs * 2);
-  char what[96];
-  snprintf(what, sizeof what, "attention (%s, %s records, %d heads x %d, top-%d)",
-           cpu_order ? "cpu order" : "tiled", wf_name(rope), (int)H, (int)hd, (int)sel_ld);
   alone_equals_batch(what, a, tok, n, o);
   /* the CPU oracle, rows built as lib/cpu/attn_sparse.c builds them */
   const int32_t width = win + sel_ld;
@@ -857,9 +886,9 @@ static void sparse_case(const sparse_dims *D, int cpu_order) {
   }
   printf("# sparse attention (%s, %s records) %d heads x %d, window %d, top-%d: %d tokens, "
          "%.2f%% of outputs bit-identical, worst |gpu - cpu| / max|kv| = %.3g; each sequence "
-         "alone: the same bits\n", cpu_order ? "cpu order" : "tiled", wf_name(rope), (int)H,
+         "alone: the same bits%s\n", cpu_order ? "cpu order" : "tiled", wf_name(rope), (int)H,
          (int)hd, (int)win, (int)sel_ld, (int)n, 100.0 * (double)cs.same / (double)cs.total,
-         cs.worst);
+         cs.worst, cpu_order ? "" : "; one-launch kernel == split pass + combine");
   wf_use(hd, 0);
   tc_free(&cw);
   tc_free(&cc);
@@ -930,6 +959,7 @@ static void dspark_case(const sparse_dims *D, int cpu_order) {
   char what[96];
   snprintf(what, sizeof what, "dspark attention (%s, %s records, %d heads x %d)",
            cpu_order ? "cpu order" : "tiled", wf_name(rope), (int)H, (int)hd);
+  if (!cpu_order) other_kernel_same_bits(what, a, n, o);
   alone_equals_batch(what, a, tok, n, o);
   cmp_stats cs = {0, 0, 0};
   for (int32_t b = 0; b < nb; b++) {
@@ -950,9 +980,10 @@ static void dspark_case(const sparse_dims *D, int cpu_order) {
     }
   }
   printf("# dspark attention (%s, %s records) %d heads x %d, window %d: %d tokens, %.2f%% "
-         "bit-identical, worst %.3g; each block alone: the same bits\n",
+         "bit-identical, worst %.3g; each block alone: the same bits%s\n",
          cpu_order ? "cpu order" : "tiled", wf_name(rope), (int)H, (int)hd, (int)win, (int)n,
-         100.0 * (double)cs.same / (double)cs.total, cs.worst);
+         100.0 * (double)cs.same / (double)cs.total, cs.worst,
+         cpu_order ? "" : "; one-launch kernel == split pass + combine");
   wf_use(hd, 0);
   tc_free(&cw);
   free(q);
