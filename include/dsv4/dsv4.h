@@ -1001,7 +1001,8 @@ DSV4_NODISCARD DSV4_API dsv4_status dsv4_engine_params_init(dsv4_engine_params *
  *         DSV4_ERR_PARAMS_SIZE;
  *         DSV4_ERR_UNSUPPORTED (backend CUDA in a build without nvcc, or a
  *         model shape its kernels do not take: the message names op and shape;
- *         backend CUDA with a kv_format its kernels do not read yet;
+ *         backend CUDA with kv_format fp8_ds_mla and head_dim - rope_head_dim
+ *         not a multiple of 32 (its kernels read NoPE dims in 32-value runs);
  *         a stage split where shared attention state would cross, or a tp_size
  *         the weight table's split rules refuse; a library built without MPI
  *         given mpi_comm; backend CUDA with tp_size > 1: two TP ranks on one
