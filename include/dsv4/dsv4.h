@@ -1343,7 +1343,9 @@ DSV4_API void dsv4_engine_reset_timings(dsv4_engine *engine);
 /* (design §5, §6; planner.md)                                              */
 /* ------------------------------------------------------------------------ */
 
-/** KV window record formats (dsv4_plan_params.kv_format), spec §5.8. @since 0.1 */
+/** KV window record formats (dsv4_plan_params.kv_format, dsv4_engine_params.kv_format),
+ *  spec §5.8; the record and its measured numeric difference: docs/attention.md "KV formats".
+ *  @since 0.1 */
 enum {
   DSV4_KV_FORMAT_NATIVE = 0,    /**< 528 B MXFP8 window record: the reference's numerics */
   DSV4_KV_FORMAT_FP8_DS_MLA = 1 /**< 584 B fp8_ds_mla window record (V4's layout, as vLLM's
