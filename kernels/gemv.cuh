@@ -80,6 +80,12 @@ __device__ __forceinline__ void cp_async16(void *smem, const void *gmem, int src
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(src_bytes)
                : "memory");
 }
+/* cp.async of 4 bytes (through L1: .ca is the only mode for 4); src_bytes 0 zero-fills. */
+__device__ __forceinline__ void cp_async4(void *smem, const void *gmem, int src_bytes) {
+  const unsigned s = (unsigned)__cvta_generic_to_shared(smem);
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(s), "l"(gmem), "r"(src_bytes)
+               : "memory");
+}
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 /* Wait until at most N of this thread's committed groups are still in flight. */
 template <int N>

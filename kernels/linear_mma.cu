@@ -12,9 +12,11 @@
  * - per 32-column block, p = Σ xq·w comes from two mma steps started at 0
  *   (the CPU: one sequential fp32 chain): the order of that sum changes;
  * - q = p · sx · sw and acc += q keep the CPU's operations: acc =
- *   fmaf(p · 2^8, sx · sw, acc), equal to acc + (p·sx)·sw rounded once,
+ *   fmaf(p, sx · (sw · 2^8), acc), equal to acc + (p·sx)·sw rounded once,
  *   which is the CPU's value whenever p·sx and q are normal fp32 numbers
- *   (the scales are powers of two, so those products are exact);
+ *   (the scales are powers of two, so those products are exact; sw · 2^8
+ *   and sx · sw · 2^8 are exact below 2^128 and above 2^-149, far outside
+ *   the scales a quantiser gives);
  * - K blocks are summed in increasing order within each of KL lanes (warps),
  *   and the lanes' sums added in lane order: ((s0 + s1) + s2) + s3.
  * The order depends only on K: a token's result does not depend on the
@@ -102,15 +104,21 @@ dsv4_k_act_quant_e4m3_f16(int n_tok, int k, const uint16_t *x, long long ldx, un
 /* The A fragments of one m16 x k32 block: r0..r3 from ldmatrix (rows gid /
  * gid + 8, columns 4tig.. and 16 + 4tig..), each split into its even bytes
  * (columns 4tig, 4tig + 2) and odd bytes (4tig + 1, 4tig + 3) as fp16 pairs. */
-__device__ __forceinline__ uint32_t t_even(uint32_t u) {
-  return ((u << 8) & 0x80008000u) | ((u << 7) & 0x3F803F80u);
+/* prmt gives per half (byte, its sign replicated): shifted by 7 the byte's
+ * 7 magnitude bits land on fp16 bits 7-13 and the sign on bit 15; the mask
+ * clears the rest (three operations a pair). */
+__device__ __forceinline__ uint32_t t_pair(uint32_t u, uint32_t sel) {
+  uint32_t t;
+  asm("prmt.b32 %0, %1, 0, %2;" : "=r"(t) : "r"(u), "r"(sel));
+  return (t << 7) & 0xBF80BF80u;
 }
-__device__ __forceinline__ uint32_t t_odd(uint32_t u) { return (u & 0x80008000u) | ((u >> 1) & 0x3F803F80u); }
+__device__ __forceinline__ uint32_t t_even(uint32_t u) { return t_pair(u, 0xA280u); } /* bytes 0, 2 */
+__device__ __forceinline__ uint32_t t_odd(uint32_t u) { return t_pair(u, 0xB391u); }  /* bytes 1, 3 */
 
 struct t_smem {
   unsigned char *a, *b; /* rings: [T_NS][T_RB][T_SK] weights, [T_NS][NTP][T_BROW] activations */
-  float *sx;            /* [T_NS][NTP][T_NBS] act_quant scales */
-  unsigned char *sw;    /* the row block's UE8M0 scale row [nkb] */
+  float *sx;            /* [T_NS][T_NBS][NTP] act_quant scales (a K block's tokens side by side) */
+  float *sw;            /* the row block's scales over this block's K range, times 2^8 */
 };
 
 /* Stage c's weights (and, from the prepass, activations and scales) by cp.async; one commit group. */
@@ -136,11 +144,11 @@ __device__ __forceinline__ void t_issue(int c, int c0, int nch, int tid, int o0,
         const unsigned char *src = ok ? pre + ((long long)(t0 + t) * k + (long long)ca * T_SK) * 2 + pc * 16 : pre;
         cp_async16(bs + t * T_BROW + pc * 16, src, ok ? 16 : 0);
       }
-      if (tid < 2 * nt) { /* 8 scales (32 bytes) per token */
-        const int t = tid >> 1, h = tid & 1;
-        const bool ok = ca * T_NBS + 4 * h < nkb;
-        const unsigned char *src = ok ? psx + ((long long)(t0 + t) * ldsx + ca * T_NBS + 4 * h) * 4 : psx;
-        cp_async16(sm.sx + ((c % T_NS) * NTP + t) * T_NBS + 4 * h, src, ok ? 16 : 0);
+      if (tid < T_NBS * nt) { /* 8 scales per token, stored K block major */
+        const int t = tid >> 3, kbl = tid & 7;
+        const bool ok = ca * T_NBS + kbl < nkb;
+        const unsigned char *src = ok ? psx + ((long long)(t0 + t) * ldsx + ca * T_NBS + kbl) * 4 : psx;
+        cp_async4(sm.sx + ((c % T_NS) * T_NBS + kbl) * NTP + t, src, ok ? 4 : 0);
       }
     }
   }
@@ -157,7 +165,7 @@ __device__ __forceinline__ void t_quant_stage(int c, int c0, int nch, int nkb, i
   for (int t = 0; t < NTP; t++) {
     if (t >= nt) break;
     const float s = t_quant_block(xr[t], bs + t * T_BROW, lane);
-    if (lane == 0) sm.sx[((c % T_NS) * NTP + t) * T_NBS + wp] = s;
+    if (lane == 0) sm.sx[((c % T_NS) * T_NBS + wp) * NTP + t] = s;
   }
 }
 
@@ -196,14 +204,14 @@ __device__ __forceinline__ void t_tile(int n_tok, int rows, int k, const unsigne
   sm.a = smem;
   sm.b = sm.a + T_NS * T_ASTAGE;
   sm.sx = reinterpret_cast<float *>(sm.b + T_NS * NTP * T_BROW);
-  sm.sw = reinterpret_cast<unsigned char *>(sm.sx + T_NS * NTP * T_NBS);
+  sm.sw = sm.sx + T_NS * NTP * T_NBS;
   /* padding tokens: zero activations and scales, once (never written again) */
   for (int i = tid; i < T_NS * NTP * T_BROW / 16; i += 256) {
     const int t = (i / (T_BROW / 16)) % NTP;
     if (t >= nt) reinterpret_cast<uint4 *>(sm.b)[i] = make_uint4(0, 0, 0, 0);
   }
   for (int i = tid; i < T_NS * NTP * T_NBS; i += 256)
-    if ((i / T_NBS) % NTP >= nt) sm.sx[i] = 0.0f;
+    if (i % NTP >= nt) sm.sx[i] = 0.0f;
   /* the first T_NS - 1 stages in flight before anything waits for memory */
 #pragma unroll
   for (int c = 0; c < T_NS - 1; c++)
@@ -211,8 +219,11 @@ __device__ __forceinline__ void t_tile(int n_tok, int rows, int k, const unsigne
   uint16_t xr[FUSED ? NTP : 1];
   if (FUSED)
     for (int c = 0; c < T_XPF; c++) t_prefetch_x<NTP>(c, c0, nch, nkb, nt, wp, lane, t0, x, ldx);
-  const unsigned char *srow = scale + (long long)(o0 >> 5) * scale_ld;
-  for (int i = tid; i < nkb; i += 256) sm.sw[i] = srow[i]; /* visible after the first barrier */
+  /* this block's K blocks [kb0, kb0 + nkw): their weight scales times 2^8 (the fp16 weights are
+   * E4M3 values times 2^-8), visible after the first barrier */
+  const int kb0 = c0 * T_NBS, nkw = min(nch * T_NBS, nkb - kb0);
+  const unsigned char *srow = scale + (long long)(o0 >> 5) * scale_ld + kb0;
+  for (int i = tid; i < nkw; i += 256) sm.sw[i] = dsv4i_e8m0_to_f32(srow[i]) * 0x1p8f;
   if (FUSED) {
     for (int c = 0; c < T_NS - 1; c++) {
       t_load_x<NTP>(c, c0, nch, nkb, nt, wp, lane, t0, x, ldx, xr);
@@ -245,19 +256,19 @@ __device__ __forceinline__ void t_tile(int n_tok, int rows, int k, const unsigne
       ldmatrix_x4(r, as + (((kbl * 2 + lhi) ^ (lr & 7)) << 4));
       const uint32_t a0 = t_even(r[0]), a1 = t_even(r[1]), a2 = t_odd(r[0]), a3 = t_odd(r[1]);
       const uint32_t a4 = t_even(r[2]), a5 = t_even(r[3]), a6 = t_odd(r[2]), a7 = t_odd(r[3]);
-      const float sw = dsv4i_e8m0_to_f32(sm.sw[kb]);
+      const float sw8 = sm.sw[kb - kb0];
 #pragma unroll
       for (int j = 0; j < NJ; j++) {
         const uint4 b = *reinterpret_cast<const uint4 *>(bs + j * 8 * T_BROW + kbl * 64);
         float p[4] = {0.0f, 0.0f, 0.0f, 0.0f};
         mma_f16(p, a0, a1, a2, a3, b.x, b.y);
         mma_f16(p, a4, a5, a6, a7, b.z, b.w);
-        const float s0 = sxs[(j * 8 + 2 * tig) * T_NBS + kbl] * sw;
-        const float s1 = sxs[(j * 8 + 2 * tig + 1) * T_NBS + kbl] * sw;
-        acc[j][0] = __fmaf_rn(p[0] * 0x1p8f, s0, acc[j][0]);
-        acc[j][1] = __fmaf_rn(p[1] * 0x1p8f, s1, acc[j][1]);
-        acc[j][2] = __fmaf_rn(p[2] * 0x1p8f, s0, acc[j][2]);
-        acc[j][3] = __fmaf_rn(p[3] * 0x1p8f, s1, acc[j][3]);
+        const float2 sx2 = *reinterpret_cast<const float2 *>(sxs + kbl * NTP + j * 8 + 2 * tig);
+        const float s0 = sx2.x * sw8, s1 = sx2.y * sw8;
+        acc[j][0] = __fmaf_rn(p[0], s0, acc[j][0]);
+        acc[j][1] = __fmaf_rn(p[1], s1, acc[j][1]);
+        acc[j][2] = __fmaf_rn(p[2], s0, acc[j][2]);
+        acc[j][3] = __fmaf_rn(p[3], s1, acc[j][3]);
       }
     }
   }

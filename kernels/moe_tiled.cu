@@ -106,12 +106,6 @@ __device__ __forceinline__ void cp_async16_ca(void *smem, const void *gmem, int 
                : "memory");
 }
 
-__device__ __forceinline__ void cp_async4(void *smem, const void *gmem, int src_bytes) {
-  const unsigned s = (unsigned)__cvta_generic_to_shared(smem);
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(s), "l"(gmem), "r"(src_bytes)
-               : "memory");
-}
-
 /* The cp.async ring (dynamic shared memory, MOE_TILED_RING_BYTES in
  * gpu_moe.c): per stage and thread the weights of rows (g, g+8) of the two
  * row groups, its B words, the aligned words holding the scale bytes. The

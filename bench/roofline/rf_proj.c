@@ -61,7 +61,9 @@ static void one(rf *r, const char *name, int rows, int cols, int fp8) {
     for (int k = 0; k < c->copies_b; k++)
       c->wb[k] = fp8 || k >= c->copies ? rf_rand(r, bf, 0x3F7F3F7Fu, 0) : c->w[k].data;
   const int ns[] = {1, 4, 8, 16};
+  const char *only_n = getenv("DSV4_RF_PROJ_N"); /* profiling: only this token count */
   for (int q = 0; q < 4; q++) {
+    if (only_n && *only_n && atoi(only_n) != ns[q]) continue;
     const size_t m2 = dsv4i_gpu_pool_mark(&r->g.pool);
     const int n = ns[q];
     c->n = n;

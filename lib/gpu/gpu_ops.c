@@ -42,8 +42,9 @@ static int q8_splits(int32_t rows, int32_t cols) {
   const int ks = by_k < by_r ? by_k : by_r;
   return ks > 1 ? ks : 1;
 }
-static uint32_t q8_tiled_smem(int ntp, int nkb) {
-  return (uint32_t)(Q8T_NS * (Q8T_RB * 256 + ntp * (256 * 2 + 64) + ntp * 8 * 4) + (nkb + 15) / 16 * 16);
+/* kbw: the most K blocks one block takes (its split of K), their weight scales as f32 */
+static uint32_t q8_tiled_smem(int ntp, int kbw) {
+  return (uint32_t)(Q8T_NS * (Q8T_RB * 256 + ntp * (256 * 2 + 64) + ntp * 8 * 4) + kbw * 4);
 }
 
 static dsv4_status pick(const dsv4i_kreg *kr, dsv4i_kop op, dsv4i_kfmt fmt, dsv4i_kshape shape,
@@ -444,6 +445,7 @@ static dsv4_status q8_tiled(const dsv4i_gpu_ops *o, dsv4i_custream s, const dsv4
   dsv4_status st = q8_tiled_ok(w, xq);
   if (st != DSV4_OK || n_tok == 0) return st;
   int rows = w->rows, k = w->cols, ks = q8_splits(w->rows, w->cols);
+  const int kbw = (int)cdiv(cdiv(k / 32, 8), ks) * 8; /* stages of 8 K blocks, split ks ways */
   long long ld = w->ld, sld = w->scale_ld, lx = ldx, ly = ldy;
   dsv4i_cuptr data = w->data, scale = w->scale;
   /* the prepass layout: fp16 records [n_tok][k], then the scales [n_tok][ldsx] f32 */
@@ -457,7 +459,7 @@ static dsv4_status q8_tiled(const dsv4i_gpu_ops *o, dsv4i_custream s, const dsv4
     dsv4i_cuptr pre = xq + tt * (dsv4i_cuptr)k * 2u, psx = sx0 + tt * ldsx * 4u;
     void *p[] = {&n, &rows, &k, &data, &ld, &scale, &sld, &xs, &lx, &pre, &psx, &ys, &ly, &ntp, &fu, &ks};
     st = dsv4i_kreg_launch_grid(o->kr, o->linear_tiled, cdiv(w->rows, Q8T_RB) * (uint32_t)ks,
-                                cdiv(n, ntp), 1, q8_tiled_smem(ntp, k / 32), s, p);
+                                cdiv(n, ntp), 1, q8_tiled_smem(ntp, kbw), s, p);
   }
   return st;
 }
