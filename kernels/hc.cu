@@ -5,6 +5,7 @@
  * dsv4i_cpu_hc_post; same operations in the same order, so bit-equal.
  */
 #include "model/ref_math.h"
+#include "norm_row.cuh"
 #include "reduce.cuh"
 
 /* h[t][c][:] = embed[tok[t]][:] for every copy c; pre[t][c] = (c == 0).
@@ -382,6 +383,30 @@ extern "C" __global__ void __launch_bounds__(256)
 dsv4_k_hc_mixes_sinkhorn_f32_tiled(int n_tok, int hc, int dim, const uint16_t *h, const float *fn,
                                    float eps, float *mixes, const float *scale, const float *base,
                                    int iters, float hc_eps, float *pre, float *post, float *comb) {
+  hc_mixes_tiled<true>(n_tok, hc, dim, h, fn, eps, mixes, scale, base, iters, hc_eps, pre, post,
+                       comb);
+}
+
+/*
+ * The attention sublayer's entry in one launch (the default mode): the blocks
+ * x < chunks run dsv4_k_hc_mixes_sinkhorn_f32_tiled (this sublayer's mixes,
+ * pre, post, comb), the HM_TT blocks after them hc_pre + RMSNorm of the
+ * group's tokens with the previous sublayer's pre (pre_in; hc_pre_rms_row, as
+ * dsv4_k_hc_pre_rmsnorm_bf16_tiled) into y [n][dim]: the two are independent,
+ * so they share the grid and run side by side, each with its kernel's bits.
+ * Grid (chunks + HM_TT, ceil(n_tok / HM_TT)), 256 threads; the limits of both.
+ */
+extern "C" __global__ void __launch_bounds__(256)
+dsv4_k_hc_entry_tiled(int n_tok, int hc, int dim, const uint16_t *h, const float *fn, float eps,
+                      float *mixes, const float *scale, const float *base, int iters, float hc_eps,
+                      float *pre, float *post, float *comb, const float *pre_in, const uint16_t *w,
+                      float norm_eps, uint16_t *y) {
+  const int nch = (hc * dim + HM_KC - 1) / HM_KC;
+  if ((int)blockIdx.x >= nch) { /* block-uniform */
+    const int row = blockIdx.y * HM_TT + (blockIdx.x - nch);
+    if (row < n_tok) hc_pre_rms_row(row, hc, dim, h, pre_in, w, norm_eps, y, dim);
+    return;
+  }
   hc_mixes_tiled<true>(n_tok, hc, dim, h, fn, eps, mixes, scale, base, iters, hc_eps, pre, post,
                        comb);
 }

@@ -4,7 +4,8 @@
  * head_dim), hc_mixes and Sinkhorn (hc_mult x dim), hc_pre, hc_post, RoPE
  * (head_dim's rope part), the fused hc_mixes + Sinkhorn, hc_pre + RMSNorm,
  * hc_post + hc_pre + RMSNorm and RMSNorm + RoPE (one launch each in the
- * default mode, the unfused launches in CPU order), the grouped wo_a, the
+ * default mode, the unfused launches in CPU order), the attention sublayer's
+ * entry (hc_mixes + Sinkhorn beside hc_pre + RMSNorm), the grouped wo_a, the
  * compressor's wkv, the indexer's wk and wproj (bf16 -> bf16), and the head
  * (bf16 -> fp32); the MoE router (the fp32-out gate GEMM and the top-k
  * selection, as a layer runs them, and the selection alone) and the Engram
@@ -17,7 +18,7 @@
 #include "rf.h"
 
 enum { MAX_COPIES = 32, K_RMS = 0, K_MIX, K_SINK, K_PRE, K_MIXSK, K_PRENORM, K_POST, K_POSTPRE,
-       K_ROPE, K_RMSROPE, K_LIN, K_ROUTER, K_RSEL, K_EUPD };
+       K_ROPE, K_RMSROPE, K_ENTRY, K_LIN, K_ROUTER, K_RSEL, K_EUPD };
 
 typedef struct dense_case {
   int kind, n, dim, hc, groups, out_f32, copies;
@@ -26,6 +27,7 @@ typedef struct dense_case {
   dsv4i_cuptr x, y, scale, base, pre, post, comb, mix, freqs, pos;
   int top_k;                     /* K_ROUTER, K_RSEL: y = z f32, pre = bias, post = ids, comb = weights */
   dsv4i_gpu_engram e;            /* K_EUPD: x = kv, y = h */
+  dsv4i_cuptr w2; /* K_ENTRY: the norm weight beside fn (freqs: the lagged pre) */
 } dense_case;
 
 static dsv4_status rec(rf *r, void *u, int i, dsv4i_custream s) {
@@ -47,6 +49,9 @@ static dsv4_status rec(rf *r, void *u, int i, dsv4i_custream s) {
                                        c->base, 20, 1e-6f, c->mix, c->pre, c->post, c->comb);
   case K_PRENORM:
     return dsv4i_gpu_hc_pre_rmsnorm(&c->o, s, c->n, c->hc, c->dim, c->x, c->pre, w->data, 1e-6f, c->y);
+  case K_ENTRY:
+    return dsv4i_gpu_hc_entry(&c->o, s, c->n, c->hc, c->dim, c->x, w->data, 1e-6f, c->scale, c->base, 20,
+                              1e-6f, c->mix, c->pre, c->post, c->comb, c->freqs, c->w2, 1e-6f, c->y);
   case K_POST: /* in place, as the block runs it */
     return dsv4i_gpu_hc_post(&c->o, s, c->n, c->hc, c->dim, c->y, c->x, c->post, c->comb, c->x);
   case K_POSTPRE:
@@ -91,14 +96,15 @@ static void one(rf *r, const char *name, int kind, int rows, int cols, int group
   if (kind == K_LIN || router) wbytes = 2.0 * rows * cols;
   else if (kind == K_EUPD) wbytes = 4.0 * hc * cols; /* q_weight, k_weight */
   else if (kind == K_RMS || kind == K_PRENORM || kind == K_POSTPRE || kind == K_RMSROPE) wbytes = 2.0 * cols;
-  else if (kind == K_MIX || kind == K_MIXSK) wbytes = 4.0 * nm * hc * cols;
+  else if (kind == K_MIX || kind == K_MIXSK || kind == K_ENTRY) wbytes = 4.0 * nm * hc * cols;
   const int no_w = kind == K_SINK || kind == K_PRE || kind == K_POST || kind == K_ROPE || kind == K_EUPD;
   c->copies = no_w || kind == K_RSEL ? 1 : rf_copies(r, wbytes, MAX_COPIES);
   for (int k = 0; k < c->copies; k++)
     c->w[k] = (dsv4i_gpu_weight){.fmt = DSV4I_KFMT_BF16, .rows = rows, .cols = cols, .ld = cols,
                                  .data = no_w ? 0
                                          : rf_rand(r, (size_t)wbytes,
-                                                   kind == K_MIX || kind == K_MIXSK ? 0x3F7FFFFFu
+                                                   kind == K_MIX || kind == K_MIXSK || kind == K_ENTRY
+                                                       ? 0x3F7FFFFFu
                                                                                     : 0x3F7F3F7Fu, 0)};
   if (router) {
     c->top_k = groups; /* the selection's k travels in the groups column */
@@ -159,8 +165,14 @@ static void one(rf *r, const char *name, int kind, int rows, int cols, int group
         c->freqs = rf_rand(r, (size_t)hc * 4, 0x3F7FFFFFu, 0);
         c->pos = rf_rand(r, (size_t)n * 4, 0x000FFFFFu, 0); /* positions < 2^20 */
         bytes += 4.0 * n * (kind == K_ROPE ? 2 * hc : cols) + 4.0 * hc + 4.0 * n;
-      } else if (kind == K_MIXSK) {
+      } else if (kind == K_MIXSK || kind == K_ENTRY) {
         c->x = rf_rand(r, (size_t)n * hc * cols * 2, 0x3F7F3F7Fu, 0);
+        if (kind == K_ENTRY) {
+          c->w2 = rf_rand(r, (size_t)cols * 2, 0x3F7F3F7Fu, 0);
+          c->freqs = rf_rand(r, (size_t)n * hc * 4, 0x3F7FFFFFu, 0);
+          c->y = rf_take(r, (size_t)n * cols * 2);
+          bytes += 2.0 * cols + 4.0 * n * hc + 2.0 * n * cols;
+        }
         c->mix = rf_take(r, (size_t)n * nm * 4);
         c->scale = rf_rand(r, 16, 0x3F7FFFFFu, 0), c->base = rf_rand(r, (size_t)nm * 4, 0x3F7FFFFFu, 0);
         c->pre = rf_take(r, (size_t)n * hc * 4), c->post = rf_take(r, (size_t)n * hc * 4);
@@ -200,6 +212,7 @@ void rf_dense(rf *r) {
   D(K_MIXSK, "hc_mixes+sinkhorn %dx%d", c->hc_mult, c->dim, 1, 0);
   D(K_PRE, "hc_pre %dx%d", c->hc_mult, c->dim, 1, 0);
   D(K_PRENORM, "hc_pre+rmsnorm %dx%d", c->hc_mult, c->dim, 1, 0);
+  D(K_ENTRY, "hc_entry %dx%d", c->hc_mult, c->dim, 1, 0);
   D(K_POST, "hc_post %dx%d", c->hc_mult, c->dim, 1, 0);
   D(K_POSTPRE, "hc_post+hc_pre+rmsnorm %dx%d", c->hc_mult, c->dim, 1, 0);
   D(K_ROPE, "rope %dof%d", c->rope_head_dim / 2, c->head_dim, 1, 0);

@@ -238,9 +238,12 @@ dsv4_status dsv4i_gpu_block_rows(gpu_backend *b, int32_t layer, const gpu_rows *
   const dsv4i_gpu_ops *o = &b->ops;
   const dsv4i_custream s = b->g.stream;
   const int32_t n = rw->n, hc = b->hc, d = b->dim;
-  /* attention sublayer: collapse with the previous sublayer's pre (lagged) */
-  dsv4_status st = mixes(b, k, n, 0, h, w->a_pre, w->a_post, w->a_comb);
-  if (!st) st = dsv4i_gpu_hc_pre_rmsnorm(o, s, n, hc, d, h, pre, k->attn_norm, c->norm_eps, w->x);
+  /* attention sublayer: its mixes, and the collapse with the previous sublayer's pre
+   * (lagged) normed, side by side in one launch */
+  dsv4_status st = dsv4i_gpu_hc_entry(o, s, n, hc, d, h, k->hc_fn[0], c->norm_eps, k->hc_scale[0],
+                                      k->hc_base[0], c->hc_sinkhorn_iters, c->hc_eps, w->mixes,
+                                      w->a_pre, w->a_post, w->a_comb, pre, k->attn_norm, c->norm_eps,
+                                      w->x);
   if (!st) st = attention(b, layer, rw, w->x, w->y);
   if (!st) st = tp_sum(b, layer, n, w->y);
   /* FFN sublayer: hc_post of the attention's output, collapsed with the attention

@@ -72,6 +72,7 @@ dsv4_status dsv4i_gpu_ops_init(const dsv4i_kreg *kr, dsv4i_gpu_ops *o) {
   PICK(hc_pre_rmsnorm_tiled, HC_PRE_RMSNORM, BF16, TILED);
   PICK(hc_post_pre_rmsnorm_tiled, HC_POST_PRE_RMSNORM, BF16, TILED);
   PICK(rmsnorm_rope_tiled, RMSNORM_ROPE, BF16, TILED);
+  PICK(hc_entry_tiled, HC_ENTRY, BF16, TILED);
   PICK(linear_bf16_tiled, LINEAR, BF16, TILED);
   PICK(linear_bf16_f32out_tiled, LINEAR_F32OUT, BF16, TILED);
   PICK(embed_hc, EMBED_HC, BF16, ANY);
@@ -204,13 +205,18 @@ dsv4_status dsv4i_gpu_hc_sinkhorn(const dsv4i_gpu_ops *o, dsv4i_custream s, int3
   return launch(o, o->hc_sinkhorn, cdiv(n_tok, 128), 1, s, p);
 }
 
+/* hc_mixes + Sinkhorn in one launch of the tiled kernel: the shape decides, never the batch */
+static int mixes_fused(const dsv4i_gpu_ops *o, int32_t hc, int32_t dim) {
+  return !o->cpu_order && hc <= 4 && (int64_t)hc * dim <= HM_MAXCH * HM_KC;
+}
+
 dsv4_status dsv4i_gpu_hc_mixes_sinkhorn(const dsv4i_gpu_ops *o, dsv4i_custream s, int32_t n_tok,
                                         int32_t hc, int32_t dim, dsv4i_cuptr h, dsv4i_cuptr fn,
                                         float eps, dsv4i_cuptr scale, dsv4i_cuptr base,
                                         int32_t iters, float hc_eps, dsv4i_cuptr mixes,
                                         dsv4i_cuptr pre, dsv4i_cuptr post, dsv4i_cuptr comb) {
   if (n_tok < 0 || hc <= 0 || dim <= 0 || iters < 1) return bad("hc_mixes_sinkhorn", "sizes");
-  if (o->cpu_order || hc > 4 || (int64_t)hc * dim > HM_MAXCH * HM_KC) { /* the shape decides */
+  if (!mixes_fused(o, hc, dim)) {
     dsv4_status st = dsv4i_gpu_hc_mixes(o, s, n_tok, hc, dim, h, fn, eps, mixes);
     return st ? st : dsv4i_gpu_hc_sinkhorn(o, s, n_tok, hc, mixes, scale, base, iters, hc_eps, pre,
                                            post, comb);
@@ -243,6 +249,35 @@ dsv4_status dsv4i_gpu_hc_pre_rmsnorm(const dsv4i_gpu_ops *o, dsv4i_custream s, i
   long long ly = dim;
   void *p[] = {&n, &c, &d, &h, &pre, &w, &eps, &y, &ly};
   return launch(o, o->hc_pre_rmsnorm_tiled, (uint32_t)n_tok, 1, s, p);
+}
+
+dsv4_status dsv4i_gpu_hc_entry(const dsv4i_gpu_ops *o, dsv4i_custream s, int32_t n_tok, int32_t hc,
+                               int32_t dim, dsv4i_cuptr h, dsv4i_cuptr fn, float eps, dsv4i_cuptr scale,
+                               dsv4i_cuptr base, int32_t iters, float hc_eps, dsv4i_cuptr mixes,
+                               dsv4i_cuptr pre, dsv4i_cuptr post, dsv4i_cuptr comb, dsv4i_cuptr pre_in,
+                               dsv4i_cuptr w, float norm_eps, dsv4i_cuptr y) {
+  if (n_tok < 0 || hc <= 0 || hc > 16 || dim <= 0 || iters < 1 || n_tok > 65535)
+    return bad("hc_entry", "sizes");
+  if (!mixes_fused(o, hc, dim)) {
+    dsv4_status st = dsv4i_gpu_hc_mixes_sinkhorn(o, s, n_tok, hc, dim, h, fn, eps, scale, base, iters,
+                                                 hc_eps, mixes, pre, post, comb);
+    return st ? st : dsv4i_gpu_hc_pre_rmsnorm(o, s, n_tok, hc, dim, h, pre_in, w, norm_eps, y);
+  }
+  const int64_t nm = (2 + hc) * hc, row = (int64_t)hc * dim * 2;
+  int c = hc, d = dim, it = iters;
+  dsv4_status st = DSV4_OK;
+  for (int32_t t0 = 0; t0 < n_tok && !st; t0 += HM_MAXTOK) { /* the scratch's tokens a launch */
+    int nt = n_tok - t0 < HM_MAXTOK ? n_tok - t0 : HM_MAXTOK;
+    const dsv4i_cuptr t = (dsv4i_cuptr)t0;
+    dsv4i_cuptr ht = h + t * (dsv4i_cuptr)row, mt = mixes + t * (dsv4i_cuptr)nm * 4u,
+                pt = pre + t * (dsv4i_cuptr)hc * 4u, qt = post + t * (dsv4i_cuptr)hc * 4u,
+                ct = comb + t * (dsv4i_cuptr)(hc * hc) * 4u, it_ = pre_in + t * (dsv4i_cuptr)hc * 4u,
+                yt = y + t * (dsv4i_cuptr)dim * 2u;
+    void *p[] = {&nt, &c, &d, &ht, &fn, &eps, &mt, &scale, &base, &it, &hc_eps, &pt, &qt, &ct, &it_,
+                 &w, &norm_eps, &yt};
+    st = launch(o, o->hc_entry_tiled, cdiv((int64_t)hc * dim, HM_KC) + HM_TT, cdiv(nt, HM_TT), s, p);
+  }
+  return st;
 }
 
 dsv4_status dsv4i_gpu_hc_post_pre_rmsnorm(const dsv4i_gpu_ops *o, dsv4i_custream s, int32_t n_tok,

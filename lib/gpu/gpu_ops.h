@@ -40,6 +40,8 @@ typedef struct dsv4i_gpu_ops {
   /** fused triples / pairs of the default mode: hc_post + hc_pre + rmsnorm_tiled,
    * rmsnorm_tiled + RoPE (bit for bit the unfused launches) */
   dsv4i_kernel_id hc_post_pre_rmsnorm_tiled, rmsnorm_rope_tiled;
+  /** the attention sublayer's entry: hc_mixes + Sinkhorn beside hc_pre + RMSNorm */
+  dsv4i_kernel_id hc_entry_tiled;
   /** bf16 weights (kernels/linear_tiled.cu, mma.sync): bf16 out, fp32 out */
   dsv4i_kernel_id linear_bf16_tiled, linear_bf16_f32out_tiled;
   dsv4i_kernel_id linear[DSV4I_KFMT_COUNT_];        /**< by weight format, bf16 out */
@@ -167,6 +169,18 @@ dsv4_status dsv4i_gpu_rmsnorm_rope(const dsv4i_gpu_ops *o, dsv4i_custream s, int
                                    int32_t dim, dsv4i_cuptr x, int64_t ldx, dsv4i_cuptr w, float eps,
                                    dsv4i_cuptr y, int64_t ldy, int32_t n_freq, dsv4i_cuptr freqs,
                                    dsv4i_cuptr pos);
+
+/** The attention sublayer's entry: dsv4i_gpu_hc_mixes_sinkhorn (mixes, pre,
+ * post, comb of h) and dsv4i_gpu_hc_pre_rmsnorm (y bf16 [n][dim] from h and the
+ * previous sublayer's pre_in, weight w, norm_eps), their bits in both modes. In
+ * the default mode, where the first launcher takes one launch (hc <= 4, hc·dim <=
+ * 32768), both share one launch (dsv4_k_hc_entry_tiled: independent blocks side
+ * by side); otherwise the two launchers. */
+dsv4_status dsv4i_gpu_hc_entry(const dsv4i_gpu_ops *o, dsv4i_custream s, int32_t n_tok, int32_t hc,
+                               int32_t dim, dsv4i_cuptr h, dsv4i_cuptr fn, float eps, dsv4i_cuptr scale,
+                               dsv4i_cuptr base, int32_t iters, float hc_eps, dsv4i_cuptr mixes,
+                               dsv4i_cuptr pre, dsv4i_cuptr post, dsv4i_cuptr comb, dsv4i_cuptr pre_in,
+                               dsv4i_cuptr w, float norm_eps, dsv4i_cuptr y);
 
 /** hc_pre, dsv4i_cpu_hc_pre bit for bit: y bf16 [n][dim]. */
 dsv4_status dsv4i_gpu_hc_pre(const dsv4i_gpu_ops *o, dsv4i_custream s, int32_t n_tok,

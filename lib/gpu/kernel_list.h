@@ -32,6 +32,7 @@
   X(HC_PRE_RMSNORM, "hc_pre+rmsnorm")                                                            \
   X(HC_POST_PRE_RMSNORM, "hc_post+hc_pre+rmsnorm")                                               \
   X(RMSNORM_ROPE, "rmsnorm+rope")                                                                \
+  X(HC_ENTRY, "hc_entry")                                                                        \
   X(ACT_QUANT, "act_quant")                                                                      \
   X(LINEAR, "linear")                                                                            \
   X(LINEAR_F32OUT, "linear_f32out")                                                              \
@@ -75,6 +76,7 @@
   X(HC_PRE_RMSNORM_BF16_TILED, HC_PRE_RMSNORM, BF16, TILED, 80, norm, dsv4_k_hc_pre_rmsnorm_bf16_tiled, 256) \
   X(HC_POST_PRE_RMSNORM_BF16_TILED, HC_POST_PRE_RMSNORM, BF16, TILED, 80, norm, dsv4_k_hc_post_pre_rmsnorm_bf16_tiled, 256) \
   X(RMSNORM_ROPE_BF16_TILED, RMSNORM_ROPE, BF16, TILED, 80, norm, dsv4_k_rmsnorm_rope_bf16_tiled, 256) \
+  X(HC_ENTRY_TILED, HC_ENTRY, BF16, TILED, 80, hc, dsv4_k_hc_entry_tiled, 256)                   \
   X(HC_PRE_BF16, HC_PRE, BF16, ANY, 80, hc, dsv4_k_hc_pre_bf16, 256)                              \
   X(HC_POST_BF16, HC_POST, BF16, ANY, 80, hc, dsv4_k_hc_post_bf16, 256)                           \
   X(HC_TAP_BF16, HC_TAP, BF16, ANY, 80, hc, dsv4_k_hc_tap_bf16, 256)                              \

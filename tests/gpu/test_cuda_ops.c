@@ -598,6 +598,95 @@ static void rmsnorm_rope_fused_equals_pair(void **state) {
   rmsnorm_rope_case(2, 256, 128, 0, 713); /* rope over the whole row, 128 frequencies */
 }
 
+/* The attention sublayer's entry in one launch: in the default mode the bits of
+ * the fused hc_mixes + Sinkhorn and the fused hc_pre + RMSNorm launches (each
+ * tested against its unfused launches above), every token alone == in the
+ * batch; in CPU order the CPU's bits. */
+static void hc_entry_case(int n, int hc, int dim, uint64_t seed) {
+  reset_pool();
+  uint64_t s = seed;
+  const int nm = (2 + hc) * hc, K = hc * dim, iters = 20;
+  const float eps = 1e-6f;
+  const size_t nh = (size_t)n * K, ny = (size_t)n * dim;
+  const size_t nmb = sizeof(float) * (size_t)n * nm, npb = sizeof(float) * (size_t)n * hc,
+               ncb = sizeof(float) * (size_t)n * hc * hc;
+  uint16_t *h = malloc(2 * nh), *w = malloc(2 * (size_t)dim);
+  float *fn = malloc(sizeof(float) * (size_t)nm * K), *pin = malloc(npb), scale[3], base[24];
+  float *m[3], *pr[3], *po[3], *cb[3];
+  uint16_t *y[3];
+  for (int i = 0; i < 3; i++)
+    m[i] = malloc(nmb), pr[i] = malloc(npb), po[i] = malloc(npb), cb[i] = malloc(ncb), y[i] = malloc(2 * ny);
+  gt_fill_bf16(&s, h, nh, 6);
+  gt_fill_bf16(&s, w, (size_t)dim, 2);
+  gt_fill_f32(&s, fn, (size_t)nm * K, 3);
+  gt_fill_f32(&s, pin, (size_t)n * hc, 1);
+  gt_fill_f32(&s, scale, 3, 1);
+  gt_fill_f32(&s, base, 24, 1);
+  dsv4i_cuptr dh = gt_up(&G, h, 2 * nh), dw = gt_up(&G, w, 2 * (size_t)dim),
+              dfn = gt_up(&G, fn, sizeof(float) * (size_t)nm * K), dpin = gt_up(&G, pin, npb),
+              dsc = gt_up(&G, scale, sizeof scale), db = gt_up(&G, base, sizeof base);
+  char what[128];
+  for (int run = 0; run < 3; run++) { /* 0: the two fused launches, 1: the entry, 2: the entry in CPU order */
+    dsv4i_cuptr dm = gt_up(&G, NULL, nmb), dp = gt_up(&G, NULL, npb), dq = gt_up(&G, NULL, npb),
+                dc = gt_up(&G, NULL, ncb), dy = gt_up(&G, NULL, 2 * ny);
+    if (run == 0) {
+      gt_check(dsv4i_gpu_hc_mixes_sinkhorn(&OT, G.stream, n, hc, dim, dh, dfn, eps, dsc, db, iters, eps, dm,
+                                           dp, dq, dc));
+      gt_check(dsv4i_gpu_hc_pre_rmsnorm(&OT, G.stream, n, hc, dim, dh, dpin, dw, eps, dy));
+    } else {
+      gt_check(dsv4i_gpu_hc_entry(run == 1 ? &OT : &O, G.stream, n, hc, dim, dh, dfn, eps, dsc, db, iters,
+                                  eps, dm, dp, dq, dc, dpin, dw, eps, dy));
+    }
+    gt_down(&G, m[run], dm, nmb), gt_down(&G, pr[run], dp, npb), gt_down(&G, po[run], dq, npb);
+    gt_down(&G, cb[run], dc, ncb), gt_down(&G, y[run], dy, 2 * ny);
+  }
+  printf("# hc_entry n=%d hc=%d dim=%d\n", n, hc, dim);
+  snprintf(what, sizeof what, "hc_entry vs the two fused launches n=%d hc=%d dim=%d: mixes, pre, post, comb", n, hc, dim);
+  assert_int_equal(gt_diff_bits(m[1], m[0], (size_t)n * nm, 4, what) + gt_diff_bits(pr[1], pr[0], (size_t)n * hc, 4, what) +
+                       gt_diff_bits(po[1], po[0], (size_t)n * hc, 4, what) +
+                       gt_diff_bits(cb[1], cb[0], (size_t)n * hc * hc, 4, what), 0);
+  snprintf(what, sizeof what, "hc_entry vs the two fused launches n=%d hc=%d dim=%d: y", n, hc, dim);
+  assert_int_equal(gt_diff_bits(y[1], y[0], ny, 2, what), 0);
+  /* each token alone (at most the first and last 8) */
+  for (int t = 0; t < n; t++) {
+    if (t >= 8 && t < n - 8) continue;
+    const dsv4i_cuptr T = (dsv4i_cuptr)t;
+    dsv4i_cuptr dm = gt_up(&G, NULL, nmb), dp = gt_up(&G, NULL, npb), dq = gt_up(&G, NULL, npb),
+                dc = gt_up(&G, NULL, ncb), dy = gt_up(&G, NULL, 2 * (size_t)dim);
+    gt_check(dsv4i_gpu_hc_entry(&OT, G.stream, 1, hc, dim, dh + T * (dsv4i_cuptr)K * 2u, dfn, eps, dsc, db,
+                                iters, eps, dm, dp, dq, dc, dpin + T * (dsv4i_cuptr)hc * 4u, dw, eps, dy));
+    gt_down(&G, m[0], dm, sizeof(float) * (size_t)nm), gt_down(&G, cb[0], dc, sizeof(float) * (size_t)hc * hc);
+    gt_down(&G, y[0], dy, 2 * (size_t)dim);
+    snprintf(what, sizeof what, "hc_entry n=%d dim=%d: token %d alone vs in the batch (mixes, comb, y)", n, dim, t);
+    assert_int_equal(gt_diff_bits(m[0], m[1] + (size_t)t * nm, (size_t)nm, 4, what) +
+                         gt_diff_bits(cb[0], cb[1] + (size_t)t * hc * hc, (size_t)hc * hc, 4, what) +
+                         gt_diff_bits(y[0], y[1] + (size_t)t * dim, (size_t)dim, 2, what), 0);
+  }
+  /* CPU order: the CPU's bits */
+  uint16_t *xc = malloc(2 * ny);
+  gt_check(dsv4i_cpu_hc_mixes(n, hc, dim, h, fn, eps, m[0]));
+  gt_check(dsv4i_cpu_hc_split_sinkhorn(n, hc, m[0], scale, base, iters, eps, pr[0], po[0], cb[0]));
+  gt_check(dsv4i_cpu_hc_pre(n, hc, dim, h, pin, xc));
+  gt_check(dsv4i_cpu_rmsnorm(n, dim, xc, dim, w, eps, y[0], dim));
+  snprintf(what, sizeof what, "cpu-order hc_entry n=%d hc=%d dim=%d vs cpu", n, hc, dim);
+  assert_int_equal(gt_diff_bits(m[2], m[0], (size_t)n * nm, 4, what) + gt_diff_bits(pr[2], pr[0], (size_t)n * hc, 4, what) +
+                       gt_diff_bits(po[2], po[0], (size_t)n * hc, 4, what) +
+                       gt_diff_bits(cb[2], cb[0], (size_t)n * hc * hc, 4, what) + gt_diff_bits(y[2], y[0], ny, 2, what),
+                   0);
+  for (int i = 0; i < 3; i++) free(m[i]), free(pr[i]), free(po[i]), free(cb[i]), free(y[i]);
+  free(xc), free(h), free(w), free(fn), free(pin);
+}
+
+static void hc_entry_equals_fused_pair(void **state) {
+  (void)state;
+  const int toks[] = {1, 2, 4, 5, 8, 16};
+  for (int i = 0; i < 6; i++) hc_entry_case(toks[i], 4, 5120, 800 + (uint64_t)i);
+  hc_entry_case(70, 4, 4096, 810); /* two launches */
+  hc_entry_case(3, 4, 1000, 811);
+  hc_entry_case(2, 2, 333, 812);   /* rows not 16-byte aligned, a tail */
+  hc_entry_case(3, 8, 512, 813);   /* hc > 4: the two launchers */
+}
+
 /* ---- act_quant and the linears --------------------------------------------- */
 
 static void act_quant_equals_cpu(void **state) {
@@ -1809,6 +1898,7 @@ int tu_run_suite(void) {
     cmocka_unit_test(hc_pre_rmsnorm_fused_equals_pair),
     cmocka_unit_test(hc_post_pre_rmsnorm_fused_equals_three),
     cmocka_unit_test(rmsnorm_rope_fused_equals_pair),
+    cmocka_unit_test(hc_entry_equals_fused_pair),
     cmocka_unit_test(act_quant_equals_cpu),
     cmocka_unit_test(linear_fp8_fp4_equal_cpu),
     cmocka_unit_test(linear_q8_tiled_within_bound_of_cpu),
