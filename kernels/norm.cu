@@ -40,9 +40,10 @@ dsv4_k_rmsnorm_bf16_tiled(int n_tok, int dim, const uint16_t *x, long long ldx, 
   const uint16_t *xr = x + row * ldx;
   uint16_t *yr = y + row * ldy;
   const plain_row r = {xr, aligned16(xr)};
+  const auto pf = [&](int v) { r.pf(v); };
   const auto x8 = [&](int v, uint16_t *e) { r.x8(v, e); };
   const auto x1 = [&](int d) { return r.x1(d); };
-  rms_row_tiled(dim, x8, x1, x8, x1, w, eps, yr, r.vec && aligned16(yr) && aligned16(w));
+  rms_row_tiled(dim, pf, x8, x1, x8, x1, w, eps, yr, r.vec && aligned16(yr) && aligned16(w));
 }
 
 /*
@@ -128,9 +129,14 @@ dsv4_k_hc_post_pre_rmsnorm_bf16_tiled(int n_tok, int hc, int dim, const uint16_t
     post1(d);
     return r.x1(d);
   };
+  const auto pf = [&](int v) {
+    for (int i = 0; i < hc; i++) prefetch_l1(rr + (long long)i * dim + 8 * v);
+    prefetch_l1(xr + 8 * v);
+  };
   const auto x8 = [&](int v, uint16_t *e) { r.x8(v, e); };
   const auto x1 = [&](int d) { return r.x1(d); };
-  rms_row_tiled(dim, x8a, x1a, x8, x1, w, eps, y + (long long)row * dim, aligned16(y + (long long)row * dim) && aligned16(w));
+  rms_row_tiled(dim, pf, x8a, x1a, x8, x1, w, eps, y + (long long)row * dim,
+                aligned16(y + (long long)row * dim) && aligned16(w));
 }
 
 /*
@@ -149,9 +155,10 @@ dsv4_k_rmsnorm_rope_bf16_tiled(int n_tok, int dim, const uint16_t *x, long long 
   const uint16_t *xr = x + row * ldx;
   uint16_t *yr = y + row * ldy;
   const plain_row r = {xr, aligned16(xr)};
+  const auto pf = [&](int v) { r.pf(v); };
   const auto x8 = [&](int v, uint16_t *e) { r.x8(v, e); };
   const auto x1 = [&](int d) { return r.x1(d); };
-  rms_row_tiled(dim, x8, x1, x8, x1, w, eps, yr, r.vec && aligned16(yr) && aligned16(w));
+  rms_row_tiled(dim, pf, x8, x1, x8, x1, w, eps, yr, r.vec && aligned16(yr) && aligned16(w));
   __syncthreads(); /* the row's y visible to the block */
   const float p = (float)pos[row];
   for (int i = threadIdx.x; i < n_freq; i += 256) {

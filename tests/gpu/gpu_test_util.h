@@ -36,11 +36,15 @@ static inline void gt_check(dsv4_status st) {
   if (st != DSV4_OK) fail_msg("%s: %s", dsv4_status_string(st), dsv4i_error_message());
 }
 
-/* A device buffer of `bytes` from g's pool, filled from `host` (or zeroed when NULL). */
+/* A device buffer of `bytes` from g's pool, filled from `host` (or zeroed when NULL).
+ * The copy is queued on g's stream and waited for: a plain cuMemcpyHtoD from
+ * pageable memory may return before its DMA lands, and the legacy stream it runs
+ * on does not order g's non-blocking stream (run1 of 2 Dec 2026: a kernel
+ * launched right after such an upload read the buffer's stale bytes). */
 static inline dsv4i_cuptr gt_up(dsv4i_gpu *g, const void *host, size_t bytes) {
   dsv4i_cuptr p = 0;
   gt_check(dsv4i_gpu_pool_take(&g->pool, bytes ? bytes : 1, "test buffer", &p));
-  dsv4i_cures r = host ? g->dev.cu->MemcpyHtoD(p, host, bytes)
+  dsv4i_cures r = host ? g->dev.cu->MemcpyHtoDAsync(p, host, bytes, g->stream)
                        : g->dev.cu->MemsetD8Async(p, 0, bytes, g->stream);
   if (r != DSV4I_CUDA_SUCCESS) gt_check(dsv4i_gpu_fail(g, r, "test upload"));
   gt_check(dsv4i_gpu_sync(g));
