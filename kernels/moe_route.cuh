@@ -79,11 +79,12 @@ __device__ __forceinline__ int route_pair(const int *pairs, int p0, int c, int n
   return p0 >= 0 ? pairs[p0 + c] : c * n_slots + top_k;
 }
 
-/* Block y's expert (the route table's order; -1 when the step has fewer) and
- * its pairs [p0, p0 + np) (p0 < 0: the shared expert, every token). */
-__device__ __forceinline__ int block_expert(const int *route, int n_tok, int has_shared,
-                                            int n_experts, int *p0, int *np) {
-  const int sh = has_shared ? 1 : 0, y = (int)blockIdx.y;
+/* Expert slot y's expert (the route table's order; -1 when the step has
+ * fewer) and its pairs [p0, p0 + np) (p0 < 0: the shared expert, every
+ * token). */
+__device__ __forceinline__ int slot_expert(const int *route, int y, int n_tok, int has_shared,
+                                           int n_experts, int *p0, int *np) {
+  const int sh = has_shared ? 1 : 0;
   if (y < sh) {
     *p0 = -1, *np = n_tok;
     return n_experts;
@@ -94,14 +95,23 @@ __device__ __forceinline__ int block_expert(const int *route, int n_tok, int has
   return route[1 + y - sh];
 }
 
+/* Block y's expert: slot_expert of blockIdx.y. */
+__device__ __forceinline__ int block_expert(const int *route, int n_tok, int has_shared,
+                                            int n_experts, int *p0, int *np) {
+  return slot_expert(route, (int)blockIdx.y, n_tok, has_shared, n_experts, p0, np);
+}
+
 /* One token's combine: the sum, in fp32, of term(slot) over its routed experts
  * in ascending expert id (slots of ids outside [0, n_experts) skipped), then
- * the shared expert's slot top_k when has_shared. it: the token's top_k ids. */
+ * the shared expert's slot top_k when has_shared. it: the token's top_k ids
+ * (top_k <= 16). The order is found first (4 bits a slot), then every term
+ * is read before the first addition, so the reads overlap (one memory round
+ * trip, not top_k); the additions are the same, in the same order. */
 template <class Term>
 __device__ __forceinline__ float combine_token(const int32_t *it, int top_k, int n_experts,
                                                int has_shared, Term term) {
-  float y = 0.0f;
-  int prev = -1;
+  unsigned long long ord = 0;
+  int n = 0, prev = -1;
   for (int k = 0; k < top_k; k++) {
     int best = n_experts, bj = -1;
     for (int j = 0; j < top_k; j++) {
@@ -109,10 +119,18 @@ __device__ __forceinline__ float combine_token(const int32_t *it, int top_k, int
       if (ej > prev && ej < best) best = ej, bj = j;
     }
     if (bj < 0) break;
-    y += term(bj);
+    ord |= (unsigned long long)bj << (4 * n++);
     prev = best;
   }
-  if (has_shared) y += term(top_k);
+  float v[16];
+#pragma unroll
+  for (int k = 0; k < 16; k++) v[k] = k < n ? term((int)((ord >> (4 * k)) & 15u)) : 0.0f;
+  const float vs = has_shared ? term(top_k) : 0.0f;
+  float y = 0.0f;
+#pragma unroll
+  for (int k = 0; k < 16; k++)
+    if (k < n) y += v[k];
+  if (has_shared) y += vs;
   return y;
 }
 

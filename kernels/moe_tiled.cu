@@ -197,8 +197,9 @@ __device__ __forceinline__ void stage_rg(const uint4 &u0, const uint4 &u1, uint3
  * of it for fp8); the copies' addresses are the rows' starts plus one offset
  * per stage (a stage past K copies nothing from the row start: zeros). A
  * thread with no token (brow NULL) copies no activations: its B words in the
- * ring are zeroed once here and stay zero. */
-template <int FMT>
+ * ring are zeroed once here and stay zero. BL1: the activations through L1
+ * (written by an earlier launch); else L2 only (written by this launch). */
+template <int FMT, bool BL1>
 __device__ void kloop(tiled_smem &sm, const rowgrp (&gr)[2], int K, const uint16_t *brow,
                       float (&acc)[2][4], uint32_t (&nan)[4]) {
   constexpr int HS = FMT == W_E2M1 ? 1 : 2;   /* stages per 128-column chunk */
@@ -255,7 +256,12 @@ __device__ void kloop(tiled_smem &sm, const rowgrp (&gr)[2], int K, const uint16
       if (brow) {
         const uint16_t *bp = brow + (ok ? kb * 32 + h * 16 : 0);
 #pragma unroll
-        for (int j = 0; j < 4 / HS; j++) cp_async16_ca(&R.b[islot][j][tid], bp + 8 * j, ok ? 16 : 0);
+        for (int j = 0; j < 4 / HS; j++) {
+          if (BL1)
+            cp_async16_ca(&R.b[islot][j][tid], bp + 8 * j, ok ? 16 : 0);
+          else
+            cp_async16(&R.b[islot][j][tid], bp + 8 * j, ok ? 16 : 0);
+        }
       }
       islot = islot == RING - 1 ? 0 : islot + 1;
     }
@@ -374,9 +380,9 @@ template <int FMT>
 __device__ void up_tile(tiled_smem &sm, bool shared, int p0, int np, const int *pairs, int top_k,
                         int dim, int inter, float limit, const uint16_t *xb, const float *weight,
                         const unsigned char *w1, const unsigned char *s1, const unsigned char *w3,
-                        const unsigned char *s3, uint16_t *go, uint16_t *uo, uint16_t *ao) {
+                        const unsigned char *s3, uint16_t *go, uint16_t *uo, uint16_t *ao,
+                        int row0) {
   const int n_slots = top_k + 1, tid = threadIdx.x, g = (tid & 31) >> 2;
-  const int row0 = blockIdx.x * UP_ROWS;
   const rowgrp gr[2] = {{w1, s1, row0}, {w3, s3, row0}};
   for (int c0 = 0; c0 < np; c0 += TOKS) {
     pass_tokens(sm, pairs, p0, c0, np, n_slots, top_k);
@@ -384,7 +390,7 @@ __device__ void up_tile(tiled_smem &sm, bool shared, int p0, int np, const int *
     const uint16_t *brow = pcg >= 0 ? xb + (long long)(pcg / n_slots) * dim : nullptr;
     float acc[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
     uint32_t nan[4] = {0u, 0u, 0u, 0u};
-    kloop<FMT>(sm, gr, dim, brow, acc, nan);
+    kloop<FMT, true>(sm, gr, dim, brow, acc, nan);
     __syncthreads(); /* part reuses the ring: every warp out of its K loop */
     put_partials(sm, acc, nan);
     __syncthreads();
@@ -415,35 +421,44 @@ __device__ void up_tile(tiled_smem &sm, bool shared, int p0, int np, const int *
  * [n][n_slots][inter] (gate, up, SwiGLU activation; n_slots = top_k + 1);
  * ab bf16 [n][n_slots][inter]: act_quant of a as bf16 in the fragment order
  * of the expert's w2 format; cnt u32 [grid.y][inter/32], zero on entry. */
-extern "C" __global__ void __launch_bounds__(NT, 4)
-dsv4_k_moe_up_e2m1_tiled(int n_tok, int top_k, int has_shared, int n_experts, int dim, int inter,
-                         int fmt_r, int fmt_s, float limit, const uint16_t *xb4,
-                         const uint16_t *xb8, const int *route, const float *weight,
-                         const unsigned char *const *w1, const unsigned char *const *s1,
-                         const unsigned char *const *w3, const unsigned char *const *s3,
-                         uint16_t *g, uint16_t *u, uint16_t *a, uint16_t *ab, unsigned *cnt) {
-  __shared__ tiled_smem sm;
+#define MOE_UP_PARAMS                                                                          \
+  int n_tok, int top_k, int has_shared, int n_experts, int dim, int inter, int fmt_r, int fmt_s,   \
+      float limit, const uint16_t *xb4, const uint16_t *xb8, const int *route,                    \
+      const float *weight, const unsigned char *const *w1, const unsigned char *const *s1,        \
+      const unsigned char *const *w3, const unsigned char *const *s3, uint16_t *g, uint16_t *u,   \
+      uint16_t *a, uint16_t *ab, unsigned *cnt
+#define MOE_UP_ARGS                                                                            \
+  n_tok, top_k, has_shared, n_experts, dim, inter, fmt_r, fmt_s, limit, xb4, xb8, route, weight, \
+      w1, s1, w3, s3, g, u, a, ab, cnt
+
+/* Block (bx, by) of moe_up: rows bx·16 of expert slot by. Returns (the same
+ * in every thread) whether it was the second block of its 32-row group to
+ * finish and so wrote the group's ab. */
+__device__ bool up_block(tiled_smem &sm, int bx, int by, MOE_UP_PARAMS) {
   int p0 = -1, np = 0;
-  const int e = block_expert(route, n_tok, has_shared, n_experts, &p0, &np);
-  if (e < 0) return;
+  const int e = slot_expert(route, by, n_tok, has_shared, n_experts, &p0, &np);
+  if (e < 0) return false;
   const bool shared = e == n_experts;
   const int fmt = shared ? fmt_s : fmt_r, n_slots = top_k + 1;
   const int *pairs = route + 2 + 2 * n_experts;
   if (fmt == W_E2M1)
     up_tile<W_E2M1>(sm, shared, p0, np, pairs, top_k, dim, inter, limit, xb4, weight, w1[e], s1[e],
-                    w3[e], s3[e], g, u, a);
+                    w3[e], s3[e], g, u, a, bx * UP_ROWS);
   else
     up_tile<W_E4M3>(sm, shared, p0, np, pairs, top_k, dim, inter, limit, xb8, weight, w1[e], s1[e],
-                    w3[e], s3[e], g, u, a);
-  /* the second block of the 32-row group quantises the group (act_quant blocks are 32 wide) */
-  __threadfence();
+                    w3[e], s3[e], g, u, a, bx * UP_ROWS);
+  /* the second block of the 32-row group quantises the group (act_quant
+   * blocks are 32 wide); one fence a block, by the thread that counts, after
+   * the barrier (cumulative over the block's writes, as a grid sync does) */
   __syncthreads();
-  if (threadIdx.x == 0)
-    sm.last = atomicAdd(&cnt[blockIdx.y * (inter / 32) + (blockIdx.x >> 1)], 1u) == 1u;
+  if (threadIdx.x == 0) {
+    __threadfence();
+    sm.last = atomicAdd(&cnt[by * (inter / 32) + (bx >> 1)], 1u) == 1u;
+    if (sm.last) __threadfence();
+  }
   __syncthreads();
-  if (!sm.last) return;
-  __threadfence();
-  const int grp = blockIdx.x >> 1, lane = threadIdx.x & 31;
+  if (!sm.last) return false;
+  const int grp = bx >> 1, lane = threadIdx.x & 31;
   const int wfmt = fmt; /* w2 has the expert's format */
   const int pos = wfmt == W_E2M1 ? perm_e2m1(lane) : perm_e4m3(lane);
   for (int q = threadIdx.x >> 5; q < np; q += NW) {
@@ -454,16 +469,21 @@ dsv4_k_moe_up_e2m1_tiled(int n_tok, int top_k, int has_shared, int n_experts, in
     ab[pc * inter + grp * 32 + pos] = dsv4i_f32_to_bf16(
         dsv4i_e4m3_to_f32(dsv4i_act_quant_code(v, ex)) * dsv4i_e8m0_to_f32(dsv4i_act_quant_scale(ex)));
   }
+  return true;
+}
+
+extern "C" __global__ void __launch_bounds__(NT, 4) dsv4_k_moe_up_e2m1_tiled(MOE_UP_PARAMS) {
+  __shared__ tiled_smem sm;
+  up_block(sm, (int)blockIdx.x, (int)blockIdx.y, MOE_UP_ARGS);
 }
 
 /* ---- down + combine ------------------------------------------------------------ */
 
-template <int FMT>
+template <int FMT, bool BL1>
 __device__ void down_tile(tiled_smem &sm, int p0, int np, const int *pairs, int top_k, int dim,
                           int inter, const uint16_t *ab, const unsigned char *w2,
-                          const unsigned char *s2, uint16_t *o) {
+                          const unsigned char *s2, uint16_t *o, int row0) {
   const int n_slots = top_k + 1, tid = threadIdx.x, g = (tid & 31) >> 2;
-  const int row0 = blockIdx.x * DN_ROWS;
   const rowgrp gr[2] = {{w2, s2, row0}, {w2, s2, row0 + 16}};
   for (int c0 = 0; c0 < np; c0 += TOKS) {
     pass_tokens(sm, pairs, p0, c0, np, n_slots, top_k);
@@ -471,7 +491,7 @@ __device__ void down_tile(tiled_smem &sm, int p0, int np, const int *pairs, int 
     const uint16_t *brow = pcg >= 0 ? ab + (long long)pcg * inter : nullptr;
     float acc[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
     uint32_t nan[4] = {0u, 0u, 0u, 0u};
-    kloop<FMT>(sm, gr, inter, brow, acc, nan);
+    kloop<FMT, BL1>(sm, gr, inter, brow, acc, nan);
     __syncthreads(); /* part reuses the ring: every warp out of its K loop */
     put_partials(sm, acc, nan);
     __syncthreads();
@@ -489,31 +509,37 @@ __device__ void down_tile(tiled_smem &sm, int p0, int np, const int *pairs, int 
  * w2, s2: pointer tables; o bf16 [n][n_slots][dim] scratch; cnt u32
  * [dim/32] zero on entry; out bf16 [n][ldo]: per token the experts' rows in
  * ascending id, the shared expert last, summed from 0 in fp32, rounded. */
-extern "C" __global__ void __launch_bounds__(NT, 4)
-dsv4_k_moe_down_e2m1_tiled(int n_tok, int top_k, int has_shared, int n_experts, int dim, int inter,
-                           int fmt_r, int fmt_s, const uint16_t *ab, const int32_t *idx,
-                           const int *route, const unsigned char *const *w2,
-                           const unsigned char *const *s2, uint16_t *o, unsigned *cnt,
-                           uint16_t *out, long long ldo) {
-  __shared__ tiled_smem sm;
+#define MOE_DOWN_PARAMS                                                                        \
+  int n_tok, int top_k, int has_shared, int n_experts, int dim, int inter, int fmt_r, int fmt_s,   \
+      const uint16_t *ab, const int32_t *idx, const int *route, const unsigned char *const *w2,   \
+      const unsigned char *const *s2, uint16_t *o, unsigned *cnt, uint16_t *out, long long ldo
+#define MOE_DOWN_ARGS                                                                              \
+  n_tok, top_k, has_shared, n_experts, dim, inter, fmt_r, fmt_s, ab, idx, route, w2, s2, o, cnt, out, ldo
+
+/* Block (bx, by) of moe_down: rows bx·32 of expert slot by, of gy slots;
+ * the last of the gy blocks of row tile bx combines it. BL1: ab through L1. */
+template <bool BL1>
+__device__ void down_block(tiled_smem &sm, int bx, int by, int gy, MOE_DOWN_PARAMS) {
   const int n_slots = top_k + 1;
   int p0 = -1, np = 0;
-  const int e = block_expert(route, n_tok, has_shared, n_experts, &p0, &np);
+  const int e = slot_expert(route, by, n_tok, has_shared, n_experts, &p0, &np);
   const int *pairs = route + 2 + 2 * n_experts;
+  const int row0 = bx * DN_ROWS;
   if (e >= 0) {
     if ((e == n_experts ? fmt_s : fmt_r) == W_E2M1)
-      down_tile<W_E2M1>(sm, p0, np, pairs, top_k, dim, inter, ab, w2[e], s2[e], o);
+      down_tile<W_E2M1, BL1>(sm, p0, np, pairs, top_k, dim, inter, ab, w2[e], s2[e], o, row0);
     else
-      down_tile<W_E4M3>(sm, p0, np, pairs, top_k, dim, inter, ab, w2[e], s2[e], o);
+      down_tile<W_E4M3, BL1>(sm, p0, np, pairs, top_k, dim, inter, ab, w2[e], s2[e], o, row0);
   }
-  /* the last block of this row tile combines it */
-  __threadfence();
+  /* the last block of this row tile combines it (fences as in up_block) */
   __syncthreads();
-  if (threadIdx.x == 0) sm.last = atomicAdd(&cnt[blockIdx.x], 1u) == gridDim.y - 1u;
+  if (threadIdx.x == 0) {
+    __threadfence();
+    sm.last = atomicAdd(&cnt[bx], 1u) == (unsigned)gy - 1u;
+    if (sm.last) __threadfence();
+  }
   __syncthreads();
   if (!sm.last) return;
-  __threadfence();
-  const int row0 = blockIdx.x * DN_ROWS;
   for (int q = threadIdx.x; q < n_tok * DN_ROWS; q += NT) {
     const int t = q / DN_ROWS, d = row0 + q % DN_ROWS;
     const int32_t *it = idx + (long long)t * top_k;
@@ -522,4 +548,13 @@ dsv4_k_moe_down_e2m1_tiled(int n_tok, int top_k, int has_shared, int n_experts, 
     });
     out[(long long)t * ldo + d] = dsv4i_f32_to_bf16(y);
   }
+}
+
+/* Grid (dim/32, as moe_up), 128 threads. ab, route: moe_up's / moe_prep's;
+ * w2, s2: pointer tables; o bf16 [n][n_slots][dim] scratch; cnt u32
+ * [dim/32] zero on entry; out bf16 [n][ldo]: per token the experts' rows in
+ * ascending id, the shared expert last, summed from 0 in fp32, rounded. */
+extern "C" __global__ void __launch_bounds__(NT, 4) dsv4_k_moe_down_e2m1_tiled(MOE_DOWN_PARAMS) {
+  __shared__ tiled_smem sm;
+  down_block<true>(sm, (int)blockIdx.x, (int)blockIdx.y, (int)gridDim.y, MOE_DOWN_ARGS);
 }
