@@ -253,7 +253,7 @@ static void greedy_equal(const char *fx) {
 static void greedy_a(void **state) { (void)state, greedy_equal("tiny-v41-a"); }
 
 /* The fp8_ds_mla window records (kv_format) on every stage: still bit-identical to one
- * process with that format (CPU; the CUDA backend does not read the format yet). */
+ * process with that format (CPU backend; the CUDA backend's format tests: test_cuda_engine). */
 static void greedy_ds_mla(void **state) {
   (void)state;
   if (g_backend != DSV4_BACKEND_CPU) skip();
