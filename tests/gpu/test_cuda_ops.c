@@ -684,7 +684,7 @@ static void hc_entry_equals_fused_pair(void **state) {
   hc_entry_case(70, 4, 4096, 810); /* two launches */
   hc_entry_case(3, 4, 1000, 811);
   hc_entry_case(2, 2, 333, 812);   /* rows not 16-byte aligned, a tail */
-  hc_entry_case(3, 8, 512, 813);   /* hc > 4: the two launchers */
+  hc_entry_case(2, 4, 8448, 813);  /* hc·dim > 32768: the two launchers (the exact mixes) */
 }
 
 /* ---- act_quant and the linears --------------------------------------------- */
