@@ -10,6 +10,8 @@
  *             act_quant of the group's activations (an integer counter)
  *   moe_down: down projection of (expert, 32-row tile) blocks; the last
  *             block of each row tile sums the experts per token (counter)
+ *   moe_updown: moe_up's and moe_down's blocks as one launch (the down
+ *             blocks of an expert wait for its activations; same bits)
  * grid.y walks the step's experts (the shared one first, then the distinct
  * routed ids in ascending order, from the route table), grid.x the tiles,
  * so a single token fills the GPU (release dims: 144 up and 160 down blocks
@@ -516,16 +518,42 @@ __device__ void down_tile(tiled_smem &sm, int p0, int np, const int *pairs, int 
 #define MOE_DOWN_ARGS                                                                              \
   n_tok, top_k, has_shared, n_experts, dim, inter, fmt_r, fmt_s, ab, idx, route, w2, s2, o, cnt, out, ldo
 
+/* Waits (thread 0, then the block) until *p reaches n (ld.acquire, then a
+ * fence: the writes counted are visible to the block after the barrier).
+ * The counts come from blocks earlier in the launch order, which run or have
+ * run; should one never arrive (a scheduler that broke that order), the wait
+ * traps after about 2^32 cycles instead of hanging. */
+__device__ __forceinline__ unsigned ld_acquire_u32(const unsigned *p) {
+  unsigned v;
+  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+__device__ __forceinline__ void wait_count(const unsigned *p, unsigned n) {
+  if (threadIdx.x == 0) {
+    const long long t0 = clock64();
+    while (ld_acquire_u32(p) < n) {
+      __nanosleep(100);
+      if (clock64() - t0 > (1ll << 32)) __trap();
+    }
+    __threadfence();
+  }
+  __syncthreads();
+}
+
 /* Block (bx, by) of moe_down: rows bx·32 of expert slot by, of gy slots;
- * the last of the gy blocks of row tile bx combines it. BL1: ab through L1. */
+ * the last of the gy blocks of row tile bx combines it. ready: NULL, or
+ * the slots' counts of written 32-row groups of ab (fused launch: waits for
+ * inter/32 of them; ab then read through L2 only). */
 template <bool BL1>
-__device__ void down_block(tiled_smem &sm, int bx, int by, int gy, MOE_DOWN_PARAMS) {
+__device__ void down_block(tiled_smem &sm, int bx, int by, int gy, MOE_DOWN_PARAMS,
+                           const unsigned *ready) {
   const int n_slots = top_k + 1;
   int p0 = -1, np = 0;
   const int e = slot_expert(route, by, n_tok, has_shared, n_experts, &p0, &np);
   const int *pairs = route + 2 + 2 * n_experts;
   const int row0 = bx * DN_ROWS;
   if (e >= 0) {
+    if (ready) wait_count(ready + by, (unsigned)(inter / 32));
     if ((e == n_experts ? fmt_s : fmt_r) == W_E2M1)
       down_tile<W_E2M1, BL1>(sm, p0, np, pairs, top_k, dim, inter, ab, w2[e], s2[e], o, row0);
     else
@@ -556,5 +584,44 @@ __device__ void down_block(tiled_smem &sm, int bx, int by, int gy, MOE_DOWN_PARA
  * ascending id, the shared expert last, summed from 0 in fp32, rounded. */
 extern "C" __global__ void __launch_bounds__(NT, 4) dsv4_k_moe_down_e2m1_tiled(MOE_DOWN_PARAMS) {
   __shared__ tiled_smem sm;
-  down_block<true>(sm, (int)blockIdx.x, (int)blockIdx.y, (int)gridDim.y, MOE_DOWN_ARGS);
+  down_block<true>(sm, (int)blockIdx.x, (int)blockIdx.y, (int)gridDim.y, MOE_DOWN_ARGS, nullptr);
+}
+
+/* moe_up and moe_down in one launch, so that the down blocks fill the SMs
+ * while the last up blocks run (no tail and no gap between two launches).
+ * Grid (max(inter/16, dim/32), 2·gy), 128 threads: rows y < gy are moe_up's
+ * blocks (x < inter/16), rows gy + y moe_down's of slot y (x < dim/32).
+ * The second block of each 32-row group adds 1 to ready[y] once its ab is
+ * written; a down block of slot y waits for inter/32 of them. The up blocks
+ * precede every down block in the launch order, so they run or have run
+ * when a down block waits: no deadlock. Same arithmetic, same bits as the
+ * two launches. cnt_up [gy][inter/32], cnt_dn [dim/32], ready [gy]: zero on
+ * entry (moe_prep). */
+extern "C" __global__ void __launch_bounds__(NT, 4)
+dsv4_k_moe_updown_e2m1_tiled(int n_tok, int top_k, int has_shared, int n_experts, int dim,
+                             int inter, int fmt_r, int fmt_s, float limit, const uint16_t *xb4,
+                             const uint16_t *xb8, const int *route, const float *weight,
+                             const unsigned char *const *w1, const unsigned char *const *s1,
+                             const unsigned char *const *w3, const unsigned char *const *s3,
+                             uint16_t *g, uint16_t *u, uint16_t *a, uint16_t *ab,
+                             unsigned *cnt_up, const int32_t *idx, const unsigned char *const *w2,
+                             const unsigned char *const *s2, uint16_t *o, unsigned *cnt_dn,
+                             unsigned *ready, uint16_t *out, long long ldo) {
+  __shared__ tiled_smem sm;
+  const int gy = (int)gridDim.y / 2, bx = (int)blockIdx.x, by = (int)blockIdx.y;
+  if (by < gy) {
+    if (bx >= inter / UP_ROWS) return;
+    if (up_block(sm, bx, by, n_tok, top_k, has_shared, n_experts, dim, inter, fmt_r, fmt_s, limit,
+                 xb4, xb8, route, weight, w1, s1, w3, s3, g, u, a, ab, cnt_up)) {
+      __syncthreads(); /* the group's ab written */
+      if (threadIdx.x == 0) {
+        __threadfence();
+        atomicAdd(&ready[by], 1u);
+      }
+    }
+    return;
+  }
+  if (bx >= dim / DN_ROWS) return;
+  down_block<false>(sm, bx, by - gy, gy, n_tok, top_k, has_shared, n_experts, dim, inter, fmt_r,
+                    fmt_s, ab, idx, route, w2, s2, o, cnt_dn, out, ldo, ready);
 }

@@ -1,6 +1,7 @@
-/* Host launcher of the MoE experts: size checks, scratch layouts, three
- * launches, of the tiled kernels (kernels/moe_tiled.cu, the default numerics
- * mode) or, with cpu_order, of the CPU-order ones (kernels/moe.cu). */
+/* Host launcher of the MoE experts: size checks, scratch layouts, the
+ * launches of the tiled kernels (kernels/moe_tiled.cu, the default numerics
+ * mode: prep, then up and down as one launch or two) or, with cpu_order, of
+ * the CPU-order ones (kernels/moe.cu, three launches). */
 #include "gpu/gpu_ops.h"
 
 #define MOE_TILE 32    /* kernels/moe.cu RT: rows per moe_up tile */
@@ -14,8 +15,8 @@
 #define MOE_TILED_RING_BYTES (3 * 128 * (8 * 16 + 4 * 4))
 
 dsv4_status dsv4i_gpu_moe_tiled_init(const dsv4i_kreg *kr, const dsv4i_gpu_ops *o) {
-  const dsv4i_kernel_id ids[2] = {o->moe_up_tiled, o->moe_down_tiled};
-  for (int i = 0; i < 2; i++) {
+  const dsv4i_kernel_id ids[3] = {o->moe_up_tiled, o->moe_down_tiled, o->moe_updown_tiled};
+  for (int i = 0; i < 3; i++) {
     if (ids[i] >= DSV4I_K_COUNT || !kr->fn[ids[i]]) continue;
     const dsv4i_cures r = kr->dev->cu->FuncSetAttribute(
         kr->fn[ids[i]], DSV4I_CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, MOE_TILED_RING_BYTES);
@@ -57,7 +58,8 @@ static moe_carve moe_layout(const dsv4i_gpu_moe *m, int32_t n_tok) {
  * weight format's fragment order); g, u, a, ab bf16 [n][top_k + 1][inter]
  * (gate, up, activation, its act_quant in w2's fragment order); o bf16
  * [n][top_k + 1][dim]; counters u32: up [n·top_k + 1][inter/32] (grid.y <=
- * n·top_k + 1), down [dim/32]; route int32 as above. */
+ * n·top_k + 1), down [dim/32], the fused launch's ready [n·top_k + 1]; route
+ * int32 as above. */
 static dsv4i_gpu_moe_tiled_carve tiled_layout(const dsv4i_gpu_moe *m, int32_t n_tok) {
   const size_t n = (size_t)n_tok, slots = (size_t)m->top_k + 1, dim = (size_t)m->dim,
                inter = (size_t)m->inter, nk = n * (size_t)m->top_k;
@@ -71,7 +73,7 @@ static dsv4i_gpu_moe_tiled_carve tiled_layout(const dsv4i_gpu_moe *m, int32_t n_
   c.ab = c.a + al(2 * n * slots * inter);
   c.o = c.ab + al(2 * n * slots * inter);
   c.cnt = c.o + al(2 * n * slots * dim);
-  c.n_cnt = gy * (inter / 32) + dim / 32;
+  c.n_cnt = gy * (inter / 32) + dim / 32 + gy;
   c.route = c.cnt + al(4 * c.n_cnt);
   c.total = c.route + al(4 * (2 + 2 * (size_t)MOE_MAX_EXPERTS + nk));
   return c;
@@ -128,15 +130,23 @@ static dsv4_status experts(const dsv4i_gpu_ops *o, dsv4i_custream s, const dsv4i
     dsv4i_cuptr xb4 = scratch + c.xb4, xb8 = scratch + c.xb8, g = scratch + c.g,
                 u = scratch + c.u, a = scratch + c.a, ab = scratch + c.ab, ob = scratch + c.o,
                 cup = scratch + c.cnt, route = scratch + c.route;
-    /* the counters in use: up [gy][inter/32], then down [dim/32] */
+    /* the counters in use: up [gy][inter/32], down [dim/32], then the fused launch's ready [gy] */
     const size_t n_up = (size_t)gy * (size_t)(inter / 32);
-    dsv4i_cuptr cdn = cup + 4 * (dsv4i_cuptr)n_up;
-    int n_cnt = (int)(n_up + (size_t)dim / 32);
+    dsv4i_cuptr cdn = cup + 4 * (dsv4i_cuptr)n_up, crd = cdn + 4 * (dsv4i_cuptr)(dim / 32);
+    const int fused = o->moe_fused && o->moe_updown_tiled < DSV4I_K_COUNT;
+    int n_cnt = (int)(n_up + (size_t)dim / 32 + (fused ? gy : 0));
     long long lx = ldx;
     void *pp[] = {&n, &k, &E, &dim, &x, &lx, &idx, &xb4, &xb8, &route, &cup, &n_cnt};
     const uint64_t nb = ((uint64_t)n_tok * (uint64_t)(dim / 32) + 7) / 8 + 1;
     st = dsv4i_kreg_launch_grid(o->kr, o->moe_prep_tiled, (uint32_t)nb, 1, 1, 0, s, pp);
     if (st != DSV4_OK) return st;
+    if (fused) { /* grid (max(inter/16, dim/32), 2·gy): up blocks, then down blocks */
+      const uint32_t gx_up = (uint32_t)(inter / MOE_TILED_UP_ROWS), gx_dn = (uint32_t)(dim / MOE_TILED_DN_ROWS);
+      void *pf[] = {&n, &k, &sh, &E, &dim, &inter, &fr, &fs, &lim, &xb4, &xb8, &route, &weight, &w1, &s1,
+                    &w3, &s3, &g, &u, &a, &ab, &cup, &idx, &w2, &s2, &ob, &cdn, &crd, &out, &lo};
+      return dsv4i_kreg_launch_grid(o->kr, o->moe_updown_tiled, gx_up > gx_dn ? gx_up : gx_dn, 2 * gy, 1,
+                                    MOE_TILED_RING_BYTES, s, pf);
+    }
     void *pu[] = {&n, &k, &sh, &E, &dim, &inter, &fr, &fs, &lim, &xb4, &xb8, &route, &weight,
                   &w1, &s1, &w3, &s3, &g, &u, &a, &ab, &cup};
     st = dsv4i_kreg_launch_grid(o->kr, o->moe_up_tiled, (uint32_t)(inter / MOE_TILED_UP_ROWS), gy,

@@ -61,6 +61,7 @@ dsv4_status dsv4i_gpu_ops_init(const dsv4i_kreg *kr, dsv4i_gpu_ops *o) {
   o->f32out_narrow = 0;
   o->cpu_order = 0;
   o->moe_tiled = 1;
+  o->moe_fused = 1;
   dsv4_status st = DSV4_OK;
 #define PICK(field, op, fmt, shape) \
   if (st == DSV4_OK) st = pick(kr, DSV4I_KOP_##op, DSV4I_KFMT_##fmt, DSV4I_KSHAPE_##shape, &o->field)
@@ -92,6 +93,7 @@ dsv4_status dsv4i_gpu_ops_init(const dsv4i_kreg *kr, dsv4i_gpu_ops *o) {
   PICK(moe_prep_tiled, MOE_PREP, E2M1_UE8M0, TILED);
   PICK(moe_up_tiled, MOE_UP, E2M1_UE8M0, TILED);
   PICK(moe_down_tiled, MOE_DOWN, E2M1_UE8M0, TILED);
+  PICK(moe_updown_tiled, MOE_UPDOWN, E2M1_UE8M0, TILED);
   PICK(engram_gather, ENGRAM_GATHER, E4M3_UE8M0, ANY);
   PICK(engram_update, ENGRAM_UPDATE, BF16, ANY);
   PICK(dequant, DEQUANT, E4M3_UE8M0, ANY);

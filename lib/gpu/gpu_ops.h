@@ -29,9 +29,14 @@ typedef struct dsv4i_gpu_ops {
   /** the MoE step's tiled kernels (kernels/moe_tiled.cu), used unless cpu_order
    * (while moe_tiled is set) */
   dsv4i_kernel_id moe_prep_tiled, moe_up_tiled, moe_down_tiled;
+  /** moe_up_tiled and moe_down_tiled as one launch (the same bits) */
+  dsv4i_kernel_id moe_updown_tiled;
   /** 1 (dsv4i_gpu_ops_init's value): dsv4i_gpu_moe_experts runs the tiled
    * kernels in the default mode. 0: the CPU-order kernels in both modes. */
   int32_t moe_tiled;
+  /** 1 (dsv4i_gpu_ops_init's value): the tiled up and down projections as one
+   * launch (moe_updown_tiled); 0: two launches. Same bits either way. */
+  int32_t moe_fused;
   /** The default mode's kernels (KSHAPE_TILED rows), launched unless cpu_order. */
   dsv4i_kernel_id rmsnorm_tiled, hc_mixes_tiled, hc_sinkhorn_lanes;
   /** fused pairs of the default mode, bit for bit the unfused tiled pair:

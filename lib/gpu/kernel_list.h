@@ -47,6 +47,7 @@
   X(MOE_COMBINE, "moe_combine")                                                                  \
   X(CAST, "cast")                                                                                \
   X(MOE_PREP, "moe_prep")                                                                        \
+  X(MOE_UPDOWN, "moe_up+down")                                                                   \
   X(ENGRAM_GATHER, "engram_gather")                                                              \
   X(ENGRAM_UPDATE, "engram_update")                                                              \
   X(DEQUANT, "dequant")                                                                          \
@@ -104,6 +105,7 @@
   X(MOE_PREP_TILED, MOE_PREP, E2M1_UE8M0, TILED, 80, moe_tiled, dsv4_k_moe_prep_tiled, 256)      \
   X(MOE_UP_TILED, MOE_UP, E2M1_UE8M0, TILED, 80, moe_tiled, dsv4_k_moe_up_e2m1_tiled, 128)       \
   X(MOE_DOWN_TILED, MOE_DOWN, E2M1_UE8M0, TILED, 80, moe_tiled, dsv4_k_moe_down_e2m1_tiled, 128) \
+  X(MOE_UPDOWN_TILED, MOE_UPDOWN, E2M1_UE8M0, TILED, 80, moe_tiled, dsv4_k_moe_updown_e2m1_tiled, 128) \
   X(ENGRAM_GATHER, ENGRAM_GATHER, E4M3_UE8M0, ANY, 80, engram, dsv4_k_engram_gather, 128)          \
   X(ENGRAM_UPDATE, ENGRAM_UPDATE, BF16, ANY, 80, engram, dsv4_k_engram_update, 256)              \
   X(ACT_QUANT_E4M3_F16, ACT_QUANT, E4M3_UE8M0, TILED, 80, linear_mma, dsv4_k_act_quant_e4m3_f16, 256) \

@@ -1485,6 +1485,30 @@ static void moe_tiled_case(int E, int K, int DIM, int INTER, int N, uint64_t see
   gt_down(&G, u, scr + cv.u, 2 * ni);
   gt_down(&G, a, scr + cv.a, 2 * ni);
   gt_down(&G, o, scr + cv.o, 2 * no);
+  /* up and down as two launches (moe_fused 0) against the one fused launch:
+   * every stage the same bits (same arithmetic; the fused launch's down blocks
+   * wait for their expert's activations) */
+  size_t two = 0;
+  {
+    const size_t nmax = ni > no ? (ni > nx ? ni : nx) : (no > nx ? no : nx);
+    uint16_t *t2 = malloc(2 * nmax);
+    const int32_t fused = OT.moe_fused;
+    OT.moe_fused = !fused;
+    gt_check(dsv4i_gpu_moe_experts(&OT, G.stream, &ms.gm, N, ms.dx, DIM, ms.di, ms.dw, scr, dout, DIM));
+    OT.moe_fused = fused;
+    gt_down(&G, t2, dout, 2 * nx);
+    two += gt_diff_bits(t2, out, nx, 2, "other launch form: out");
+    gt_down(&G, t2, scr + cv.g, 2 * ni);
+    two += gt_diff_bits(t2, g, ni, 2, "other launch form: g");
+    gt_down(&G, t2, scr + cv.u, 2 * ni);
+    two += gt_diff_bits(t2, u, ni, 2, "other launch form: u");
+    gt_down(&G, t2, scr + cv.a, 2 * ni);
+    two += gt_diff_bits(t2, a, ni, 2, "other launch form: a");
+    gt_down(&G, t2, scr + cv.o, 2 * no);
+    two += gt_diff_bits(t2, o, no, 2, "other launch form: o");
+    free(t2);
+    printf("# %s: fused launch (moe_fused %d) vs two launches: %zu values differ\n", what, (int)fused, two);
+  }
   char name_g[160], name_o[160], name_e[160]; /* each gt_tol keeps its name */
   gt_tol tg, tod, tout;
   snprintf(name_g, sizeof name_g, "%s: g, u (bound n = dim %d)", what, DIM);
@@ -1625,6 +1649,7 @@ static void moe_tiled_case(int E, int K, int DIM, int INTER, int N, uint64_t see
   assert_int_equal(out_bad, 0);
   assert_int_equal(det, 0);
   assert_int_equal(inv, 0);
+  assert_int_equal(two, 0);
 }
 
 static void moe_tiled_within_bound_of_cpu(void **state) {
