@@ -149,6 +149,8 @@ int main(int argc, char **argv) {
   const dsv4i_cuptr iw = rand_buf((size_t)8 * 32 * 2, 0x3F003F00u);
   const dsv4i_cuptr scores = rand_buf((size_t)8 * ctx * 4, 0);
   const dsv4i_cuptr out = rand_buf((size_t)8 * topk * 4, 0);
+  const size_t tws = dsv4i_gpu_attn_topk_ws_bytes(8, ctx, topk);
+  const dsv4i_cuptr tkw = rand_buf(tws, 0);
   for (int32_t b = 1; b <= 8; b *= 8) {
     const dsv4i_cuptr tok = tokens(b, (int32_t)ctx - 1);
     dsv4i_gpu_index_args ia = {.idxk = tk, .tok = tok, .n = b, .n_heads = 32, .head_dim = 128,
@@ -158,7 +160,10 @@ int main(int argc, char **argv) {
     TIME(label, (double)b * ctx * 68, check(dsv4i_gpu_attn_index_scores(&k, NULL, &ia), label));
     snprintf(label, sizeof label, "top-512 of 64K scores, batch %d", (int)b);
     TIME(label, (double)b * ctx * 4,
-         check(dsv4i_gpu_attn_topk(&k, NULL, tok, b, 1, scores, ctx, topk, out, topk), label));
+         check(dsv4i_gpu_attn_topk(&k, NULL, tok, b, 1, scores, ctx, topk, out, topk, tkw, tws), label));
+    snprintf(label, sizeof label, "top-512 of 64K scores, batch %d, one block per token", (int)b);
+    TIME(label, (double)b * ctx * 4,
+         check(dsv4i_gpu_attn_topk(&k, NULL, tok, b, 1, scores, ctx, topk, out, topk, 0, 0), label));
   }
 
   /* DSpark Markov step: vocab 129280, rank 256 */

@@ -236,11 +236,13 @@ __device__ __forceinline__ unsigned int order_key(float f) {
  * equal to it), the warps' offsets in warp order, and a writing pass that
  * places each selected key by ballot. Every pass keeps TK_U loads of a
  * thread in flight before it uses one (the scores come from L2: one wait per
- * TK_U keys, not per key). The whole block calls it; blockDim.x a multiple
- * of 32, at most 1024.
+ * TK_U keys, not per key). map: NULL, or int32 [n]: write map[i] for key i
+ * (ascending map: the output stays ascending). The whole block calls it;
+ * blockDim.x a multiple of 32, at most 1024.
  */
 #define TK_U 16
-__device__ __forceinline__ void block_topk(const float *key, long long n, int k, int *out) {
+__device__ __forceinline__ void block_topk(const float *key, long long n, int k, int *out,
+                                           const int *map) {
   __shared__ unsigned int hist[256];
   __shared__ unsigned int s_prefix, s_or, s_and;
   __shared__ int s_kk, s_done;
@@ -357,7 +359,7 @@ __device__ __forceinline__ void block_topk(const float *key, long long n, int k,
       const unsigned int eb = __ballot_sync(0xFFFFFFFFu, e);
       const bool tk = (in && uu[j] > prefix) || (e && seen + __popc(eb & lt) < take);
       const unsigned int sb = __ballot_sync(0xFFFFFFFFu, tk);
-      if (tk) out[o + __popc(sb & lt)] = (int)i;
+      if (tk) out[o + __popc(sb & lt)] = map ? map[i] : (int)i;
       o += __popc(sb);
       seen += __popc(eb);
     }
@@ -399,5 +401,64 @@ extern "C" __global__ void __launch_bounds__(512, 1) dsv4_k_attn_topk_f32(
     __syncthreads();
     key = bk;
   }
-  block_topk(key, n, k, row);
+  block_topk(key, n, k, row, nullptr);
+}
+
+/*
+ * Mode 0 over several blocks per token, for long rows (lib/gpu/attn_indexer.c
+ * picks it from score_ld and k_max alone): part (p, t) selects the best
+ * min(k_max, len) keys of its chunk [p·chunk, p·chunk + len) of the visible
+ * keys with the same order (larger first, equal keys: lower index first) and
+ * writes their indices, ascending, and their scores at [t][p][0, k_max) of
+ * cidx / ckey; chunk >= k_max, so every chunk before the last visible one
+ * gives exactly k_max and the candidates of a token are one contiguous,
+ * ascending list. The merge then selects the best k of that list: the global
+ * best k are the best k of the chunks' best k, so the selection is exactly
+ * the one-block kernel's. Tokens with vis <= k_max are left to the merge
+ * (every key selected). Grid (parts, n), 512 threads.
+ */
+extern "C" __global__ void __launch_bounds__(512, 1) dsv4_k_attn_topk_part_f32(
+    const dsv4i_gpu_attn_tok *__restrict__ tok, int ratio, const float *__restrict__ scores,
+    long long score_ld, int k_max, long long chunk, int *__restrict__ cidx,
+    float *__restrict__ ckey) {
+  const int p = blockIdx.x, t = blockIdx.y, parts = gridDim.x;
+  const long long vis = (tok[t].pos + 1) / ratio, b0 = (long long)p * chunk;
+  if (vis <= k_max || b0 >= vis) return;
+  const long long len = vis - b0 < chunk ? vis - b0 : chunk;
+  const int kp = len < k_max ? (int)len : k_max;
+  int *ci = cidx + ((long long)t * parts + p) * k_max;
+  float *ck = ckey + ((long long)t * parts + p) * k_max;
+  const float *key = scores + (long long)t * score_ld + b0;
+  if (kp == len) { /* the last, short chunk: all of it */
+    for (int i = threadIdx.x; i < kp; i += blockDim.x) ci[i] = (int)(b0 + i), ck[i] = key[i];
+    return;
+  }
+  block_topk(key, len, kp, ci, nullptr);
+  __syncthreads(); /* ci (positions in the chunk) written by the whole block */
+  for (int i = threadIdx.x; i < kp; i += blockDim.x) {
+    const int j = ci[i];
+    ck[i] = key[j];
+    ci[i] = (int)(b0 + j);
+  }
+}
+
+/* The merge of dsv4_k_attn_topk_part_f32's candidates: out int32 [n][out_ld],
+ * the top min(k_max, vis) ascending, then −1. Grid n, 512 threads. */
+extern "C" __global__ void __launch_bounds__(512, 1) dsv4_k_attn_topk_merge_f32(
+    const dsv4i_gpu_attn_tok *__restrict__ tok, int ratio, int k_max, int parts, long long chunk,
+    const int *__restrict__ cidx, const float *__restrict__ ckey, int *__restrict__ out,
+    int out_ld) {
+  const int t = blockIdx.x;
+  const long long vis = (tok[t].pos + 1) / ratio;
+  const int k = vis < k_max ? (int)vis : k_max;
+  int *row = out + (long long)t * out_ld;
+  for (int i = k + threadIdx.x; i < out_ld; i += blockDim.x) row[i] = -1;
+  if (k == vis) { /* every key selected (the parts wrote nothing) */
+    for (int i = threadIdx.x; i < k; i += blockDim.x) row[i] = i;
+    return;
+  }
+  const long long last = (vis - 1) / chunk, tail = vis - last * chunk;
+  const long long m = last * k_max + (tail < k_max ? tail : k_max);
+  const long long base = (long long)t * parts * k_max;
+  block_topk(ckey + base, m, k, row, cidx + base);
 }

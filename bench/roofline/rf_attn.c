@@ -160,7 +160,8 @@ static void sparse_attention(rf *r, int kind, int ds_mla, int stock) {
 typedef struct idx_case {
   dsv4i_gpu_index_args a;
   int calls, k_max;
-  dsv4i_cuptr tok, q, w, out;
+  dsv4i_cuptr tok, q, w, out, ws; /* ws: the split top-k's workspace */
+  size_t ws_bytes;
 } idx_case;
 
 static dsv4_status rec_index(rf *r, void *u, int i, dsv4i_custream s) {
@@ -171,7 +172,7 @@ static dsv4_status rec_index(rf *r, void *u, int i, dsv4i_custream s) {
   a.w = c->w + (dsv4i_cuptr)i * a.n * a.n_heads * 2;
   dsv4_status st = dsv4i_gpu_attn_index_scores(&r->ak, s, &a);
   return st ? st : dsv4i_gpu_attn_topk(&r->ak, s, a.tok, a.n, a.ratio, a.scores, a.score_ld,
-                                       c->k_max, c->out, c->k_max);
+                                       c->k_max, c->out, c->k_max, c->ws, c->ws_bytes);
 }
 
 static void indexer(rf *r) {
@@ -202,6 +203,8 @@ static void indexer(rf *r) {
     c.q = rf_rand(r, (size_t)n_seq * IH * ihd * 2, 0x81FF81FFu, 0x3E003E00u);
     c.w = rf_rand(r, (size_t)n_seq * IH * 2, 0x3F7F3F7Fu, 0);
     c.out = rf_take(r, sizeof(int32_t) * (size_t)n * c.k_max);
+    c.ws_bytes = dsv4i_gpu_attn_topk_ws_bytes(n, keys, c.k_max);
+    c.ws = c.ws_bytes ? rf_take(r, c.ws_bytes) : 0;
     /* every byte 0x7C..0x7F: UE8M0 scales 2^-3..2^0 as an encoded key row has (its four
      * blocks within a few binades: the scores' mma path); codes of both signs */
     c.a = (dsv4i_gpu_index_args){.idxk = table_fill(r, n_seq, keys, 68, 0, 0x03030303u, 0x7C7C7C7Cu),

@@ -37,6 +37,7 @@ typedef struct dsv4i_gpu_attn_kernels {
   const dsv4i_kreg *kr; /**< borrowed registry */
   dsv4i_kernel_id window_store, comp_store, idxk_store, compress_pool, cstate_store;
   dsv4i_kernel_id index_scores, topk, sparse_split, sparse_combine, sparse_tiled;
+  dsv4i_kernel_id topk_part, topk_merge; /**< the top-k over several blocks per token */
   /** the same ops over fp8_ds_mla window records */
   dsv4i_kernel_id window_store_mla, sparse_split_mla, sparse_tiled_mla;
   /** the split pass in the tiled kernel's summation order (default mode), both records */
@@ -143,10 +144,21 @@ dsv4_status dsv4i_gpu_attn_index_scores(const dsv4i_gpu_attn_kernels *k, dsv4i_c
 
 /** Top-k (spec §5.4 3b step 8) of each token's visible scores: the best
  * min(k_max, (pos+1)/ratio), lower index first on ties, ascending, −1
- * padded: out int32 [n][out_ld], out_ld >= k_max. */
+ * padded: out int32 [n][out_ld], out_ld >= k_max. Exact (the CPU's
+ * selection) in every mode. ws: 0, or a workspace of at least
+ * dsv4i_gpu_attn_topk_ws_bytes(n, score_ld, k_max) bytes: rows long enough
+ * (score_ld >= 16·k_max) then take several blocks per token, a part kernel
+ * and a merge (kernels/attn_indexer.cu); with ws 0 one block per token.
+ * @return DSV4_OK; DSV4_ERR_INVALID_ARG (sizes; ws_bytes too small); launch
+ *         errors. */
 dsv4_status dsv4i_gpu_attn_topk(const dsv4i_gpu_attn_kernels *k, dsv4i_custream stream,
                                 dsv4i_cuptr tok, int32_t n, int32_t ratio, dsv4i_cuptr scores,
-                                int64_t score_ld, int32_t k_max, dsv4i_cuptr out, int32_t out_ld);
+                                int64_t score_ld, int32_t k_max, dsv4i_cuptr out, int32_t out_ld,
+                                dsv4i_cuptr ws, size_t ws_bytes);
+
+/** Workspace bytes of dsv4i_gpu_attn_topk for n tokens (0 when rows of
+ * score_ld keys take one block per token). */
+size_t dsv4i_gpu_attn_topk_ws_bytes(int32_t n, int64_t score_ld, int32_t k_max);
 
 /** Candidate blocks (spec §5.4 3b step 6) of each token, as
  * dsv4i_attn_candidates: bws f32 [n][bws_ld] scratch (bws_ld >= the visible

@@ -19,6 +19,8 @@ dsv4_status dsv4i_gpu_attn_select(const dsv4i_kreg *kr, dsv4i_gpu_attn_kernels *
   if (st == DSV4_OK) st = pick(kr, DSV4I_KOP_ATTN_CSTATE_STORE, DSV4I_KFMT_F32, &out->cstate_store);
   if (st == DSV4_OK) st = pick(kr, DSV4I_KOP_ATTN_INDEX_SCORES, DSV4I_KFMT_E2M1_UE8M0, &out->index_scores);
   if (st == DSV4_OK) st = pick(kr, DSV4I_KOP_ATTN_TOPK, DSV4I_KFMT_F32, &out->topk);
+  if (st == DSV4_OK) st = pick(kr, DSV4I_KOP_ATTN_TOPK_PART, DSV4I_KFMT_F32, &out->topk_part);
+  if (st == DSV4_OK) st = pick(kr, DSV4I_KOP_ATTN_TOPK_MERGE, DSV4I_KFMT_F32, &out->topk_merge);
   if (st == DSV4_OK)
     st = pick(kr, DSV4I_KOP_ATTN_SPARSE_SPLIT, DSV4I_KFMT_E4M3_UE8M0, &out->sparse_split);
   if (st == DSV4_OK)

@@ -138,6 +138,8 @@ static void ws_layout(const dsv4i_config *c, const ws_part *p, int32_t T, int32_
   w->scores = take(cv, t * (size_t)w->score_ld * 4);
   w->bws = take(cv, t * (size_t)w->bws_ld * 4);
   w->topk = take(cv, t * (size_t)w->topk_ld * 4);
+  w->topk_ws_bytes = dsv4i_gpu_attn_topk_ws_bytes((int32_t)t, w->score_ld, w->topk_ld);
+  w->topk_ws = take(cv, w->topk_ws_bytes);
   w->cand = take(cv, t * (size_t)(w->cand_ld > 0 ? w->cand_ld : 1) * 4);
   w->sparse_bytes = dsv4i_gpu_attn_sparse_ws(c->n_heads, c->head_dim, c->window_size,
                                              w->topk_ld > B ? w->topk_ld : B,

@@ -96,6 +96,8 @@ typedef struct gpu_ws {
   /* attention */
   dsv4i_cuptr qr, q, o, kv, kvw, lat, kk, gg, ik, iq, iw, u;
   dsv4i_cuptr scores, bws, topk, cand, sparse;
+  dsv4i_cuptr topk_ws;   /* the split top-k's candidates (dsv4i_gpu_attn_topk_ws_bytes) */
+  size_t topk_ws_bytes;
   size_t sparse_bytes;
   int64_t score_ld, bws_ld;
   int32_t topk_ld, cand_ld;

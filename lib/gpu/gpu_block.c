@@ -141,7 +141,8 @@ static dsv4_status attention(gpu_backend *b, int32_t L, const gpu_rows *rw, dsv4
                                      c->candidate_block_size, w->cand_ld, w->bws, w->bws_ld,
                                      w->cand, w->cand_ld);
     if (!st) st = dsv4i_gpu_attn_topk(&b->ak, s, atok, n, a->ratio, w->scores, w->score_ld,
-                                      c->index_topk, w->topk, w->topk_ld);
+                                      c->index_topk, w->topk, w->topk_ld, w->topk_ws,
+                                      w->topk_ws_bytes);
   }
   if (!st && kv_src) {
     const dsv4i_gpu_kvtab ct = dsv4i_gkv_tab(&b->kv, DSV4I_KV_COMP, L);

@@ -58,6 +58,8 @@
   X(ATTN_CSTATE_STORE, "attn_cstate_store")                                                      \
   X(ATTN_INDEX_SCORES, "attn_index_scores")                                                      \
   X(ATTN_TOPK, "attn_topk")                                                                      \
+  X(ATTN_TOPK_PART, "attn_topk_part")                                                            \
+  X(ATTN_TOPK_MERGE, "attn_topk_merge")                                                          \
   X(ATTN_SPARSE_SPLIT, "attn_sparse_split")                                                      \
   X(ATTN_SPARSE_COMBINE, "attn_sparse_combine")                                                  \
   X(ATTN_SPARSE_TILED, "attn_sparse_tiled")                                                      \
@@ -119,6 +121,8 @@
   X(ATTN_CSTATE_STORE_F32, ATTN_CSTATE_STORE, F32, ANY, 80, attn_cache, dsv4_k_attn_cstate_store_f32, 256) \
   X(ATTN_INDEX_SCORES_E2M1, ATTN_INDEX_SCORES, E2M1_UE8M0, ANY, 80, attn_indexer, dsv4_k_attn_index_scores_e2m1, 128) \
   X(ATTN_TOPK_F32, ATTN_TOPK, F32, ANY, 80, attn_indexer, dsv4_k_attn_topk_f32, 512) \
+  X(ATTN_TOPK_PART_F32, ATTN_TOPK_PART, F32, ANY, 80, attn_indexer, dsv4_k_attn_topk_part_f32, 512) \
+  X(ATTN_TOPK_MERGE_F32, ATTN_TOPK_MERGE, F32, ANY, 80, attn_indexer, dsv4_k_attn_topk_merge_f32, 512) \
   X(ATTN_SPARSE_SPLIT_E4M3, ATTN_SPARSE_SPLIT, E4M3_UE8M0, ANY, 80, attn_sparse, dsv4_k_attn_sparse_split_e4m3, 128) \
   X(ATTN_SPARSE_SPLIT_DS_MLA, ATTN_SPARSE_SPLIT, DS_MLA, ANY, 80, attn_sparse, dsv4_k_attn_sparse_split_ds_mla, 128) \
   X(ATTN_SPARSE_SPLIT_E4M3_TILED, ATTN_SPARSE_SPLIT, E4M3_UE8M0, TILED, 80, attn_sparse, dsv4_k_attn_sparse_split_e4m3_tiled, 128) \

@@ -639,10 +639,17 @@ static void topk_case(const int64_t *vis, int nv, int ratio, int32_t k_max, int 
   const int32_t out_ld = k_max + 3;
   int32_t *got = malloc((size_t)nv * out_ld * 4), *want = malloc((size_t)out_ld * 4);
   assert_true(got && want);
-  dsv4i_cuptr d_out = dalloc((size_t)nv * out_ld * 4), d_tok = dup(tok, (size_t)nv * sizeof *tok);
+  dsv4i_cuptr d_out, d_tok = dup(tok, (size_t)nv * sizeof *tok);
   dsv4i_cuptr d_sc = dup(sc, (size_t)nv * ld * 4);
+  /* mode 0 twice: one block per token (split 0), then with the workspace, several blocks per
+   * token where the rows are long enough (split 1) */
+  const size_t ws_bytes = mode == 0 ? dsv4i_gpu_attn_topk_ws_bytes(nv, ld, k_max) : 0;
+  for (int split = 0; split < (ws_bytes ? 2 : 1); split++) {
+  memset(got, 0x7B, (size_t)nv * out_ld * 4); /* a run that writes nothing fails */
+  d_out = dup(got, (size_t)nv * out_ld * 4);
   if (mode == 0) {
-    ok(dsv4i_gpu_attn_topk(&g_k, NULL, d_tok, nv, ratio, d_sc, ld, k_max, d_out, out_ld));
+    ok(dsv4i_gpu_attn_topk(&g_k, NULL, d_tok, nv, ratio, d_sc, ld, k_max, d_out, out_ld,
+                           split ? dalloc(ws_bytes) : 0, split ? ws_bytes : 0));
   } else {
     const int64_t bld = (ld + bs - 1) / bs;
     ok(dsv4i_gpu_attn_candidates(&g_k, NULL, d_tok, nv, ratio, d_sc, ld, bs, k_max,
@@ -659,9 +666,13 @@ static void topk_case(const int64_t *vis, int nv, int ratio, int32_t k_max, int 
     }
     for (int32_t j = 0; j < out_ld; j++)
       if (got[(size_t)i * out_ld + j] != want[j])
-        fail_msg("%s vis %lld k %d: entry %d gpu %d cpu %d", mode ? "candidates" : "top-k",
-                 (long long)vis[i], (int)k_max, (int)j, (int)got[(size_t)i * out_ld + j],
-                 (int)want[j]);
+        fail_msg("%s%s vis %lld k %d: entry %d gpu %d cpu %d", mode ? "candidates" : "top-k",
+                 split ? " (split over blocks)" : "", (long long)vis[i], (int)k_max, (int)j,
+                 (int)got[(size_t)i * out_ld + j], (int)want[j]);
+  }
+  if (ws_bytes)
+    printf("# top-k vis up to %lld, k %d: %s equal to the CPU\n", (long long)ld, (int)k_max,
+           split ? "several blocks per token" : "one block per token");
   }
   free(sc);
   free(got);
@@ -1209,7 +1220,11 @@ static void bad_arguments_are_refused(void **state) {
                    DSV4_ERR_INVALID_ARG);
   dsv4i_gpu_index_args ia = {.n = 1, .n_heads = 32, .head_dim = 64, .ratio = 1, .score_ld = 8};
   assert_int_equal(dsv4i_gpu_attn_index_scores(&g_k, NULL, &ia), DSV4_ERR_UNSUPPORTED);
-  assert_int_equal(dsv4i_gpu_attn_topk(&g_k, NULL, 0, 1, 1, 0, 16, 512, 0, 100),
+  assert_int_equal(dsv4i_gpu_attn_topk(&g_k, NULL, 0, 1, 1, 0, 16, 512, 0, 100, 0, 0),
+                   DSV4_ERR_INVALID_ARG);
+  /* the split top-k with a workspace short by a byte */
+  assert_int_equal(dsv4i_gpu_attn_topk(&g_k, NULL, 16, 1, 1, 16, 1 << 16, 512, 16, 512, 16,
+                                       dsv4i_gpu_attn_topk_ws_bytes(1, 1 << 16, 512) - 1),
                    DSV4_ERR_INVALID_ARG);
   dsv4i_gpu_sparse_args sa = {.n = 1, .n_heads = 4, .head_dim = 96, .window = 16};
   assert_int_equal(dsv4i_gpu_attn_sparse(&g_k, NULL, &sa), DSV4_ERR_UNSUPPORTED);
