@@ -10,14 +10,16 @@
  * agree with the CPU to a few ulps and the selection is the CPU's except for
  * keys that close.
  *
- * One block per token, one expert per thread (R_PER rounds for more experts
- * than threads): every z and bias load is issued before any math, the keys
- * go to shared memory as order keys (a u32 whose unsigned order is the
- * selection order: NaN lowest, −0 == +0), and each expert counts the experts
- * that precede it (larger key, or equal key and lower id), stopping at top_k;
- * an expert with rank r < top_k is the r-th selected. The rank of every
- * expert is a function of the keys alone, so the result does not depend on
- * the batch or the schedule.
+ * One block per token, expert e = j·R_THREADS + thread (j < R_PER): every z
+ * and bias load is issued before the math. The selection order is a total
+ * order on (key, id): larger key first (keys as u32 whose unsigned order is
+ * the float order, −0 == +0, NaN lowest), equal keys lower id first. Each
+ * warp takes its top_k best in top_k rounds of two warp reductions (the
+ * largest key, then the lowest id holding it: redux.sync), then warp 0 takes
+ * the top_k best of the warps' candidates the same way. The result is a
+ * function of the keys alone, so it does not depend on the batch or the
+ * schedule. (A rank count per expert, 12 us a token at 384 experts in run1,
+ * was O(E²) compares.)
  */
 #include "model/format_codes.h"
 #include "reduce.cuh"
@@ -34,6 +36,27 @@ __device__ __forceinline__ unsigned int router_key(float f) {
   return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
 }
 
+#define NO_ID 0xFFFFFFFFu
+
+/* One round of the warp's selection: each lane offers its best remaining (key, id) of n
+ * slots (ids ascending with the slot; taken: the lane's used slots), the warp agrees on
+ * the best (largest key, then lowest id), and its lane marks the slot taken. Returns the
+ * winner in every lane (id NO_ID when no lane has one left). */
+template <int N>
+__device__ __forceinline__ void warp_pick(const unsigned int (&key)[N], const unsigned int (&id)[N],
+                                          unsigned int &taken, unsigned int &wk, unsigned int &wi) {
+  unsigned int lk = 0u, li = NO_ID;
+  int ls = -1;
+#pragma unroll
+  for (int j = 0; j < N; j++) {
+    const bool live = id[j] != NO_ID && !((taken >> j) & 1u);
+    if (live && (ls < 0 || key[j] > lk)) lk = key[j], li = id[j], ls = j; /* ids ascend with j */
+  }
+  wk = __reduce_max_sync(0xFFFFFFFFu, lk);
+  wi = __reduce_min_sync(0xFFFFFFFFu, lk == wk ? li : NO_ID);
+  if (ls >= 0 && li == wi) taken |= 1u << ls;
+}
+
 /* z: fp32 [n_tok][ldz]; bias, bias_vl: fp32 [E] (bias_vl may be NULL);
  * use_vl: uint8 [n_tok] or NULL; idx: int32 [n_tok][top_k]; weight: fp32 [n_tok][top_k].
  * Grid n_tok, R_THREADS threads. */
@@ -41,14 +64,15 @@ extern "C" __global__ void __launch_bounds__(R_THREADS)
 dsv4_k_router_topk_f32(int n_tok, int n_experts, int top_k, const float *z, long long ldz,
                        const float *bias, const float *bias_vl, const uint8_t *use_vl,
                        int norm_topk_prob, float route_scale, int32_t *idx, float *weight) {
-  __shared__ unsigned int skey[R_THREADS * R_PER];
+  __shared__ float ssc[R_THREADS * R_PER];
+  __shared__ unsigned int ckey[R_THREADS / 32][MAX_K], cid[R_THREADS / 32][MAX_K];
   __shared__ float wsel[MAX_K];
-  const int t = blockIdx.x, tid = threadIdx.x;
+  const int t = blockIdx.x, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   if (t >= n_tok) return;
   const float *zr = z + t * ldz;
   const float *b = (use_vl && use_vl[t] && bias_vl) ? bias_vl : bias;
-  float v[R_PER], bb[R_PER], sc[R_PER];
-  unsigned int key[R_PER];
+  float v[R_PER], bb[R_PER];
+  unsigned int key[R_PER], id[R_PER];
 #pragma unroll
   for (int j = 0; j < R_PER; j++) { /* loads first: one round trip for all */
     const int e = j * R_THREADS + tid;
@@ -59,41 +83,55 @@ dsv4_k_router_topk_f32(int n_tok, int n_experts, int top_k, const float *z, long
   for (int j = 0; j < R_PER; j++) {
     const int e = j * R_THREADS + tid;
     const float sp = v[j] > 20.0f ? v[j] : log1pf(expf(v[j]));
-    sc[j] = sqrtf(sp);
-    key[j] = router_key(sc[j] + bb[j]);
-    if (e < n_experts) skey[e] = key[j];
+    const float sc = sqrtf(sp);
+    key[j] = router_key(sc + bb[j]);
+    id[j] = e < n_experts ? (unsigned int)e : NO_ID;
+    if (e < n_experts) ssc[e] = sc;
+  }
+  /* each warp's top_k best of its experts */
+  unsigned int taken = 0u;
+  for (int r = 0; r < top_k; r++) {
+    unsigned int wk, wi;
+    warp_pick(key, id, taken, wk, wi);
+    if (lane == 0) ckey[warp][r] = wk, cid[warp][r] = wi;
   }
   __syncthreads();
+  if (warp != 0) return;
+  /* the top_k best of the warps' candidates: slot j of lane l is candidate l + 32 j */
+  constexpr int NC = (R_THREADS / 32) * MAX_K / 32;
+  unsigned int k2[NC], i2[NC];
 #pragma unroll
-  for (int j = 0; j < R_PER; j++) {
-    const int e = j * R_THREADS + tid;
-    if (e >= n_experts) continue;
-    const unsigned int k = key[j];
-    int r = 0;
-    /* lower ids precede on equal keys, higher ids only on larger keys */
-    for (int i = 0; i < e && r < top_k; i += 8) {
+  for (int j = 0; j < NC; j++) {
+    const int c = lane + 32 * j, w = c / top_k, r = c % top_k;
+    const bool in = c < (R_THREADS / 32) * top_k;
+    k2[j] = in ? ckey[w][r] : 0u;
+    i2[j] = in ? cid[w][r] : NO_ID;
+  }
+  /* ids need not ascend with j here: order slots by id inside the lane first */
 #pragma unroll
-      for (int q = 0; q < 8; q++)
-        if (i + q < e) r += skey[i + q] >= k;
-    }
-    for (int i = e + 1; i < n_experts && r < top_k; i += 8) {
+  for (int a = 0; a < NC; a++)
 #pragma unroll
-      for (int q = 0; q < 8; q++)
-        if (i + q < n_experts) r += skey[i + q] > k;
-    }
-    if (r < top_k) {
-      wsel[r] = sc[j];
-      idx[(long long)t * top_k + r] = e;
+    for (int c = a + 1; c < NC; c++)
+      if (i2[c] < i2[a]) {
+        const unsigned int tk = k2[a], ti = i2[a];
+        k2[a] = k2[c], i2[a] = i2[c], k2[c] = tk, i2[c] = ti;
+      }
+  taken = 0u;
+  for (int r = 0; r < top_k; r++) {
+    unsigned int wk, wi;
+    warp_pick(k2, i2, taken, wk, wi);
+    if (lane == 0) {
+      wsel[r] = ssc[wi];
+      idx[(long long)t * top_k + r] = (int32_t)wi;
     }
   }
-  __syncthreads();
-  if (tid >= 32) return;
+  __syncwarp();
   float den = 1.0f;
   const bool norm = norm_topk_prob && top_k > 1;
   if (norm) den = dsv4_warp_sum_torch(top_k, [&](long long i) { return wsel[i]; }) + 1e-20f;
-  if (tid < top_k) {
-    float w = wsel[tid];
+  if (lane < top_k) {
+    float w = wsel[lane];
     if (norm) w = w / den;
-    weight[(long long)t * top_k + tid] = w * route_scale;
+    weight[(long long)t * top_k + lane] = w * route_scale;
   }
 }
