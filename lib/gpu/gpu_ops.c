@@ -61,7 +61,7 @@ dsv4_status dsv4i_gpu_ops_init(const dsv4i_kreg *kr, dsv4i_gpu_ops *o) {
   o->f32out_narrow = 0;
   o->cpu_order = 0;
   o->moe_tiled = 1;
-  o->moe_fused = 1;
+  o->moe_fused = 0;
   dsv4_status st = DSV4_OK;
 #define PICK(field, op, fmt, shape) \
   if (st == DSV4_OK) st = pick(kr, DSV4I_KOP_##op, DSV4I_KFMT_##fmt, DSV4I_KSHAPE_##shape, &o->field)

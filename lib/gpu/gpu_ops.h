@@ -34,8 +34,10 @@ typedef struct dsv4i_gpu_ops {
   /** 1 (dsv4i_gpu_ops_init's value): dsv4i_gpu_moe_experts runs the tiled
    * kernels in the default mode. 0: the CPU-order kernels in both modes. */
   int32_t moe_tiled;
-  /** 1 (dsv4i_gpu_ops_init's value): the tiled up and down projections as one
-   * launch (moe_updown_tiled); 0: two launches. Same bits either way. */
+  /** 1: the tiled up and down projections as one launch (moe_updown_tiled);
+   * 0 (dsv4i_gpu_ops_init's value): two launches. Same bits either way; the
+   * device run measured one launch 4 % faster at 1 token and 6-12 % slower
+   * from 4 tokens (bench/RESULTS.md, session 6, the MoE step). */
   int32_t moe_fused;
   /** The default mode's kernels (KSHAPE_TILED rows), launched unless cpu_order. */
   dsv4i_kernel_id rmsnorm_tiled, hc_mixes_tiled, hc_sinkhorn_lanes;
