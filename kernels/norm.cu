@@ -37,13 +37,7 @@ dsv4_k_rmsnorm_bf16_tiled(int n_tok, int dim, const uint16_t *x, long long ldx, 
                           float eps, uint16_t *y, long long ldy) {
   const int row = blockIdx.x;
   if (row >= n_tok) return; /* block-uniform */
-  const uint16_t *xr = x + row * ldx;
-  uint16_t *yr = y + row * ldy;
-  const plain_row r = {xr, aligned16(xr)};
-  const auto pf = [&](int v) { r.pf(v); };
-  const auto x8 = [&](int v, uint16_t *e) { r.x8(v, e); };
-  const auto x1 = [&](int d) { return r.x1(d); };
-  rms_row_tiled(dim, pf, x8, x1, x8, x1, w, eps, yr, r.vec && aligned16(yr) && aligned16(w));
+  rms_plain_row(dim, x + row * ldx, w, eps, y + row * ldy);
 }
 
 /*
@@ -152,13 +146,8 @@ dsv4_k_rmsnorm_rope_bf16_tiled(int n_tok, int dim, const uint16_t *x, long long 
                                int n_freq, const float *freqs, const int32_t *pos) {
   const int row = blockIdx.x;
   if (row >= n_tok) return; /* block-uniform */
-  const uint16_t *xr = x + row * ldx;
   uint16_t *yr = y + row * ldy;
-  const plain_row r = {xr, aligned16(xr)};
-  const auto pf = [&](int v) { r.pf(v); };
-  const auto x8 = [&](int v, uint16_t *e) { r.x8(v, e); };
-  const auto x1 = [&](int d) { return r.x1(d); };
-  rms_row_tiled(dim, pf, x8, x1, x8, x1, w, eps, yr, r.vec && aligned16(yr) && aligned16(w));
+  rms_plain_row(dim, x + row * ldx, w, eps, yr);
   __syncthreads(); /* the row's y visible to the block */
   const float p = (float)pos[row];
   for (int i = threadIdx.x; i < n_freq; i += 256) {

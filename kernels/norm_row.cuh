@@ -132,6 +132,16 @@ struct plain_row {
 
 __device__ __forceinline__ bool aligned16(const void *p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
 
+/* rms_row_tiled over one plain bf16 row xr into yr (the RMSNorm kernels' row). */
+__device__ __forceinline__ void rms_plain_row(int dim, const uint16_t *xr, const uint16_t *w, float eps,
+                                              uint16_t *yr) {
+  const plain_row r = {xr, aligned16(xr)};
+  const auto pf = [&](int v) { r.pf(v); };
+  const auto x8 = [&](int v, uint16_t *e) { r.x8(v, e); };
+  const auto x1 = [&](int d) { return r.x1(d); };
+  rms_row_tiled(dim, pf, x8, x1, x8, x1, w, eps, yr, r.vec && aligned16(yr) && aligned16(w));
+}
+
 /* hc_pre's bf16 element(s) of a token row: x[d] = bf16(Σ_c pre[c] · h[c][d])
  * (products fp32, c in order from +0), as dsv4_k_hc_pre_bf16. */
 struct hc_pre_row {
