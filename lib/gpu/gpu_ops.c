@@ -207,6 +207,33 @@ dsv4_status dsv4i_gpu_hc_sinkhorn(const dsv4i_gpu_ops *o, dsv4i_custream s, int3
   return launch(o, o->hc_sinkhorn, cdiv(n_tok, 128), 1, s, p);
 }
 
+/* The fused mixes + Sinkhorn launches (hc_mixes_sinkhorn_tiled, or hc_entry_tiled with
+ * extra_gx hc_pre + RMSNorm blocks and its four trailing arguments), HM_MAXTOK tokens a
+ * launch (the module's scratch). A kernel reads only its own leading arguments of p. */
+static dsv4_status mixes_sinkhorn_launch(const dsv4i_gpu_ops *o, dsv4i_custream s, dsv4i_kernel_id k,
+                                         uint32_t extra_gx, int32_t n_tok, int32_t hc, int32_t dim,
+                                         dsv4i_cuptr h, dsv4i_cuptr fn, float eps, dsv4i_cuptr scale,
+                                         dsv4i_cuptr base, int32_t iters, float hc_eps,
+                                         dsv4i_cuptr mixes, dsv4i_cuptr pre, dsv4i_cuptr post,
+                                         dsv4i_cuptr comb, dsv4i_cuptr pre_in, dsv4i_cuptr w,
+                                         float norm_eps, dsv4i_cuptr y) {
+  const int64_t nm = (2 + hc) * hc, row = (int64_t)hc * dim * 2;
+  int c = hc, d = dim, it = iters;
+  dsv4_status st = DSV4_OK;
+  for (int32_t t0 = 0; t0 < n_tok && !st; t0 += HM_MAXTOK) {
+    int nt = n_tok - t0 < HM_MAXTOK ? n_tok - t0 : HM_MAXTOK;
+    const dsv4i_cuptr t = (dsv4i_cuptr)t0;
+    dsv4i_cuptr ht = h + t * (dsv4i_cuptr)row, mt = mixes + t * (dsv4i_cuptr)nm * 4u,
+                pt = pre + t * (dsv4i_cuptr)hc * 4u, qt = post + t * (dsv4i_cuptr)hc * 4u,
+                ct = comb + t * (dsv4i_cuptr)(hc * hc) * 4u, it_ = pre_in + t * (dsv4i_cuptr)hc * 4u,
+                yt = y + t * (dsv4i_cuptr)dim * 2u;
+    void *p[] = {&nt, &c, &d, &ht, &fn, &eps, &mt, &scale, &base, &it, &hc_eps, &pt, &qt, &ct, &it_,
+                 &w, &norm_eps, &yt};
+    st = launch(o, k, cdiv((int64_t)hc * dim, HM_KC) + extra_gx, cdiv(nt, HM_TT), s, p);
+  }
+  return st;
+}
+
 /* hc_mixes + Sinkhorn in one launch of the tiled kernel: the shape decides, never the batch */
 static int mixes_fused(const dsv4i_gpu_ops *o, int32_t hc, int32_t dim) {
   return !o->cpu_order && hc <= 4 && (int64_t)hc * dim <= HM_MAXCH * HM_KC;
@@ -223,19 +250,8 @@ dsv4_status dsv4i_gpu_hc_mixes_sinkhorn(const dsv4i_gpu_ops *o, dsv4i_custream s
     return st ? st : dsv4i_gpu_hc_sinkhorn(o, s, n_tok, hc, mixes, scale, base, iters, hc_eps, pre,
                                            post, comb);
   }
-  const int64_t nm = (2 + hc) * hc, row = (int64_t)hc * dim * 2;
-  int c = hc, d = dim, it = iters;
-  dsv4_status st = DSV4_OK;
-  for (int32_t t0 = 0; t0 < n_tok && !st; t0 += HM_MAXTOK) { /* the scratch's tokens a launch */
-    int nt = n_tok - t0 < HM_MAXTOK ? n_tok - t0 : HM_MAXTOK;
-    const dsv4i_cuptr t = (dsv4i_cuptr)t0;
-    dsv4i_cuptr ht = h + t * (dsv4i_cuptr)row, mt = mixes + t * (dsv4i_cuptr)nm * 4u,
-                pt = pre + t * (dsv4i_cuptr)hc * 4u, qt = post + t * (dsv4i_cuptr)hc * 4u,
-                ct = comb + t * (dsv4i_cuptr)(hc * hc) * 4u;
-    void *p[] = {&nt, &c, &d, &ht, &fn, &eps, &mt, &scale, &base, &it, &hc_eps, &pt, &qt, &ct};
-    st = launch(o, o->hc_mixes_sinkhorn_tiled, cdiv((int64_t)hc * dim, HM_KC), cdiv(nt, HM_TT), s, p);
-  }
-  return st;
+  return mixes_sinkhorn_launch(o, s, o->hc_mixes_sinkhorn_tiled, 0, n_tok, hc, dim, h, fn, eps, scale,
+                               base, iters, hc_eps, mixes, pre, post, comb, 0, 0, 0.f, 0);
 }
 
 dsv4_status dsv4i_gpu_hc_pre_rmsnorm(const dsv4i_gpu_ops *o, dsv4i_custream s, int32_t n_tok,
@@ -265,21 +281,8 @@ dsv4_status dsv4i_gpu_hc_entry(const dsv4i_gpu_ops *o, dsv4i_custream s, int32_t
                                                  hc_eps, mixes, pre, post, comb);
     return st ? st : dsv4i_gpu_hc_pre_rmsnorm(o, s, n_tok, hc, dim, h, pre_in, w, norm_eps, y);
   }
-  const int64_t nm = (2 + hc) * hc, row = (int64_t)hc * dim * 2;
-  int c = hc, d = dim, it = iters;
-  dsv4_status st = DSV4_OK;
-  for (int32_t t0 = 0; t0 < n_tok && !st; t0 += HM_MAXTOK) { /* the scratch's tokens a launch */
-    int nt = n_tok - t0 < HM_MAXTOK ? n_tok - t0 : HM_MAXTOK;
-    const dsv4i_cuptr t = (dsv4i_cuptr)t0;
-    dsv4i_cuptr ht = h + t * (dsv4i_cuptr)row, mt = mixes + t * (dsv4i_cuptr)nm * 4u,
-                pt = pre + t * (dsv4i_cuptr)hc * 4u, qt = post + t * (dsv4i_cuptr)hc * 4u,
-                ct = comb + t * (dsv4i_cuptr)(hc * hc) * 4u, it_ = pre_in + t * (dsv4i_cuptr)hc * 4u,
-                yt = y + t * (dsv4i_cuptr)dim * 2u;
-    void *p[] = {&nt, &c, &d, &ht, &fn, &eps, &mt, &scale, &base, &it, &hc_eps, &pt, &qt, &ct, &it_,
-                 &w, &norm_eps, &yt};
-    st = launch(o, o->hc_entry_tiled, cdiv((int64_t)hc * dim, HM_KC) + HM_TT, cdiv(nt, HM_TT), s, p);
-  }
-  return st;
+  return mixes_sinkhorn_launch(o, s, o->hc_entry_tiled, HM_TT, n_tok, hc, dim, h, fn, eps, scale, base,
+                               iters, hc_eps, mixes, pre, post, comb, pre_in, w, norm_eps, y);
 }
 
 dsv4_status dsv4i_gpu_hc_post_pre_rmsnorm(const dsv4i_gpu_ops *o, dsv4i_custream s, int32_t n_tok,
